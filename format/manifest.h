@@ -1,0 +1,50 @@
+// manifest.h: manifest.json of a converted model directory (see docs/FORMAT.md, "Manifest").
+// Owns: reading/writing manifest.json and locating a rank's shard file. Does not own: shard bytes.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "format/dtype.h"
+#include "format/model_config.h"
+
+namespace tpshard {
+
+constexpr int kFormatVersion = 1;
+
+/// One rank's shard file at one tp_size.
+struct ManifestShard {
+  int tp_rank = 0;
+  std::string file;             ///< relative to the model directory, e.g. "tp2/rank1.tps"
+  uint64_t bytes = 0;           ///< file size
+  uint64_t xxh3 = 0;            ///< XXH3-64 of the whole file
+  uint64_t weight_bytes = 0;    ///< device bytes needed for this rank's weights (arena size)
+};
+
+struct SourceFile {
+  std::string name;
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;
+  std::string tool_version;
+  std::vector<SourceFile> source;      ///< fingerprint of the Hugging Face checkpoint
+  ModelConfig model;
+  DType dtype = DType::F16;            ///< dtype of the stored weights
+  std::map<int, std::vector<ManifestShard>> shards;  ///< tp_size -> shards ordered by tp_rank
+  std::vector<std::string> tokenizer_files;          ///< copied next to manifest.json
+};
+
+/// Load MODEL_DIR/manifest.json. Throws Error naming the file for a missing/corrupt file or a
+/// format_version this build does not read (hint: re-run tpshard convert with this version).
+Manifest load_manifest(const std::string& model_dir);
+/// Write manifest.json into dir (atomically: temp file + rename).
+void save_manifest(const Manifest& m, const std::string& dir);
+
+/// Shards for tp_size, or Error listing the tp sizes that the manifest has.
+const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir);
+
+}  // namespace tpshard

@@ -1,0 +1,83 @@
+// model_config.h: the model hyperparameters the converter and runtime need, normalized from a
+// Hugging Face config.json of any transformers version. Field names follow config.json.
+// Owns: parsing and validation of config.json; ModelConfig <-> manifest JSON.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tpshard {
+
+enum class Arch { GptNeoX, Llama };            ///< GPTNeoXForCausalLM; LlamaForCausalLM-style (Llama, Mistral, Qwen2)
+enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
+enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
+enum class RopeType { Default, Linear, Llama3 };  ///< rope_scaling type; any other type is an error
+
+/// Normalized model configuration. Shapes are global (not per rank).
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string architecture;         ///< the config's architectures[0], e.g. "GPTNeoXForCausalLM"
+  std::string model_type;           ///< "gpt_neox", "llama", "mistral", "qwen2"
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  ///< == num_attention_heads when the config has none (MHA)
+  int64_t head_dim = 0;             ///< hidden_size / num_attention_heads unless the config gives head_dim
+  int64_t vocab_size = 0;           ///< unpadded
+  int64_t max_position_embeddings = 0;
+  NormKind norm = NormKind::RmsNorm;
+  double norm_eps = 1e-5;           ///< layer_norm_eps (GPT-NeoX) or rms_norm_eps (Llama)
+  Activation hidden_act = Activation::Silu;
+  bool gated_mlp = true;            ///< Llama: down(act(gate(x)) * up(x)); GPT-NeoX: down(act(up(x)))
+  bool use_parallel_residual = false;  ///< GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+  int64_t rotary_ndims = 0;         ///< leading dims of each head that rotate: head_dim * rotary_pct (partial_rotary_factor)
+  double rope_theta = 10000.0;      ///< rotary_emb_base (GPT-NeoX) / rope_theta / rope_parameters.rope_theta
+  RopeType rope_type = RopeType::Default;
+  double rope_factor = 1.0;                       ///< rope_scaling.factor (Linear, Llama3)
+  double rope_low_freq_factor = 1.0;              ///< Llama3 only
+  double rope_high_freq_factor = 4.0;             ///< Llama3 only
+  int64_t rope_original_max_position_embeddings = 8192;  ///< Llama3 only
+  bool attention_bias = false;      ///< q/k/v projections have a bias (GPT-NeoX: always; Qwen2: true)
+  bool attention_out_bias = false;  ///< attention output projection has a bias (GPT-NeoX: true)
+  bool mlp_bias = false;            ///< MLP projections have biases (GPT-NeoX: true)
+  bool tie_word_embeddings = false; ///< lm_head shares token_embd
+  std::string torch_dtype;          ///< "float16" / "bfloat16" / "float32" from torch_dtype or dtype; may be empty
+  std::vector<int64_t> bos_token_ids;  ///< from config / generation_config (may be empty)
+  std::vector<int64_t> eos_token_ids;  ///< all EOS ids (eos_token_id can be an int or a list)
+};
+
+/// Parse a Hugging Face config.json object. `path` is only used in error messages.
+/// Reads old and new field spellings (rotary_pct / partial_rotary_factor, rotary_emb_base / rope_theta /
+/// rope_parameters, torch_dtype / dtype, rope_scaling.type / rope_type).
+/// Throws Error for: unsupported architecture (message lists the supported ones), a missing required field
+/// (named), an unknown rope type, an unknown hidden_act.
+ModelConfig parse_hf_config(const nlohmann::json& config, const std::string& path);
+
+/// Read and parse HF_DIR/config.json (and generation_config.json, when present, for bos/eos ids).
+ModelConfig load_hf_config(const std::string& hf_dir);
+
+/// The normalized config as stored in manifest.json under "model" (HF field names, plus "arch").
+nlohmann::json model_config_to_json(const ModelConfig& c);
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& path);
+
+/// Tensor-parallel partition of one model at one tp_size (all rank maths in one place).
+struct TpLayout {
+  int tp_size = 1;
+  int64_t num_heads_per_rank = 0;         ///< num_attention_heads / tp_size
+  int64_t num_kv_heads_per_rank = 0;      ///< max(1, num_key_value_heads / tp_size)
+  bool kv_heads_replicated = false;       ///< tp_size > num_key_value_heads: each KV head lives on tp_size/num_kv ranks
+  int64_t intermediate_size_per_rank = 0; ///< intermediate_size / tp_size
+  int64_t vocab_size_padded = 0;          ///< vocab_size rounded up to a multiple of tp_size (padding rows are zero; logits masked)
+  int64_t vocab_size_per_rank = 0;        ///< vocab_size_padded / tp_size
+  /// Global KV head index held by rank r (KV head j of this rank is first_kv_head(r) + j).
+  int64_t first_kv_head(int tp_rank, const ModelConfig& c) const;
+};
+
+/// Compute the partition. Throws Error naming the numbers when num_attention_heads, num_key_value_heads
+/// (or its replication) or intermediate_size are not divisible by tp_size.
+TpLayout make_tp_layout(const ModelConfig& c, int tp_size);
+
+}  // namespace tpshard

@@ -1,0 +1,32 @@
+// tensor_names.h: the names of tensors inside shard files, and their layout (docs/FORMAT.md,
+// "Tensor names"). Weights are stored as [out_features_per_rank, in_features] row-major, the layout
+// nn.Linear uses, so both y = x W^T GEMMs (cuBLAS "TN") and CPU dot products read contiguous rows.
+//
+//   token_embd.weight              [vocab_per_rank, hidden]                         vocab
+//   blk.N.attn_norm.weight / .bias [hidden]                                          replicated (bias: LayerNorm only)
+//   blk.N.attn_qkv.weight          [(heads_per_rank + 2*kv_heads_per_rank)*head_dim, hidden]  column
+//                                  rows: this rank's Q heads, then its K heads, then its V heads
+//   blk.N.attn_qkv.bias            [(heads_per_rank + 2*kv_heads_per_rank)*head_dim]         column (attention_bias)
+//   blk.N.attn_output.weight       [hidden, heads_per_rank*head_dim]                 row
+//   blk.N.attn_output.bias         [hidden]                                          replicated, added once after all_reduce
+//   blk.N.ffn_norm.weight / .bias  [hidden]                                          replicated
+//   blk.N.ffn_gate_up.weight       [2*intermediate_per_rank, hidden]  (gated MLP)    column; rows: gate, then up
+//   blk.N.ffn_up.weight / .bias    [intermediate_per_rank, hidden]    (GPT-NeoX)     column
+//   blk.N.ffn_down.weight          [hidden, intermediate_per_rank]                   row
+//   blk.N.ffn_down.bias            [hidden]                                          replicated, added once after all_reduce
+//   output_norm.weight / .bias     [hidden]                                          replicated
+//   output.weight                  [vocab_per_rank, hidden]   absent when tie_word_embeddings  vocab
+//
+// Rotary convention: Hugging Face's rotate_half (pairs i and i + rotary_ndims/2), for both families.
+#pragma once
+#include <string>
+
+namespace tpshard::names {
+
+inline std::string blk(int layer, const char* suffix) { return "blk." + std::to_string(layer) + "." + suffix; }
+inline const char* kTokenEmbd = "token_embd.weight";
+inline const char* kOutputNormWeight = "output_norm.weight";
+inline const char* kOutputNormBias = "output_norm.bias";
+inline const char* kOutput = "output.weight";
+
+}  // namespace tpshard::names

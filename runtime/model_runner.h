@@ -1,0 +1,35 @@
+// model_runner.h: the interface between the shared generation code and a backend's transformer.
+// Implementations: runtime/cpu/cpu_runner (fp32 reference), runtime/cuda/cuda_runner (kernels + NCCL).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "format/model_config.h"
+
+namespace tpshard {
+
+/// One sequence's work in a forward step: feed `tokens` at positions start_pos, start_pos+1, ...
+/// of kv_cache slot `slot` (prefill: the prompt, or a piece of it; decode: one token).
+struct SeqChunk {
+  int slot = 0;                 ///< kv_cache row, 0 <= slot < max_batch
+  int start_pos = 0;            ///< tokens already in this slot's cache (their K/V are reused)
+  std::vector<int32_t> tokens;  ///< at least one
+};
+
+/// A transformer with its shard of weights and its kv_cache, on one tp_rank. SPMD: every rank of the
+/// group calls forward() with identical chunks in the same order.
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int max_batch() const = 0;    ///< kv_cache slots
+  virtual int max_seq_len() const = 0;  ///< positions per slot
+  /// Run the chunks (positions of each start at its start_pos; no chunk sees another's tokens), append
+  /// their K/V to the kv_cache, and for each chunk's last token write (either output may be null):
+  ///   logits [chunks.size(), vocab_size] f32 host memory, full vocabulary, vocab padding removed;
+  ///   argmax [chunks.size()] token ids (greedy; lowest id wins ties).
+  /// Both outputs are identical on every rank. Throws Error when a chunk exceeds max_seq_len.
+  virtual void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) = 0;
+};
+
+}  // namespace tpshard

@@ -1,0 +1,43 @@
+// session.h: open a converted model on the chosen backend and run a function on every tp rank.
+// CPU backend: tp_size threads of this process, each with its own shard and a thread communicator.
+// CUDA backend: this process is one worker (started by the tprun launcher, mpirun, srun or torchrun);
+// it runs the function for its own rank only.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "format/manifest.h"
+#include "runtime/comm.h"
+#include "runtime/model_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tpshard {
+
+enum class Device { Auto, Cpu, Cuda };
+
+struct SessionOptions {
+  std::string model_dir;
+  int tp_size = 1;
+  Device device = Device::Auto;  ///< Auto: CUDA when this build has it and a GPU is present, else CPU
+  int max_batch = 8;             ///< kv_cache slots
+  int max_seq_len = 0;           ///< 0: min(max_position_embeddings, 2048)
+  bool verify_hashes = true;     ///< check XXH3 of every tensor while loading
+};
+
+/// What a rank's function gets.
+struct RankContext {
+  int tp_rank = 0;
+  int tp_size = 1;
+  Device device = Device::Cpu;   ///< the backend actually used
+  const Manifest* manifest = nullptr;
+  ModelRunner* runner = nullptr;
+  Communicator* comm = nullptr;
+  const Tokenizer* tokenizer = nullptr;  ///< shared, read-only
+  bool is_output_rank() const { return tp_rank == 0; }
+};
+
+/// Load the model on every rank of this process and call fn(ctx) on each (concurrently for CPU
+/// threads). An exception on any rank stops all ranks and is rethrown here (the first one).
+void run_on_ranks(const SessionOptions& opts, const std::function<void(RankContext&)>& fn);
+
+}  // namespace tpshard
