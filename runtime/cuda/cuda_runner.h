@@ -1,0 +1,25 @@
+// cuda_runner.h: the CUDA transformer (issue: GPU runtime part 2) behind the ModelRunner interface.
+#pragma once
+#include <memory>
+
+#include "format/manifest.h"
+#include "runtime/comm.h"
+#include "runtime/cuda/weight_arena.h"
+#include "runtime/model_runner.h"
+
+namespace tpshard::cuda {
+
+struct CudaRunnerOptions {
+  int max_batch = 8;
+  int max_seq_len = 2048;
+  bool use_cuda_graphs = true;  ///< capture decode steps per batch-size bucket
+};
+
+/// Build the runner for this rank. `comm` is the NCCL communicator (its stream is the compute stream);
+/// `weights` must outlive the runner. Allocates kv_cache and workspace once, up front; throws Error
+/// with the numbers when they do not fit in free device memory.
+std::unique_ptr<ModelRunner> make_cuda_runner(const Manifest& manifest, int tp_rank, int tp_size,
+                                              const WeightArena& weights, Communicator& comm,
+                                              const CudaRunnerOptions& opts);
+
+}  // namespace tpshard::cuda

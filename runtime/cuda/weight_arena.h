@@ -1,0 +1,55 @@
+// weight_arena.h: one rank's weights in one device allocation, loaded by streaming its shard file
+// through a ring of pinned host buffers (issue: GPU runtime part 1). Tensor views are offsets into
+// the arena; nothing is rearranged at load time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "format/shard_file.h"
+
+namespace tpshard::cuda {
+
+struct LoadOptions {
+  size_t ring_buffers = 4;               ///< pinned host buffers
+  size_t ring_buffer_bytes = 64u << 20;  ///< bytes each
+  int reader_threads = 2;
+  bool verify_hashes = true;             ///< XXH3 of every tensor while streaming
+  bool direct_io = false;                ///< O_DIRECT reads (cold cache)
+};
+
+struct LoadReport {
+  double seconds = 0;
+  uint64_t file_bytes = 0;     ///< data-section bytes read
+  uint64_t arena_bytes = 0;    ///< device bytes of weights
+  size_t pinned_bytes = 0;     ///< host ring size
+};
+
+/// Device-resident weights of one rank. Owns the allocation (cudaFree in the destructor).
+class WeightArena {
+ public:
+  /// Allocate arena_bytes on the current device and stream the shard's data section into it.
+  /// Throws Error naming the file on hash mismatch, short read, or when the allocation does not fit
+  /// (message gives needed and free bytes).
+  WeightArena(const ShardReader& shard, const LoadOptions& opts, LoadReport* report = nullptr);
+  ~WeightArena();
+  WeightArena(const WeightArena&) = delete;
+  WeightArena& operator=(const WeightArena&) = delete;
+
+  void* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+  /// Device pointer of a tensor, nullptr when absent.
+  const void* find(const std::string& name) const;
+  /// Device pointer of a tensor, or Error naming it and the shard file.
+  const void* at(const std::string& name) const;
+  const TensorRecord& record(const std::string& name) const;
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  std::string path_;
+  std::unordered_map<std::string, TensorRecord> records_;
+};
+
+}  // namespace tpshard::cuda
