@@ -22,7 +22,13 @@ struct SessionOptions {
   int max_batch = 8;             ///< kv_cache slots
   int max_seq_len = 0;           ///< 0: min(max_position_embeddings, 2048)
   bool verify_hashes = true;     ///< check XXH3 of every tensor while loading
+  int nnodes = 1;                ///< CUDA: nodes, one tprun launcher each (like torchrun --nnodes)
+  int node_rank = 0;             ///< CUDA: this node's index
+  std::string master_addr;       ///< CUDA: HOST:PORT of the rendezvous (rank 0's node); empty = 127.0.0.1:free port
 };
+
+/// Auto -> Cuda when this build has CUDA and a device is visible, else Cpu; other values unchanged.
+Device resolve_device(Device d);
 
 /// What a rank's function gets.
 struct RankContext {

@@ -1,0 +1,19 @@
+// cuda_session.h: the CUDA side of run_on_ranks (runtime/session.h), compiled only with CUDA.
+#pragma once
+#include <functional>
+
+#include "runtime/session.h"
+
+namespace tpshard::cuda {
+
+/// Number of visible CUDA devices; 0 when there is no driver or no device (never throws).
+int cuda_device_count();
+
+/// Run fn for this worker process's own rank: read rank / local rank / world size from the
+/// environment (tprun launcher's TPRUN_*, torchrun's RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
+/// mpirun's OMPI_COMM_WORLD_*, srun's SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS), cudaSetDevice(local_rank)
+/// before any other CUDA/NCCL call, exchange the NCCL unique id over the rendezvous, load the shard into a
+/// WeightArena, build the CUDA runner and call fn. Throws Error on any failure (naming the rank).
+void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankContext&)>& fn);
+
+}  // namespace tpshard::cuda
