@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# install_deps.sh: the Debian packages and Python packages tpshard needs to build, test and run
+# the quickstart. Idempotent. Run as root (or with sudo) on Debian/Ubuntu.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+PKGS="build-essential cmake pkg-config python3 python3-pip libcli11-dev libzstd-dev libxxhash-dev \
+doctest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq $missing
+fi
+# Python: only what the scripts used by the quickstart and the tests need (no torch).
+python3 -c "import numpy, safetensors" 2>/dev/null || \
+  python3 -m pip install -q numpy safetensors 2>/dev/null || \
+  python3 -m pip install -q --break-system-packages numpy safetensors
