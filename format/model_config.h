@@ -44,6 +44,7 @@ struct ModelConfig {
   bool attention_out_bias = false;  ///< attention output projection has a bias (GPT-NeoX: true)
   bool mlp_bias = false;            ///< MLP projections have biases (GPT-NeoX: true)
   bool tie_word_embeddings = false; ///< lm_head shares token_embd
+  int64_t sliding_window = 0;       ///< Mistral/Qwen2 sliding-window attention span when enabled; 0 = full attention
   std::string torch_dtype;          ///< "float16" / "bfloat16" / "float32" from torch_dtype or dtype; may be empty
   std::vector<int64_t> bos_token_ids;  ///< from config / generation_config (may be empty)
   std::vector<int64_t> eos_token_ids;  ///< all EOS ids (eos_token_id can be an int or a list)

@@ -80,12 +80,18 @@ class ShardReader {
   void read_tensor(const TensorRecord& t, void* dst, bool verify = true) const;
   /// Convenience: read_tensor, converted to f32 (product(local_shape) elements).
   std::vector<float> read_tensor_f32(const std::string& name, bool verify = true) const;
+  /// XXH3-64 of t's stored bytes as they are in the file (streamed, no decoding): what `tpshard verify`
+  /// compares against t.xxh3. Throws Error naming the file on a read error.
+  uint64_t hash_stored(const TensorRecord& t) const;
+  /// Size of the file in bytes (== header().data_offset + header().data_bytes).
+  uint64_t file_bytes() const { return file_bytes_; }
   /// File descriptor, for loaders that stream the data section themselves (pread / O_DIRECT).
   int fd() const { return fd_; }
 
  private:
   std::string path_;
   int fd_ = -1;
+  uint64_t file_bytes_ = 0;
   ShardHeader header_;
   std::vector<TensorRecord> tensors_;
 };
@@ -101,8 +107,25 @@ class ShardWriter {
   /// assigned here. Must be called once before write().
   void declare(std::vector<TensorRecord> records);
   /// Write the raw (uncompressed) bytes of declared tensor `index`; encodes with its codec and hashes.
-  /// Tensors may be written in any order and from several threads.
+  /// Uncompressed tensors may be written in any order and from several threads; compressed tensors
+  /// of one file are written one after another in index order (their file offsets follow the data).
   void write(size_t index, const void* raw, size_t raw_bytes);
+
+  /// Streaming form of write() for tensors too large to hold in memory:
+  /// begin_tensor(i); for each pass p < passes(i): { append(i, ...) until all raw bytes were given;
+  /// next_pass(i) }; end_tensor(i). passes() is 2 for Codec::ZstdBytePlanes (the raw bytes are given
+  /// twice: pass 0 stores the low bytes, pass 1 the high bytes) and 1 otherwise. Different indices may
+  /// stream concurrently from different threads (compressed ones: one at a time, in index order).
+  void begin_tensor(size_t index);
+  int passes(size_t index) const;
+  void append(size_t index, const void* raw, size_t n);
+  void next_pass(size_t index);
+  void end_tensor(size_t index);
+  /// Remove the partial file (called by the converter on failure; also done by the destructor when
+  /// finish() was not reached).
+  void abandon();
+  /// zstd level for Codec::Zstd / ZstdBytePlanes tensors (default 3). Call before writing.
+  void set_zstd_level(int level);
   /// Write header and table, fsync, close. Throws Error (e.g. disk full) naming the file.
   void finish();
   const std::vector<TensorRecord>& records() const { return records_; }

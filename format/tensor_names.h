@@ -11,6 +11,7 @@
 //   blk.N.attn_output.bias         [hidden]                                          replicated, added once after all_reduce
 //   blk.N.ffn_norm.weight / .bias  [hidden]                                          replicated
 //   blk.N.ffn_gate_up.weight       [2*intermediate_per_rank, hidden]  (gated MLP)    column; rows: gate, then up
+//   blk.N.ffn_gate_up.bias         [2*intermediate_per_rank]          (mlp_bias)     column; gate, then up
 //   blk.N.ffn_up.weight / .bias    [intermediate_per_rank, hidden]    (GPT-NeoX)     column
 //   blk.N.ffn_down.weight          [hidden, intermediate_per_rank]                   row
 //   blk.N.ffn_down.bias            [hidden]                                          replicated, added once after all_reduce

@@ -1,9 +1,32 @@
 // launcher.h: tprun as a launcher: one worker process per GPU on this node (like torchrun), with
 // failure propagation. POSIX only; compiled in every build.
 #pragma once
+#include <string>
+
 #include "runtime/session.h"
 
 namespace tpshard {
+
+/// Exit code of a worker that stopped because ANOTHER rank failed (the launcher then reports that rank).
+constexpr int kExitPeerFailed = 3;
+
+/// Who this worker is, read from the environment of whichever launcher started it. Precedence: tprun's
+/// TPRUN_RANK / TPRUN_LOCAL_RANK / TPRUN_WORLD_SIZE / TPRUN_LOCAL_WORLD_SIZE / TPRUN_MASTER; torchrun's
+/// RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / MASTER_ADDR + MASTER_PORT; Open MPI's
+/// OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE,LOCAL_SIZE}; srun's SLURM_PROCID / SLURM_LOCALID /
+/// SLURM_STEP_NUM_TASKS / SLURM_STEP_TASKS_PER_NODE; MPICH/Hydra's PMI_RANK / PMI_SIZE / MPI_LOCALRANKID.
+/// The master address comes from the launcher, else TPRUN_MASTER, else MASTER_ADDR:MASTER_PORT, else
+/// 127.0.0.1:29517 when all ranks are on this node (empty when unknown: multi-node needs one).
+struct WorkerEnv {
+  bool found = false;            ///< some launcher's variables are set (with world size > 1, or TPRUN_*)
+  std::string source;            ///< "tprun", "torchrun", "mpirun", "srun", "pmi"; empty when not found
+  int rank = 0;
+  int local_rank = 0;            ///< index of this process's GPU on its node
+  int world_size = 1;
+  int local_world_size = 1;
+  std::string master_addr;       ///< HOST:PORT of rank 0's rendezvous
+};
+WorkerEnv read_worker_env();
 
 /// True when this process was started as a worker (by tprun itself, torchrun, mpirun or srun).
 bool is_worker_process();

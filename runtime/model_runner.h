@@ -24,6 +24,9 @@ class ModelRunner {
   virtual const ModelConfig& config() const = 0;
   virtual int max_batch() const = 0;    ///< kv_cache slots
   virtual int max_seq_len() const = 0;  ///< positions per slot
+  /// Bytes of this rank's weights / kv_cache in the backend's memory (for reports; 0 when unknown).
+  virtual uint64_t weight_bytes() const { return 0; }
+  virtual uint64_t kv_cache_bytes() const { return 0; }
   /// Run the chunks (positions of each start at its start_pos; no chunk sees another's tokens), append
   /// their K/V to the kv_cache, and for each chunk's last token write (either output may be null):
   ///   logits [chunks.size(), vocab_size] f32 host memory, full vocabulary, vocab padding removed;

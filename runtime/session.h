@@ -25,7 +25,16 @@ struct SessionOptions {
   int nnodes = 1;                ///< CUDA: nodes, one tprun launcher each (like torchrun --nnodes)
   int node_rank = 0;             ///< CUDA: this node's index
   std::string master_addr;       ///< CUDA: HOST:PORT of the rendezvous (rank 0's node); empty = 127.0.0.1:free port
+  int cpu_threads = 0;           ///< CPU: matmul threads per rank; 0 = max(1, hardware_concurrency / tp_size)
+  bool quiet = false;            ///< do not print the "backend" line on stderr
 };
+
+/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048)
+/// when 0. Throws Error when it exceeds max_position_embeddings.
+int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config);
+
+/// "cpu" / "cuda" / "auto".
+const char* device_name(Device d);
 
 /// Auto -> Cuda when this build has CUDA and a device is visible, else Cpu; other values unchanged.
 Device resolve_device(Device d);

@@ -26,10 +26,22 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;           ///< -1 when none
   virtual std::vector<int32_t> eos_ids() const = 0;  ///< may be empty
   virtual bool is_special(int32_t id) const = 0;
+
+  // Additions (non-pure, so existing implementations of this interface keep compiling).
+  /// The token string as stored in the file (byte-level alphabet / SentencePiece pieces);
+  /// empty when id is outside the vocabulary.
+  virtual std::string id_to_token(int32_t id) const { (void)id; return {}; }
+  /// Id of a token string as stored in the file (vocab or added token); -1 when absent.
+  virtual int32_t token_to_id(const std::string& token) const { (void)token; return -1; }
+  /// tokenizer_config.json "model_max_length"; 0 when unknown (HF's 1e30 sentinel counts as unknown).
+  virtual int64_t model_max_length() const { return 0; }
 };
 
 /// Streaming detokenizer for generation: push ids one by one; returns the text that is now final.
 /// Never returns half a UTF-8 character; handles SentencePiece's leading-space rules like decode().
+/// Same algorithm as Hugging Face tokenizers' DecodeStream: decode a small window of ids (context +
+/// new), emit the part after the context's text once it does not end in U+FFFD (an incomplete
+/// character), then make the new ids the next context. Cost per push: O(window), not O(all ids).
 class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& tok, bool skip_special_tokens = true);
@@ -39,8 +51,10 @@ class StreamDecoder {
  private:
   const Tokenizer& tok_;
   bool skip_special_;
-  std::vector<int32_t> ids_;
-  size_t emitted_bytes_ = 0;
+  std::vector<int32_t> ids_;   ///< window: ids already emitted (context) + ids not yet emitted
+  size_t emitted_bytes_ = 0;   ///< bytes of decode(ids_[0, read_index_)) (the context text)
+  size_t read_index_ = 0;      ///< ids_[0, read_index_) are context whose text was already returned
+  std::string prefix_text_;    ///< decode(ids_[0, read_index_))
 };
 
 }  // namespace tpshard

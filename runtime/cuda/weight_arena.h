@@ -24,6 +24,12 @@ struct LoadReport {
   uint64_t file_bytes = 0;     ///< data-section bytes read
   uint64_t arena_bytes = 0;    ///< device bytes of weights
   size_t pinned_bytes = 0;     ///< host ring size
+  // Added by the loader (additive): where the time went, summed over reader threads (seconds).
+  double read_seconds = 0;        ///< pread / O_DIRECT reads
+  double hash_seconds = 0;        ///< XXH3 of the stored bytes
+  double decompress_seconds = 0;  ///< zstd
+  double setup_seconds = 0;       ///< arena cudaMalloc + memset, pinned ring allocation
+  int reader_threads = 0;         ///< threads actually used
 };
 
 /// Device-resident weights of one rank. Owns the allocation (cudaFree in the destructor).

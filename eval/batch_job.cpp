@@ -1,0 +1,107 @@
+// batch_job.cpp: resumable, length-sorted, batched generation jobs (see batch_job.h).
+#include "eval/batch_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <numeric>
+#include <unordered_set>
+
+#include "eval/progress.h"
+#include "eval/resumable_jsonl.h"
+#include "format/error.h"
+
+namespace tpshard::eval {
+
+BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
+                             const MakeLine& make_line) {
+  TPS_CHECK(ctx.runner != nullptr && ctx.tokenizer != nullptr, "batch job: rank context has no model",
+            "open the model with run_on_ranks first");
+  TPS_CHECK(opts.batch_size >= 1, "--batch-size " + std::to_string(opts.batch_size) + " must be at least 1",
+            "use a positive batch size, e.g. 48");
+  const bool writer_rank = ctx.is_output_rank();
+  BatchJobReport report;
+  report.total = items.size();
+
+  std::vector<std::string> keys;
+  keys.reserve(items.size());
+  std::unordered_set<std::string> key_set;
+  for (const auto& it : items) {
+    keys.push_back(id_key(it.id));
+    if (!key_set.insert(keys.back()).second)
+      throw Error(opts.output_path + ": two input records have the id " + keys.back(),
+                  "ids must be unique for resuming to work; fix the input");
+  }
+
+  // Every rank reads the same existing output (before anybody writes) so all skip the same ids.
+  JsonlContents existing = read_jsonl_results(opts.output_path);
+  std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
+  if (ctx.comm != nullptr && ctx.tp_size > 1) ctx.comm->barrier();
+
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (done.count(keys[i]) == 0) todo.push_back(i);
+  report.already_done = items.size() - todo.size();
+
+  std::unique_ptr<ResumableJsonlWriter> writer;
+  if (writer_rank) {
+    writer = std::make_unique<ResumableJsonlWriter>(opts.output_path);
+    report.truncated_bytes = writer->truncated_bytes();
+    if (report.truncated_bytes > 0)
+      std::fprintf(stderr, "%s: %s: cut a torn last line (%zu bytes) left by an interrupted run\n", opts.label.c_str(),
+                   opts.output_path.c_str(), report.truncated_bytes);
+  }
+
+  // Longest prompts first: equal-length neighbours share batches (little padding), and a prompt that
+  // does not fit fails at once rather than hours in.
+  std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) {
+    return items[a].request.prompt_ids.size() > items[b].request.prompt_ids.size();
+  });
+
+  Progress progress(opts.label, items.size(), report.already_done, writer_rank, opts.progress_interval_s);
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t bs = static_cast<size_t>(opts.batch_size);
+  for (size_t start = 0; start < todo.size(); start += bs) {
+    std::vector<size_t> batch(todo.begin() + static_cast<std::ptrdiff_t>(start),
+                              todo.begin() + static_cast<std::ptrdiff_t>(std::min(todo.size(), start + bs)));
+    std::sort(batch.begin(), batch.end());  // input order within the batch
+    std::vector<GenerationRequest> requests;
+    requests.reserve(batch.size());
+    for (size_t i : batch) {
+      requests.push_back(items[i].request);
+      requests.back().id = items[i].id.is_string() ? items[i].id.get<std::string>() : keys[i];
+    }
+    std::vector<GenerationResult> results = generate(*ctx.runner, *ctx.tokenizer, requests);
+    TPS_CHECK(results.size() == batch.size(), "batch job: generate() returned " + std::to_string(results.size()) +
+                                                  " results for " + std::to_string(batch.size()) + " requests",
+              "this is a bug in runtime/generate");
+    std::vector<std::string> lines;
+    int64_t batch_tokens = 0;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const size_t i = batch[k];
+      batch_tokens += static_cast<int64_t>(results[k].output_ids.size());
+      report.prompt_tokens += static_cast<int64_t>(requests[k].prompt_ids.size());
+      if (!writer_rank) continue;
+      nlohmann::ordered_json line;
+      line["id"] = items[i].id;
+      nlohmann::ordered_json fields = make_line(i, results[k]);
+      for (auto& [key, value] : fields.items())
+        if (key != "id") line[key] = value;
+      lines.push_back(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    }
+    if (writer) writer->append(lines);
+    report.generated += batch.size();
+    report.output_tokens += batch_tokens;
+    progress.advance(batch.size(), batch_tokens);
+  }
+  report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  progress.finish();
+
+  if (writer_rank) {
+    writer.reset();
+    rewrite_jsonl_in_order(opts.output_path, keys);
+  }
+  return report;
+}
+
+}  // namespace tpshard::eval

@@ -1,0 +1,168 @@
+// generate_jsonl.cpp: JSONL prompts in, JSONL generations out (see generate_jsonl.h).
+#include "eval/generate_jsonl.h"
+
+#include <cstdio>
+#include <fstream>
+#include <unordered_set>
+
+#include "eval/batch_job.h"
+#include "eval/resumable_jsonl.h"
+#include "format/error.h"
+
+namespace tpshard::eval {
+namespace {
+
+using nlohmann::json;
+
+const char* kBadHint = "fix the line, or pass --on-bad-record skip to leave such lines out";
+
+template <typename T>
+void read_param(const json& rec, const char* name, T& out, const std::string& where) {
+  auto it = rec.find(name);
+  if (it == rec.end() || it->is_null()) return;
+  try {
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!it->is_boolean()) throw std::invalid_argument("expected true/false");
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!it->is_number_integer()) throw std::invalid_argument("expected an integer");
+    } else {
+      if (!it->is_number()) throw std::invalid_argument("expected a number");
+    }
+    out = it->get<T>();
+  } catch (const std::exception& e) {
+    throw Error(where + ": \"" + name + "\" is " + it->dump() + ", " + e.what(), kBadHint);
+  }
+}
+
+struct ParsedLine {
+  BatchItem item;
+  std::string prompt_text;
+};
+
+ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where, const Tokenizer& tok,
+                      const SamplingParams& defaults) {
+  if (!rec.is_object()) throw Error(where + ": expected a JSON object, got " + std::string(rec.type_name()), kBadHint);
+  ParsedLine p;
+  auto id = rec.find("id");
+  if (id == rec.end() || id->is_null()) {
+    p.item.id = line_no;
+  } else if (id->is_string() || id->is_number()) {
+    p.item.id = *id;
+  } else {
+    throw Error(where + ": \"id\" must be a string or a number, got " + std::string(id->type_name()), kBadHint);
+  }
+  auto prompt = rec.find("prompt");
+  auto prompt_ids = rec.find("prompt_ids");
+  std::vector<int32_t>& ids = p.item.request.prompt_ids;
+  if (prompt_ids != rec.end() && !prompt_ids->is_null()) {
+    if (!prompt_ids->is_array()) throw Error(where + ": \"prompt_ids\" must be a list of token ids", kBadHint);
+    for (const auto& v : *prompt_ids) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok.vocab_size())
+        throw Error(where + ": \"prompt_ids\" holds " + v.dump() + ", not a token id in [0, " +
+                        std::to_string(tok.vocab_size()) + ")",
+                    kBadHint);
+      ids.push_back(v.get<int32_t>());
+    }
+    p.prompt_text = tok.decode(ids);
+  } else if (prompt != rec.end() && prompt->is_string()) {
+    p.prompt_text = prompt->get<std::string>();
+    ids = tok.encode(p.prompt_text, true);
+  } else {
+    throw Error(where + ": no \"prompt\" (string) or \"prompt_ids\" (list)", kBadHint);
+  }
+  if (ids.empty()) {
+    if (tok.bos_id() < 0) throw Error(where + ": the prompt is empty and the tokenizer has no BOS token", kBadHint);
+    ids.push_back(tok.bos_id());
+  }
+  SamplingParams& sp = p.item.request.params;
+  sp = defaults;
+  read_param(rec, "max_new_tokens", sp.max_new_tokens, where);
+  read_param(rec, "min_new_tokens", sp.min_new_tokens, where);
+  read_param(rec, "temperature", sp.temperature, where);
+  read_param(rec, "top_k", sp.top_k, where);
+  read_param(rec, "top_p", sp.top_p, where);
+  read_param(rec, "min_p", sp.min_p, where);
+  read_param(rec, "repetition_penalty", sp.repetition_penalty, where);
+  read_param(rec, "seed", sp.seed, where);
+  read_param(rec, "ignore_eos", sp.ignore_eos, where);
+  auto stop = rec.find("stop");
+  if (stop != rec.end() && !stop->is_null()) {
+    sp.stop.clear();
+    if (stop->is_string()) {
+      sp.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const auto& s : *stop) {
+        if (!s.is_string()) throw Error(where + ": \"stop\" must be a string or a list of strings", kBadHint);
+        sp.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      throw Error(where + ": \"stop\" must be a string or a list of strings", kBadHint);
+    }
+  }
+  if (sp.max_new_tokens < 0) throw Error(where + ": \"max_new_tokens\" must be >= 0", kBadHint);
+  return p;
+}
+
+}  // namespace
+
+void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
+                        const SamplingParams& defaults, int batch_size) {
+  run_generate_jsonl(ctx, input_path, output_path, defaults, batch_size, GenerateJsonlOptions{});
+}
+
+void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
+                        const SamplingParams& defaults, int batch_size, const GenerateJsonlOptions& options) {
+  TPS_CHECK(ctx.tokenizer != nullptr, "generate --input: rank context has no tokenizer", "open the model first");
+  TPS_CHECK(input_path != output_path, input_path + ": --input and --output are the same file",
+            "write the results to another file");
+  std::ifstream in(input_path, std::ios::binary);
+  if (!in) throw Error(input_path + ": cannot open the prompts file", "check the path given to --input");
+
+  std::vector<BatchItem> items;
+  std::vector<std::string> prompts;
+  std::unordered_set<std::string> keys;
+  std::string line;
+  size_t line_no = 0, skipped = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = input_path + ":" + std::to_string(line_no);
+    try {
+      json rec = json::parse(line, nullptr, false);
+      if (rec.is_discarded()) throw Error(where + ": not valid JSON", kBadHint);
+      ParsedLine p = parse_line(rec, line_no, where, *ctx.tokenizer, defaults);
+      if (!keys.insert(id_key(p.item.id)).second)
+        throw Error(where + ": duplicate id " + id_key(p.item.id), "ids must be unique for resuming; fix the input");
+      items.push_back(std::move(p.item));
+      prompts.push_back(std::move(p.prompt_text));
+    } catch (const Error& e) {
+      if (options.on_bad_record == BadRecordPolicy::Stop) throw;
+      ++skipped;
+      if (ctx.is_output_rank()) std::fprintf(stderr, "warning: %s (skipped)\n", e.what());
+    }
+  }
+  if (items.empty() && ctx.is_output_rank())
+    std::fprintf(stderr, "warning: %s: no prompt to generate for\n", input_path.c_str());
+
+  BatchJobOptions job;
+  job.label = "generate";
+  job.output_path = output_path;
+  job.batch_size = batch_size;
+  job.progress_interval_s = options.progress_interval_s;
+  BatchJobReport r = run_batch_job(ctx, items, job, [&](size_t i, const GenerationResult& res) {
+    nlohmann::ordered_json out;
+    out["prompt"] = prompts[i];
+    out["text"] = res.text;
+    out["output_ids"] = res.output_ids;
+    out["finish_reason"] = res.finish_reason;
+    out["prompt_tokens"] = items[i].request.prompt_ids.size();
+    return out;
+  });
+  if (ctx.is_output_rank()) {
+    std::fprintf(stderr, "generate: %zu prompts (%zu done before, %zu skipped as bad), %lld tokens in %.2f s (%.1f tok/s) -> %s\n",
+                 r.total, r.already_done, skipped, static_cast<long long>(r.output_tokens), r.wall_s,
+                 r.wall_s > 0 ? static_cast<double>(r.output_tokens) / r.wall_s : 0.0, output_path.c_str());
+  }
+}
+
+}  // namespace tpshard::eval

@@ -1,0 +1,55 @@
+// resumable_jsonl.h: an append-only JSONL results file that survives being killed.
+// Owns: reading the ids already done, cutting a torn last line, appending a batch of lines durably
+// (one write + fsync per batch), and the final rewrite in input order. Does not own: what a line holds.
+#pragma once
+#include <cstddef>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tpshard::eval {
+
+/// The canonical key of a record id: its compact JSON text ("\"q1\"", "7"), so 7 and "7" differ.
+std::string id_key(const nlohmann::json& id);
+
+/// The complete lines of an existing JSONL results file.
+struct JsonlContents {
+  std::vector<std::string> lines;  ///< complete lines ('\n'-terminated in the file), without the '\n'
+  std::vector<std::string> keys;   ///< id_key of each line's "id"
+  size_t complete_bytes = 0;       ///< bytes up to and including the last '\n'
+  size_t torn_bytes = 0;           ///< bytes after the last '\n' (a line cut by a kill)
+};
+
+/// Read PATH (a missing file reads as empty). Blank lines are ignored. Throws Error naming FILE:LINE
+/// when a complete line is not a JSON object with an "id" (the file was not written by us, or edited).
+JsonlContents read_jsonl_results(const std::string& path);
+
+/// A results file opened for appending. Only the writer rank constructs one (SPMD: tp_rank 0).
+class ResumableJsonlWriter {
+ public:
+  /// Opens (creates) PATH; when it ends in a torn line, truncates it to the last '\n' and sets
+  /// truncated_bytes(). Throws Error naming the file when it cannot be opened.
+  explicit ResumableJsonlWriter(const std::string& path);
+  ~ResumableJsonlWriter();
+  ResumableJsonlWriter(const ResumableJsonlWriter&) = delete;
+  ResumableJsonlWriter& operator=(const ResumableJsonlWriter&) = delete;
+
+  /// Append lines (each without '\n') with one write() of the joined text, then fsync, so a kill
+  /// leaves either the whole batch or a torn tail that the next open cuts.
+  void append(const std::vector<std::string>& lines);
+  size_t truncated_bytes() const { return truncated_bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  size_t truncated_bytes_ = 0;
+};
+
+/// Rewrite PATH so that lines appear in the order of `key_order` (keys not in key_order keep their
+/// relative order after the others). Writes PATH.tmp, fsyncs, renames over PATH: never half-written.
+void rewrite_jsonl_in_order(const std::string& path, const std::vector<std::string>& key_order);
+
+}  // namespace tpshard::eval

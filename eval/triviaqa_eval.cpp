@@ -1,0 +1,189 @@
+// triviaqa_eval.cpp: few-shot TriviaQA as a resumable batch job, plus scoring of predictions files.
+#include "eval/triviaqa_eval.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <unordered_set>
+
+#include "eval/answer_normalize.h"
+#include "eval/batch_job.h"
+#include "eval/fewshot_prompt.h"
+#include "eval/resumable_jsonl.h"
+#include "format/error.h"
+
+namespace tpshard::eval {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+void print_warnings(const RankContext& ctx, const std::vector<std::string>& warnings) {
+  if (!ctx.is_output_rank()) return;
+  for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) throw Error(path + ": cannot write the summary file", "check the directory exists and is writable");
+  f << text;
+  if (!f.flush()) throw Error(path + ": write failed", "check free disk space");
+}
+
+}  // namespace
+
+std::string default_predictions_path(const std::string& data_path) {
+  std::string base = data_path.substr(data_path.find_last_of('/') == std::string::npos ? 0 : data_path.find_last_of('/') + 1);
+  size_t dot = base.find('.');
+  if (dot != std::string::npos && dot > 0) base = base.substr(0, dot);
+  if (base.empty()) base = "triviaqa";
+  return base + ".predictions.jsonl";
+}
+
+PredictionScores score_predictions_file(const std::string& path, const std::vector<std::string>& ids) {
+  std::unordered_set<std::string> wanted(ids.begin(), ids.end());
+  JsonlContents c = read_jsonl_results(path);
+  PredictionScores s;
+  double em = 0, f1 = 0;
+  for (size_t i = 0; i < c.lines.size(); ++i) {
+    if (!wanted.empty() && wanted.count(c.keys[i]) == 0) continue;
+    json j = json::parse(c.lines[i]);
+    auto pred = j.find("prediction");
+    auto answers = j.find("answers");
+    if (pred == j.end() || !pred->is_string() || answers == j.end() || !answers->is_array())
+      throw Error(path + ": the line with id " + c.keys[i] + " has no \"prediction\" string or \"answers\" list",
+                  "this is not a TriviaQA predictions file written by tprun eval");
+    AnswerScore a = score_answer(pred->get<std::string>(), answers->get<std::vector<std::string>>());
+    em += a.exact_match;
+    f1 += a.f1;
+    ++s.n;
+  }
+  if (s.n > 0) {
+    s.exact_match = em / static_cast<double>(s.n);
+    s.f1 = f1 / static_cast<double>(s.n);
+  }
+  return s;
+}
+
+TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TPS_CHECK(ctx.tokenizer != nullptr, "eval triviaqa: rank context has no tokenizer", "open the model first");
+  TPS_CHECK(opts.shots >= 0, "--shots " + std::to_string(opts.shots) + " is negative", "use 0 or more shots");
+  TriviaQaSummary summary;
+
+  TriviaQaLoadResult data = load_triviaqa(opts.data_path, opts.on_bad_record);
+  print_warnings(ctx, data.warnings);
+  summary.skipped_records = data.warnings.size();
+
+  std::vector<TriviaQaRecord> shots;
+  std::vector<TriviaQaRecord> scored;
+  const size_t n_shots = static_cast<size_t>(opts.shots);
+  if (!opts.shots_from.empty()) {
+    TriviaQaLoadResult shot_data = load_triviaqa(opts.shots_from, opts.on_bad_record);
+    print_warnings(ctx, shot_data.warnings);
+    TPS_CHECK(shot_data.records.size() >= n_shots,
+              opts.shots_from + ": holds " + std::to_string(shot_data.records.size()) + " records, fewer than --shots " +
+                  std::to_string(opts.shots),
+              "lower --shots or give a larger --shots-from file");
+    shots.assign(shot_data.records.begin(), shot_data.records.begin() + static_cast<std::ptrdiff_t>(n_shots));
+    scored = std::move(data.records);
+  } else {
+    TPS_CHECK(data.records.size() > n_shots,
+              opts.data_path + ": holds " + std::to_string(data.records.size()) + " records; --shots " +
+                  std::to_string(opts.shots) + " takes the first ones as shots and leaves none to score",
+              "lower --shots or give the shots with --shots-from");
+    shots.assign(data.records.begin(), data.records.begin() + static_cast<std::ptrdiff_t>(n_shots));
+    scored.assign(data.records.begin() + static_cast<std::ptrdiff_t>(n_shots), data.records.end());
+  }
+  if (opts.limit >= 0 && scored.size() > static_cast<size_t>(opts.limit)) scored.resize(static_cast<size_t>(opts.limit));
+  summary.questions = scored.size();
+
+  SamplingParams params = opts.sampling;
+  params.max_new_tokens = opts.max_new_tokens;
+  params.stop = {"\n"};  // the answer ends at the first newline; nothing after it is scored
+
+  std::vector<BatchItem> items(scored.size());
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    items[i].id = scored[i].id;
+    items[i].request.prompt_ids = ctx.tokenizer->encode(build_fewshot_prompt(shots, scored[i].question), true);
+    items[i].request.params = params;
+    keys.push_back(id_key(items[i].id));
+  }
+
+  const std::string output = opts.output_path.empty() ? default_predictions_path(opts.data_path) : opts.output_path;
+  const std::string summary_path = opts.summary_path.empty() ? output + ".summary.json" : opts.summary_path;
+  BatchJobOptions job;
+  job.label = "triviaqa";
+  job.output_path = output;
+  job.batch_size = opts.batch_size;
+  job.progress_interval_s = opts.progress_interval_s;
+  BatchJobReport r = run_batch_job(ctx, items, job, [&](size_t i, const GenerationResult& res) {
+    const TriviaQaRecord& rec = scored[i];
+    std::string prediction = extract_answer(res.text);
+    AnswerScore s = score_answer(prediction, rec.ground_truths);
+    ordered_json line;
+    line["question"] = rec.question;
+    line["prediction"] = prediction;
+    line["answers"] = rec.ground_truths;
+    line["exact_match"] = s.exact_match;
+    line["f1"] = s.f1;
+    line["output"] = res.text;
+    line["finish_reason"] = res.finish_reason;
+    line["prompt_tokens"] = items[i].request.prompt_ids.size();
+    line["output_tokens"] = res.output_ids.size();
+    return line;
+  });
+  summary.already_done = r.already_done;
+  summary.generated = r.generated;
+  summary.output_tokens = r.output_tokens;
+  summary.generate_s = r.wall_s;
+  if (!ctx.is_output_rank()) {
+    summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return summary;
+  }
+
+  summary.scores = score_predictions_file(output, keys);
+  summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double tok_s = r.wall_s > 0 ? static_cast<double>(r.output_tokens) / r.wall_s : 0.0;
+  const double prompts_s = r.wall_s > 0 ? static_cast<double>(r.generated) / r.wall_s : 0.0;
+  ordered_json& j = summary.json;
+  j["task"] = "triviaqa";
+  j["model"] = opts.model_dir;
+  j["data"] = opts.data_path;
+  j["predictions"] = output;
+  j["n"] = summary.scores.n;
+  j["exact_match"] = summary.scores.exact_match;
+  j["f1"] = summary.scores.f1;
+  j["questions"] = summary.questions;
+  j["shots"] = opts.shots;
+  j["shots_from"] = opts.shots_from.empty() ? opts.data_path + " (first records, not scored)" : opts.shots_from;
+  j["max_new_tokens"] = opts.max_new_tokens;
+  j["temperature"] = opts.sampling.temperature;
+  j["top_k"] = opts.sampling.top_k;
+  j["top_p"] = opts.sampling.top_p;
+  j["seed"] = opts.sampling.seed;
+  j["tp_size"] = ctx.tp_size;
+  j["skipped_records"] = summary.skipped_records;
+  j["already_done"] = summary.already_done;
+  j["generated"] = summary.generated;
+  j["output_tokens"] = summary.output_tokens;
+  j["tokens_per_s"] = tok_s;
+  j["prompts_per_s"] = prompts_s;
+  j["generate_s"] = summary.generate_s;
+  j["wall_s"] = summary.wall_s;
+  write_text_file(summary_path, j.dump(2) + "\n");
+
+  std::printf("triviaqa: n=%zu  EM=%.2f%%  F1=%.2f%%  (%d-shot, %zu generated now, %zu resumed)\n", summary.scores.n,
+              100.0 * summary.scores.exact_match, 100.0 * summary.scores.f1, opts.shots, summary.generated,
+              summary.already_done);
+  std::printf("triviaqa: %lld tokens in %.2f s: %.1f tok/s, %.2f prompts/s; wall %.2f s\n",
+              static_cast<long long>(summary.output_tokens), summary.generate_s, tok_s, prompts_s, summary.wall_s);
+  std::printf("triviaqa: predictions %s, summary %s\n", output.c_str(), summary_path.c_str());
+  if (summary.scores.n != summary.questions)
+    std::fprintf(stderr, "warning: %zu of %zu questions have a prediction\n", summary.scores.n, summary.questions);
+  std::fflush(stdout);
+  return summary;
+}
+
+}  // namespace tpshard::eval

@@ -1,0 +1,321 @@
+// convert.cpp: convert_checkpoint, the driver of `tpshard convert`.
+// Flow: validate everything that can be validated before writing (config, checkpoint, tp layouts,
+// tensor table, unused tensors, OUT) -> temp dir -> fingerprint sources -> for each output tensor in
+// arena order, all (tp_size, tp_rank) slices in parallel, streamed in 4 MiB chunks from the mmapped
+// source (pages released after use, so RSS stays flat) -> finish shards, hash files -> manifest,
+// tokenizer files -> rename into place.
+#include "format/convert/convert.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "format/convert/fs_util.h"
+#include "format/convert/progress.h"
+#include "format/convert/tensor_plan.h"
+#include "format/error.h"
+#include "format/hash.h"
+#include "format/safetensors.h"
+#include "format/shard_layout.h"
+
+namespace tpshard {
+
+namespace fs = std::filesystem;
+
+const char* tool_version() { return "0.1.0"; }
+
+namespace {
+
+constexpr size_t kChunkBytes = 4u << 20;
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+/// Run fn(i) for i in [0, n) on up to `threads` threads; rethrows the first exception.
+template <typename Fn>
+void parallel_for(size_t n, int threads, Fn fn) {
+  const size_t nt = std::min<size_t>(n, static_cast<size_t>(std::max(1, threads)));
+  if (nt <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr err;
+  std::mutex mu;
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < nt; ++t)
+    pool.emplace_back([&] {
+      for (size_t i; !failed && (i = next++) < n;) {
+        try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!err) err = std::current_exception();
+          failed = true;
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (err) std::rethrow_exception(err);
+}
+
+void check_interrupt() {
+  if (interrupted()) throw Error("interrupted (SIGINT/SIGTERM): conversion stopped, nothing was written", "");
+}
+
+/// Streams one rank's slice of one output tensor into its shard writer (all codec passes).
+void write_slice(const RankSlice& s, const std::vector<const StTensor*>& src, DType out, const Checkpoint& ck,
+                 ShardWriter& w, size_t index, Progress& progress) {
+  const size_t osz = dtype_size(out);
+  std::vector<uint8_t> buf(kChunkBytes);
+  size_t fill = 0;
+  auto flush = [&] {
+    if (!fill) return;
+    w.append(index, buf.data(), fill);
+    progress.add(fill);
+    fill = 0;
+    check_interrupt();
+  };
+  // Append n elements from p (source dtype sdt), converting to `out`.
+  auto emit = [&](const uint8_t* p, DType sdt, uint64_t n, const std::string& name) {
+    const size_t ssz = dtype_size(sdt);
+    while (n) {
+      if (buf.size() - fill < osz) flush();
+      const uint64_t k = std::min<uint64_t>(n, (buf.size() - fill) / osz);
+      convert_elements(p, sdt, buf.data() + fill, out, static_cast<size_t>(k), name);
+      fill += static_cast<size_t>(k) * osz;
+      p += k * ssz;
+      n -= k;
+    }
+  };
+  for (int pass = 0; pass < w.passes(index); ++pass) {
+    for (const Span& sp : s.spans) {
+      if (sp.source < 0) {
+        uint64_t n = static_cast<uint64_t>(sp.rows * s.local_cols) * osz;
+        while (n) {
+          if (fill == buf.size()) flush();
+          const size_t k = static_cast<size_t>(std::min<uint64_t>(n, buf.size() - fill));
+          std::fill(buf.begin() + fill, buf.begin() + fill + k, 0);
+          fill += k;
+          n -= k;
+        }
+        continue;
+      }
+      const StTensor& st = *src[sp.source];
+      const size_t ssz = dtype_size(st.dtype);
+      const int64_t cols = st.shape.size() == 1 ? 1 : st.shape[1];
+      const uint64_t row_bytes = static_cast<uint64_t>(cols) * ssz;
+      if (sp.col_begin == 0 && s.local_cols == cols) {
+        // Contiguous rows: convert in chunks and release each consumed source range.
+        const uint64_t total = static_cast<uint64_t>(sp.rows) * cols;
+        const uint64_t step = kChunkBytes / ssz;
+        for (uint64_t e = 0; e < total; e += step) {
+          const uint64_t k = std::min(step, total - e);
+          const uint64_t off = static_cast<uint64_t>(sp.row_begin) * row_bytes + e * ssz;
+          emit(st.data + off, st.dtype, k, st.name);
+          ck.release(st, off, k * ssz);
+        }
+      } else {
+        int64_t released = sp.row_begin;
+        for (int64_t r = sp.row_begin; r < sp.row_begin + sp.rows; ++r) {
+          emit(st.data + static_cast<uint64_t>(r) * row_bytes + static_cast<uint64_t>(sp.col_begin) * ssz, st.dtype,
+               static_cast<uint64_t>(s.local_cols), st.name);
+          if (static_cast<uint64_t>(r + 1 - released) * row_bytes >= kChunkBytes || r + 1 == sp.row_begin + sp.rows) {
+            ck.release(st, static_cast<uint64_t>(released) * row_bytes, static_cast<uint64_t>(r + 1 - released) * row_bytes);
+            released = r + 1;
+          }
+        }
+      }
+    }
+    flush();
+    w.next_pass(index);
+  }
+}
+
+void check_out_dir(const ConvertOptions& o) {
+  std::error_code ec;
+  if (!fs::exists(o.out_dir, ec)) return;
+  if (!o.force)
+    throw Error(o.out_dir + ": already exists", "pass --force to replace it, or choose another -o");
+  const bool is_dir = fs::is_directory(o.out_dir, ec);
+  const bool ours = fs::exists(fs::path(o.out_dir) / "manifest.json", ec);
+  if (!is_dir || (!ours && !fs::is_empty(o.out_dir, ec)))
+    throw Error(o.out_dir + ": exists and is not a tpshard output directory (no manifest.json); --force will not replace it",
+                "choose another -o, or remove it yourself");
+}
+
+struct Job {
+  int tp_size, tp_rank;
+  ShardWriter* writer;
+};
+
+}  // namespace
+
+ConvertResult convert_checkpoint(const ConvertOptions& o) {
+  ConvertResult res;
+  // 1. Validate everything before writing anything.
+  if (o.tp_sizes.empty()) throw Error("no tp sizes given", "pass --tp, e.g. --tp 1,2,4,8");
+  std::vector<int> tps = o.tp_sizes;
+  std::sort(tps.begin(), tps.end());
+  tps.erase(std::unique(tps.begin(), tps.end()), tps.end());
+  const ModelConfig cfg = load_hf_config(o.hf_dir);
+  std::map<int, TpLayout> layouts;
+  for (int tp : tps) layouts[tp] = make_tp_layout(cfg, tp);
+  const Checkpoint ck(o.hf_dir);
+  const std::vector<OutputTensor> plan = plan_tensors(cfg);
+
+  std::map<std::string, bool> used;
+  for (const auto& n : ck.names()) used[n] = false;
+  std::vector<std::vector<const StTensor*>> sources(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const OutputTensor& t = plan[i];
+    for (size_t k = 0; k < t.sources.size(); ++k) {
+      const StTensor* st = ck.find(t.sources[k]);
+      if (!st)
+        throw Error(o.hf_dir + ": tensor " + t.sources[k] + " (needed for " + t.name + ") is missing from the checkpoint",
+                    "check that config.json belongs to these weights (architecture " + cfg.architecture + ", " +
+                        std::to_string(cfg.num_hidden_layers) + " layers)");
+      if (!st->dtype_supported)
+        throw Error(st->file + ": tensor " + st->name + " has dtype " + st->dtype_str + "; supported: F32, F16, BF16",
+                    "re-save the checkpoint in float32, float16 or bfloat16");
+      if (st->shape != t.source_shapes[k])
+        throw Error(st->file + ": tensor " + st->name + " has shape " + shape_str(st->shape) + ", config.json implies " +
+                        shape_str(t.source_shapes[k]),
+                    "check that config.json belongs to these weights");
+      used[st->name] = true;
+      sources[i].push_back(st);
+    }
+  }
+  std::vector<std::string> unknown;
+  for (const auto& [name, u] : used) {
+    if (u) continue;
+    if (is_ignorable_source(name, cfg)) res.ignored.push_back(name);
+    else unknown.push_back(name);
+  }
+  if (!unknown.empty() && !o.allow_unused) {
+    std::string list;
+    for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + unknown[i];
+    if (unknown.size() > 8) list += ", ... (" + std::to_string(unknown.size()) + " in all)";
+    throw Error(o.hf_dir + ": " + std::to_string(unknown.size()) + " tensor(s) not used by " + cfg.architecture + ": " + list,
+                "check that config.json matches the weights, or pass --allow-unused to skip them");
+  }
+  for (auto& n : unknown) res.ignored.push_back(n);
+  const DType out_dtype = o.dtype == "keep" ? sources[0][0]->dtype : dtype_from_string(o.dtype);
+  check_out_dir(o);
+  const int threads = o.threads > 0 ? o.threads : std::max(1, std::min(8, static_cast<int>(std::thread::hardware_concurrency())));
+
+  // 2. Write into OUT.tmp-XXXXXX.
+  TempDirGuard tmp(o.out_dir);
+  Manifest& m = res.manifest;
+  m.tool_version = tool_version();
+  m.model = cfg;
+  m.dtype = out_dtype;
+  for (const auto& f : ck.files()) {
+    res.source_bytes += f->size();
+    m.source.push_back({fs::path(f->path()).filename().string(), f->size(), 0});
+  }
+  if (o.hash_source) {
+    Progress p("hashing source", res.source_bytes, o.progress);
+    parallel_for(ck.files().size(), threads, [&](size_t i) {
+      uint64_t done = 0;
+      m.source[i].xxh3 = xxh3_file(ck.files()[i]->path(), &done);
+      p.add(done);
+    });
+  }
+
+  std::vector<std::unique_ptr<ShardWriter>> writers;
+  std::vector<Job> jobs;  // one per (tp_size, tp_rank)
+  uint64_t total_bytes = 0;
+  for (int tp : tps) {
+    const std::string dir = tmp.path() + "/tp" + std::to_string(tp);
+    fs::create_directory(dir);
+    for (int r = 0; r < tp; ++r) {
+      writers.push_back(std::make_unique<ShardWriter>(dir + "/rank" + std::to_string(r) + ".tps", r, tp));
+      writers.back()->set_zstd_level(o.zstd_level);
+      std::vector<TensorRecord> recs;
+      for (const auto& t : plan) {
+        const RankSlice s = slice_for_rank(t, cfg, layouts[tp], r);
+        TensorRecord rec;
+        rec.name = t.name;
+        rec.dtype = out_dtype;
+        rec.global_shape = s.global_shape;
+        rec.local_shape = s.local_shape;
+        rec.split = t.split;
+        rec.split_axis = s.split_axis;
+        rec.codec = s.local_shape.size() >= 2 ? o.codec : Codec::None;
+        recs.push_back(rec);
+      }
+      writers.back()->declare(std::move(recs));
+      for (size_t i = 0; i < plan.size(); ++i)
+        total_bytes += writers.back()->records()[i].raw_bytes * static_cast<uint64_t>(writers.back()->passes(i));
+      jobs.push_back({tp, r, writers.back().get()});
+    }
+  }
+  {
+    Progress p("converting", total_bytes, o.progress);
+    for (size_t i = 0; i < plan.size(); ++i) {
+      parallel_for(jobs.size(), threads, [&](size_t j) {
+        const Job& job = jobs[j];
+        const RankSlice s = slice_for_rank(plan[i], cfg, layouts[job.tp_size], job.tp_rank);
+        job.writer->begin_tensor(i);
+        write_slice(s, sources[i], out_dtype, ck, *job.writer, i, p);
+        job.writer->end_tensor(i);
+      });
+      for (const StTensor* st : sources[i]) ck.drop_pages(*st);
+    }
+    res.seconds = p.seconds();
+  }
+  for (auto& w : writers) w->finish();
+
+  // 3. Hash the shard files, fill the manifest.
+  res.shards.resize(jobs.size());
+  {
+    uint64_t out_total = 0;
+    for (const Job& job : jobs)
+      out_total += fs::file_size(tmp.path() + "/tp" + std::to_string(job.tp_size) + "/rank" + std::to_string(job.tp_rank) + ".tps");
+    Progress p("hashing shards", out_total, o.progress);
+    parallel_for(jobs.size(), threads, [&](size_t j) {
+      const Job& job = jobs[j];
+      ShardStats& st = res.shards[j];
+      st.tp_size = job.tp_size;
+      st.tp_rank = job.tp_rank;
+      const std::string rel = "tp" + std::to_string(job.tp_size) + "/rank" + std::to_string(job.tp_rank) + ".tps";
+      uint64_t done = 0;
+      st.xxh3 = xxh3_file(tmp.path() + "/" + rel, &done);
+      p.add(done);
+      st.file_bytes = done;
+      st.tensors = job.writer->records().size();
+      for (const auto& r : job.writer->records()) st.raw_bytes += r.raw_bytes;
+    });
+  }
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const ShardStats& st = res.shards[j];
+    uint64_t arena = 0;
+    for (const auto& r : jobs[j].writer->records()) arena = std::max(arena, layout::align_up(r.arena_offset + r.raw_bytes, kDataAlignment));
+    m.shards[st.tp_size].push_back({st.tp_rank, "tp" + std::to_string(st.tp_size) + "/rank" + std::to_string(st.tp_rank) + ".tps",
+                                    st.file_bytes, st.xxh3, arena});
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                        "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json"}) {
+    const std::string src = o.hf_dir + "/" + f;
+    std::error_code ec;
+    if (!fs::is_regular_file(src, ec)) continue;
+    copy_file_synced(src, tmp.path() + "/" + f);
+    m.tokenizer_files.push_back(f);
+  }
+  copy_file_synced(o.hf_dir + "/config.json", tmp.path() + "/hf_config.json");
+  save_manifest(m, tmp.path());
+  check_interrupt();
+  tmp.commit(o.out_dir, o.force);
+  return res;
+}
+
+}  // namespace tpshard

@@ -1,0 +1,51 @@
+// convert.h: `tpshard convert` as a library call: HF checkpoint -> OUT/{manifest.json, tpN/rankR.tps,
+// tokenizer files, hf_config.json}. Several tp sizes in one pass over the source, bounded memory,
+// atomic output (OUT.tmp-XXXXXX renamed to OUT at the end; removed on any failure).
+// Does not own: the CLI (tools/tpshard), the file format (shard_file.h), the name table (tensor_plan.h).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/manifest.h"
+#include "format/shard_file.h"
+
+namespace tpshard {
+
+struct ConvertOptions {
+  std::string hf_dir;              ///< config.json + model.safetensors or model.safetensors.index.json
+  std::string out_dir;             ///< must not exist unless force
+  std::vector<int> tp_sizes{1};    ///< every tp size to produce
+  std::string dtype = "keep";      ///< keep | f16/fp16 | bf16 | f32/fp32
+  Codec codec = Codec::None;       ///< None, Zstd or ZstdBytePlanes (applied to 2-D tensors)
+  int zstd_level = 3;
+  int threads = 0;                 ///< 0: min(hardware threads, 8)
+  bool force = false;              ///< replace an existing OUT (only if it is a tpshard output or empty)
+  bool allow_unused = false;       ///< unknown source tensors are listed, then skipped instead of an error
+  bool progress = true;            ///< live progress line on stderr when it is a terminal
+  bool hash_source = true;         ///< fingerprint the source files (XXH3 of each)
+};
+
+/// Per-shard statistics for the summary table.
+struct ShardStats {
+  int tp_size = 1, tp_rank = 0;
+  size_t tensors = 0;
+  uint64_t file_bytes = 0, raw_bytes = 0, xxh3 = 0;
+};
+
+struct ConvertResult {
+  Manifest manifest;
+  std::vector<ShardStats> shards;
+  std::vector<std::string> ignored;   ///< source tensors skipped (known buffers, tied lm_head, --allow-unused)
+  uint64_t source_bytes = 0;
+  double seconds = 0;
+};
+
+/// Run the conversion. Throws Error (naming the file and the fix) on any problem; nothing is left at
+/// OUT or OUT.tmp-* then. SIGINT/SIGTERM during the conversion also remove the temporary directory.
+ConvertResult convert_checkpoint(const ConvertOptions& opt);
+
+/// The tool version written into manifests ("0.1.0").
+const char* tool_version();
+
+}  // namespace tpshard

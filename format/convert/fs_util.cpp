@@ -1,0 +1,100 @@
+// fs_util.cpp: fsync/copy helpers and TempDirGuard (atomic output directory, signal cleanup).
+#include "format/convert/fs_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "format/error.h"
+
+namespace tpshard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void on_signal(int) { g_interrupted.store(true); }
+
+std::string parent_of(const std::string& p) {
+  fs::path parent = fs::path(p).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+}  // namespace
+
+bool interrupted() { return g_interrupted.load(); }
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open for fsync: " + std::strerror(errno), "");
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0 && e != EINVAL) throw Error(path + ": fsync failed: " + std::strerror(e), "the disk may be full or failing");
+}
+
+void copy_file_synced(const std::string& src, const std::string& dst) {
+  std::error_code ec;
+  fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error("copying " + src + " to " + dst + " failed: " + ec.message(), "check free space and permissions");
+  fsync_path(dst);
+}
+
+TempDirGuard::TempDirGuard(const std::string& out_dir) {
+  std::string tmpl = out_dir;
+  while (tmpl.size() > 1 && tmpl.back() == '/') tmpl.pop_back();
+  tmpl += ".tmp-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data()))
+    throw Error(out_dir + ": cannot create the temporary directory " + tmpl + ": " + std::strerror(errno),
+                "check that " + parent_of(out_dir) + " exists and is writable, or choose another -o");
+  tmp_ = buf.data();
+  g_interrupted.store(false);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+
+TempDirGuard::~TempDirGuard() {
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+void TempDirGuard::commit(const std::string& out_dir, bool replace) {
+  for (const auto& e : fs::recursive_directory_iterator(tmp_))
+    if (e.is_directory()) fsync_path(e.path().string());
+  fsync_path(tmp_);
+  std::error_code ec;
+  std::string old;
+  if (replace && fs::exists(out_dir, ec)) {
+    old = out_dir;
+    while (old.size() > 1 && old.back() == '/') old.pop_back();
+    old += ".old-" + std::to_string(::getpid());
+    if (std::rename(out_dir.c_str(), old.c_str()) != 0)
+      throw Error(out_dir + ": cannot move the existing output aside: " + std::strerror(errno), "remove it yourself and retry");
+  }
+  if (std::rename(tmp_.c_str(), out_dir.c_str()) != 0) {
+    const int e = errno;
+    if (!old.empty()) std::rename(old.c_str(), out_dir.c_str());
+    throw Error(out_dir + ": cannot rename " + tmp_ + " into place: " + std::strerror(e), "check permissions of " + parent_of(out_dir));
+  }
+  committed_ = true;
+  fsync_path(parent_of(out_dir));
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
+}  // namespace tpshard

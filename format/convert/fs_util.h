@@ -1,0 +1,31 @@
+// fs_util.h: small filesystem helpers of the converter: fsync of files/directories, file copy, and
+// the temporary-directory guard that makes the output appear atomically.
+#pragma once
+#include <string>
+
+namespace tpshard {
+
+/// fsync a file or directory by path; Error naming it on failure.
+void fsync_path(const std::string& path);
+/// Copy src to dst (dst created, fsynced). Error naming the files on failure.
+void copy_file_synced(const std::string& src, const std::string& dst);
+
+/// Creates OUT.tmp-XXXXXX next to OUT; removes it in the destructor unless commit() succeeded.
+/// Registered for SIGINT/SIGTERM cleanup while alive.
+class TempDirGuard {
+ public:
+  explicit TempDirGuard(const std::string& out_dir);
+  ~TempDirGuard();
+  const std::string& path() const { return tmp_; }
+  /// fsync, then rename tmp -> out (replacing an existing out when `replace`), fsync the parent.
+  void commit(const std::string& out_dir, bool replace);
+
+ private:
+  std::string tmp_;
+  bool committed_ = false;
+};
+
+/// True once SIGINT or SIGTERM arrived while a TempDirGuard was alive (workers poll it).
+bool interrupted();
+
+}  // namespace tpshard

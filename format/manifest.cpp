@@ -1,0 +1,141 @@
+// manifest.cpp: manifest.json <-> Manifest (docs/FORMAT.md, "Manifest"). Hashes are 16 hex digits.
+#include "format/manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "format/error.h"
+#include "format/hash.h"
+
+namespace tpshard {
+
+using nlohmann::json;
+
+namespace {
+
+const char* kRerun = "the manifest is corrupt or from another tool; re-run tpshard convert";
+
+template <typename T>
+T field(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) throw Error(where + ": field \"" + key + "\" is missing", kRerun);
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception&) {
+    throw Error(where + ": field \"" + key + "\" has the wrong type", kRerun);
+  }
+}
+
+}  // namespace
+
+Manifest load_manifest(const std::string& model_dir) {
+  const std::string path = model_dir + "/manifest.json";
+  std::ifstream f(path);
+  if (!f) throw Error(path + ": cannot open", "point at a directory written by `tpshard convert` (it holds manifest.json)");
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::exception& e) {
+    throw Error(path + ": invalid JSON: " + e.what(), kRerun);
+  }
+  if (!j.is_object()) throw Error(path + ": not a JSON object", kRerun);
+  Manifest m;
+  m.format_version = field<int>(j, "format_version", path);
+  if (m.format_version != kFormatVersion)
+    throw Error(path + ": format_version " + std::to_string(m.format_version) + " is not supported (this build reads " +
+                    std::to_string(kFormatVersion) + ")",
+                "re-run tpshard convert with this version of tpshard");
+  m.tool_version = field<std::string>(j, "tool_version", path);
+  for (const auto& s : field<json>(j, "source", path)) {
+    SourceFile sf;
+    sf.name = field<std::string>(s, "name", path + " source");
+    sf.bytes = field<uint64_t>(s, "bytes", path + " source " + sf.name);
+    sf.xxh3 = hash_from_hex(field<std::string>(s, "xxh3", path + " source " + sf.name), path + " source " + sf.name);
+    m.source.push_back(sf);
+  }
+  m.model = model_config_from_json(field<json>(j, "model", path), path);
+  m.dtype = dtype_from_string(field<std::string>(j, "dtype", path));
+  if (j.contains("tokenizer_files")) m.tokenizer_files = field<std::vector<std::string>>(j, "tokenizer_files", path);
+  const json tp = field<json>(j, "tp", path);
+  if (!tp.is_object() || tp.empty()) throw Error(path + ": \"tp\" lists no tp sizes", kRerun);
+  for (const auto& [key, arr] : tp.items()) {
+    int tp_size = 0;
+    try {
+      tp_size = std::stoi(key);
+    } catch (...) {
+    }
+    const std::string where = path + " tp " + key;
+    if (tp_size < 1 || std::to_string(tp_size) != key) throw Error(where + ": not a tp size", kRerun);
+    if (!arr.is_array() || arr.size() != static_cast<size_t>(tp_size))
+      throw Error(where + ": expected " + key + " shard entries", kRerun);
+    std::vector<ManifestShard> v;
+    for (const auto& e : arr) {
+      ManifestShard s;
+      s.tp_rank = field<int>(e, "tp_rank", where);
+      s.file = field<std::string>(e, "file", where);
+      s.bytes = field<uint64_t>(e, "bytes", where);
+      s.xxh3 = hash_from_hex(field<std::string>(e, "xxh3", where), where);
+      s.weight_bytes = field<uint64_t>(e, "weight_bytes", where);
+      if (s.tp_rank != static_cast<int>(v.size())) throw Error(where + ": shards are not ordered by tp_rank", kRerun);
+      if (s.file.empty() || s.file[0] == '/' || s.file.find("..") != std::string::npos)
+        throw Error(where + ": shard file name '" + s.file + "' must be relative to the model directory", kRerun);
+      v.push_back(s);
+    }
+    m.shards[tp_size] = std::move(v);
+  }
+  return m;
+}
+
+void save_manifest(const Manifest& m, const std::string& dir) {
+  json j;
+  j["format"] = "tpshard";
+  j["format_version"] = m.format_version;
+  j["tool_version"] = m.tool_version;
+  json src = json::array();
+  for (const auto& s : m.source) src.push_back({{"name", s.name}, {"bytes", s.bytes}, {"xxh3", hash_to_hex(s.xxh3)}});
+  j["source"] = src;
+  j["model"] = model_config_to_json(m.model);
+  j["dtype"] = dtype_name(m.dtype);
+  j["tokenizer_files"] = m.tokenizer_files;
+  json tp = json::object();
+  for (const auto& [size, shards] : m.shards) {
+    json arr = json::array();
+    for (const auto& s : shards)
+      arr.push_back({{"tp_rank", s.tp_rank},
+                     {"file", s.file},
+                     {"bytes", s.bytes},
+                     {"xxh3", hash_to_hex(s.xxh3)},
+                     {"weight_bytes", s.weight_bytes}});
+    tp[std::to_string(size)] = arr;
+  }
+  j["tp"] = tp;
+  const std::string text = j.dump(2) + "\n";
+  const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(tmp + ": cannot create: " + std::strerror(errno), "check that the directory is writable");
+  const ssize_t put = ::write(fd, text.data(), text.size());
+  const bool ok = put == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(path + ": write failed", "the disk may be full; free space and retry");
+  }
+}
+
+const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir) {
+  auto it = m.shards.find(tp_size);
+  if (it == m.shards.end()) {
+    std::string have;
+    for (const auto& [s, v] : m.shards) have += (have.empty() ? "" : ", ") + std::to_string(s);
+    throw Error(model_dir + "/manifest.json: no shards for tp_size " + std::to_string(tp_size) + " (it has tp " + have + ")",
+                "run with one of those tp sizes, or re-run tpshard convert with --tp " + std::to_string(tp_size));
+  }
+  return it->second;
+}
+
+}  // namespace tpshard

@@ -1,0 +1,36 @@
+// memory_plan.cpp: plan_memory (formula in memory_plan.h).
+#include "format/memory_plan.h"
+
+#include <algorithm>
+
+#include "format/error.h"
+
+namespace tpshard {
+
+MemoryPlan plan_memory(const Manifest& m, int tp_size, int64_t batch, int64_t max_seq, const std::string& model_dir,
+                       size_t kv_dtype_bytes) {
+  if (batch < 1 || max_seq < 1) throw Error("plan: batch and max_seq must be positive", "pass --batch B --max-seq S with B, S >= 1");
+  const auto& shards = shards_for(m, tp_size, model_dir);
+  const ModelConfig& c = m.model;
+  const TpLayout L = make_tp_layout(c, tp_size);
+  MemoryPlan p;
+  p.tp_size = tp_size;
+  p.batch = batch;
+  p.max_seq = max_seq;
+  for (const auto& s : shards) p.weight_bytes = std::max(p.weight_bytes, s.weight_bytes);
+  const uint64_t e = dtype_size(m.dtype);
+  const uint64_t kv_e = kv_dtype_bytes ? kv_dtype_bytes : e;
+  const uint64_t B = static_cast<uint64_t>(batch), S = static_cast<uint64_t>(max_seq), T = B * S;
+  const uint64_t H = static_cast<uint64_t>(c.hidden_size), hd = static_cast<uint64_t>(c.head_dim);
+  p.kv_cache_bytes = 2 * static_cast<uint64_t>(c.num_hidden_layers) * B * S * static_cast<uint64_t>(L.num_kv_heads_per_rank) * hd * kv_e;
+  const uint64_t qkv_rows = static_cast<uint64_t>(L.num_heads_per_rank + 2 * L.num_kv_heads_per_rank) * hd;
+  const uint64_t ffn_rows = static_cast<uint64_t>(L.intermediate_size_per_rank) * (c.gated_mlp ? 2 : 1);
+  p.activation_bytes = T * (2 * H * 4 + H * e + qkv_rows * e + static_cast<uint64_t>(L.num_heads_per_rank) * hd * e +
+                            (ffn_rows + static_cast<uint64_t>(L.intermediate_size_per_rank)) * e) +
+                       static_cast<uint64_t>(L.num_heads_per_rank) * S * S * 4 +
+                       B * static_cast<uint64_t>(L.vocab_size_per_rank + L.vocab_size_padded) * 4;
+  p.workspace_bytes = kWorkspaceBytes;
+  return p;
+}
+
+}  // namespace tpshard

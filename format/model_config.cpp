@@ -1,0 +1,321 @@
+// model_config.cpp: Hugging Face config.json -> ModelConfig (old and new transformers spellings),
+// and ModelConfig <-> the "model" object of manifest.json. TpLayout lives in tp_layout.cpp.
+#include "format/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "format/error.h"
+
+namespace tpshard {
+
+namespace {
+
+using nlohmann::json;
+
+const char* kSupported = "GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
+
+bool has(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+int64_t req_int(const json& j, const char* key, const std::string& path) {
+  if (!has(j, key)) throw Error(path + ": required field \"" + key + "\" is missing", "add it to config.json (see the model's original config)");
+  if (!j[key].is_number_integer()) throw Error(path + ": field \"" + key + "\" must be an integer", "fix config.json");
+  const int64_t v = j[key].get<int64_t>();
+  if (v <= 0) throw Error(path + ": field \"" + key + "\" must be positive, got " + std::to_string(v), "fix config.json");
+  return v;
+}
+
+int64_t opt_int(const json& j, const char* key, int64_t def, const std::string& path) {
+  if (!has(j, key)) return def;
+  if (!j[key].is_number_integer()) throw Error(path + ": field \"" + key + "\" must be an integer", "fix config.json");
+  return j[key].get<int64_t>();
+}
+
+double opt_num(const json& j, const char* key, double def, const std::string& path) {
+  if (!has(j, key)) return def;
+  if (!j[key].is_number()) throw Error(path + ": field \"" + key + "\" must be a number", "fix config.json");
+  return j[key].get<double>();
+}
+
+bool opt_bool(const json& j, const char* key, bool def, const std::string& path) {
+  if (!has(j, key)) return def;
+  if (!j[key].is_boolean()) throw Error(path + ": field \"" + key + "\" must be true or false", "fix config.json");
+  return j[key].get<bool>();
+}
+
+std::vector<int64_t> token_ids(const json& j, const char* key, const std::string& path) {
+  std::vector<int64_t> out;
+  if (!has(j, key)) return out;
+  const json& v = j[key];
+  if (v.is_number_integer()) {
+    out.push_back(v.get<int64_t>());
+  } else if (v.is_array()) {
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) throw Error(path + ": \"" + key + "\" must hold integers", "fix the file");
+      out.push_back(e.get<int64_t>());
+    }
+  } else {
+    throw Error(path + ": \"" + key + "\" must be an integer or a list of integers", "fix the file");
+  }
+  return out;
+}
+
+Activation parse_act(const std::string& s, const std::string& path) {
+  if (s == "gelu") return Activation::Gelu;
+  if (s == "gelu_new" || s == "gelu_fast" || s == "gelu_pytorch_tanh") return Activation::GeluTanh;
+  if (s == "silu" || s == "swish") return Activation::Silu;
+  if (s == "relu") return Activation::Relu;
+  throw Error(path + ": unsupported hidden_act \"" + s + "\"",
+              "supported: gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, silu, swish, relu");
+}
+
+const char* act_name(Activation a) {
+  switch (a) {
+    case Activation::Gelu: return "gelu";
+    case Activation::GeluTanh: return "gelu_pytorch_tanh";
+    case Activation::Silu: return "silu";
+    case Activation::Relu: return "relu";
+  }
+  return "?";
+}
+
+/// rope_scaling (transformers < 5) or rope_parameters (transformers >= 5): type / rope_type and factors.
+void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
+  const json* rs = nullptr;
+  if (has(j, "rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
+  else if (has(j, "rope_scaling")) rs = &j["rope_scaling"];
+  if (!rs) return;
+  if (!rs->is_object()) throw Error(path + ": rope_scaling must be an object or null", "fix config.json");
+  if (has(*rs, "rope_theta")) c.rope_theta = opt_num(*rs, "rope_theta", c.rope_theta, path);
+  if (has(*rs, "partial_rotary_factor"))
+    c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * opt_num(*rs, "partial_rotary_factor", 1.0, path));
+  std::string type = "default";
+  if (has(*rs, "rope_type")) type = (*rs)["rope_type"].get<std::string>();
+  else if (has(*rs, "type")) type = (*rs)["type"].get<std::string>();
+  if (type == "default") {
+    c.rope_type = RopeType::Default;
+  } else if (type == "linear") {
+    c.rope_type = RopeType::Linear;
+    c.rope_factor = opt_num(*rs, "factor", 1.0, path);
+  } else if (type == "llama3") {
+    c.rope_type = RopeType::Llama3;
+    c.rope_factor = opt_num(*rs, "factor", 8.0, path);
+    c.rope_low_freq_factor = opt_num(*rs, "low_freq_factor", 1.0, path);
+    c.rope_high_freq_factor = opt_num(*rs, "high_freq_factor", 4.0, path);
+    c.rope_original_max_position_embeddings = opt_int(*rs, "original_max_position_embeddings", 8192, path);
+  } else {
+    throw Error(path + ": unsupported rope scaling type \"" + type + "\"",
+                "supported rope_scaling types: default (null), linear, llama3");
+  }
+  if (c.rope_factor <= 0) throw Error(path + ": rope_scaling.factor must be positive", "fix config.json");
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const json& j, const std::string& path) {
+  if (!j.is_object()) throw Error(path + ": not a JSON object", "point tpshard at a Hugging Face model directory");
+  ModelConfig c;
+  if (!has(j, "architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
+      !j["architectures"][0].is_string())
+    throw Error(path + ": field \"architectures\" is missing", std::string("supported architectures: ") + kSupported);
+  c.architecture = j["architectures"][0].get<std::string>();
+  c.model_type = has(j, "model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  if (c.architecture == "GPTNeoXForCausalLM") {
+    c.arch = Arch::GptNeoX;
+  } else if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ||
+             c.architecture == "Qwen2ForCausalLM") {
+    c.arch = Arch::Llama;
+  } else {
+    throw Error(path + ": unsupported architecture \"" + c.architecture + "\"",
+                std::string("supported architectures: ") + kSupported);
+  }
+
+  c.hidden_size = req_int(j, "hidden_size", path);
+  c.num_hidden_layers = req_int(j, "num_hidden_layers", path);
+  c.num_attention_heads = req_int(j, "num_attention_heads", path);
+  c.vocab_size = req_int(j, "vocab_size", path);
+  c.max_position_embeddings = req_int(j, "max_position_embeddings", path);
+  c.num_key_value_heads = opt_int(j, "num_key_value_heads", c.num_attention_heads, path);
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
+    throw Error(path + ": num_attention_heads " + std::to_string(c.num_attention_heads) +
+                    " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads),
+                "fix config.json");
+  if (has(j, "head_dim")) {
+    c.head_dim = req_int(j, "head_dim", path);
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      throw Error(path + ": hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
+                      std::to_string(c.num_attention_heads) + " and there is no head_dim",
+                  "add head_dim to config.json");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+
+  // torch_dtype (transformers < 4.56) or dtype (newer); "torch.float16" spellings are accepted.
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (has(j, key) && j[key].is_string()) {
+      std::string s = j[key].get<std::string>();
+      if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+      c.torch_dtype = s;
+      break;
+    }
+  }
+  c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, path);
+  c.bos_token_ids = token_ids(j, "bos_token_id", path);
+  c.eos_token_ids = token_ids(j, "eos_token_id", path);
+
+  double partial = 1.0;
+  if (c.arch == Arch::GptNeoX) {
+    // transformers GPTNeoXConfig defaults: intermediate 4*hidden, rotary_pct 0.25, base 10000,
+    // use_parallel_residual true, layer_norm_eps 1e-5, hidden_act gelu, attention_bias true.
+    c.intermediate_size = opt_int(j, "intermediate_size", 4 * c.hidden_size, path);
+    c.norm = NormKind::LayerNorm;
+    c.norm_eps = opt_num(j, "layer_norm_eps", 1e-5, path);
+    c.hidden_act = parse_act(has(j, "hidden_act") ? j["hidden_act"].get<std::string>() : "gelu", path);
+    c.gated_mlp = false;
+    c.use_parallel_residual = opt_bool(j, "use_parallel_residual", true, path);
+    partial = has(j, "rotary_pct") ? opt_num(j, "rotary_pct", 0.25, path) : opt_num(j, "partial_rotary_factor", 0.25, path);
+    c.rope_theta = has(j, "rotary_emb_base") ? opt_num(j, "rotary_emb_base", 10000.0, path)
+                                             : opt_num(j, "rope_theta", 10000.0, path);
+    c.attention_bias = opt_bool(j, "attention_bias", true, path);
+    c.attention_out_bias = c.attention_bias;
+    c.mlp_bias = true;
+  } else {
+    // transformers LlamaConfig / MistralConfig / Qwen2Config defaults.
+    c.intermediate_size = req_int(j, "intermediate_size", path);
+    c.norm = NormKind::RmsNorm;
+    c.norm_eps = opt_num(j, "rms_norm_eps", 1e-6, path);
+    c.hidden_act = parse_act(has(j, "hidden_act") ? j["hidden_act"].get<std::string>() : "silu", path);
+    c.gated_mlp = true;
+    c.use_parallel_residual = false;
+    partial = opt_num(j, "partial_rotary_factor", 1.0, path);
+    c.rope_theta = opt_num(j, "rope_theta", 10000.0, path);
+    if (c.architecture == "Qwen2ForCausalLM") {
+      c.attention_bias = true;  // Qwen2Attention: q/k/v bias always, o_proj without
+      c.attention_out_bias = false;
+      c.mlp_bias = false;
+      if (opt_bool(j, "use_sliding_window", false, path)) c.sliding_window = opt_int(j, "sliding_window", 0, path);
+    } else {
+      c.attention_bias = opt_bool(j, "attention_bias", false, path);  // Llama: q, k, v and o_proj
+      c.attention_out_bias = c.attention_bias;
+      c.mlp_bias = opt_bool(j, "mlp_bias", false, path);
+      if (c.architecture == "MistralForCausalLM") c.sliding_window = opt_int(j, "sliding_window", 0, path);
+    }
+  }
+  if (partial <= 0.0 || partial > 1.0)
+    throw Error(path + ": rotary_pct / partial_rotary_factor must be in (0, 1], got " + std::to_string(partial), "fix config.json");
+  c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+  parse_rope(j, c, path);
+  if (c.rotary_ndims <= 0 || c.rotary_ndims % 2 != 0 || c.rotary_ndims > c.head_dim)
+    throw Error(path + ": rotary dims " + std::to_string(c.rotary_ndims) + " (head_dim " + std::to_string(c.head_dim) +
+                    " * rotary_pct) must be even and in [2, head_dim]",
+                "fix rotary_pct / partial_rotary_factor in config.json");
+  if (c.rope_theta <= 0) throw Error(path + ": rope_theta must be positive", "fix config.json");
+  if (c.intermediate_size <= 0) throw Error(path + ": intermediate_size must be positive", "fix config.json");
+  if (c.sliding_window >= c.max_position_embeddings) c.sliding_window = 0;  // never limits attention
+  return c;
+}
+
+namespace {
+
+json read_json_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error(path + ": cannot open", "check that the directory is a Hugging Face model directory");
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    throw Error(path + ": invalid JSON: " + e.what(), "the file is corrupt; download it again");
+  }
+}
+
+}  // namespace
+
+ModelConfig load_hf_config(const std::string& hf_dir) {
+  const std::string path = hf_dir + "/config.json";
+  ModelConfig c = parse_hf_config(read_json_file(path), path);
+  const std::string gen_path = hf_dir + "/generation_config.json";
+  std::ifstream probe(gen_path);
+  if (probe) {
+    probe.close();
+    const json g = read_json_file(gen_path);
+    // generation_config.json is what transformers' generate() uses: it overrides config.json.
+    auto bos = token_ids(g, "bos_token_id", gen_path);
+    auto eos = token_ids(g, "eos_token_id", gen_path);
+    if (!bos.empty()) c.bos_token_ids = bos;
+    if (!eos.empty()) c.eos_token_ids = eos;
+  }
+  return c;
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  json j;
+  j["arch"] = c.arch == Arch::GptNeoX ? "gpt_neox" : "llama";
+  j["architectures"] = json::array({c.architecture});
+  j["model_type"] = c.model_type;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["norm"] = c.norm == NormKind::LayerNorm ? "layernorm" : "rmsnorm";
+  j[c.norm == NormKind::LayerNorm ? "layer_norm_eps" : "rms_norm_eps"] = c.norm_eps;
+  j["hidden_act"] = act_name(c.hidden_act);
+  j["gated_mlp"] = c.gated_mlp;
+  j["use_parallel_residual"] = c.use_parallel_residual;
+  j["rotary_ndims"] = c.rotary_ndims;
+  j["partial_rotary_factor"] = static_cast<double>(c.rotary_ndims) / static_cast<double>(c.head_dim);
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_type == RopeType::Default) {
+    j["rope_scaling"] = nullptr;
+  } else if (c.rope_type == RopeType::Linear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_factor}};
+  } else {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", c.rope_factor},
+                         {"low_freq_factor", c.rope_low_freq_factor},
+                         {"high_freq_factor", c.rope_high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_original_max_position_embeddings}};
+  }
+  j["attention_bias"] = c.attention_bias;
+  j["attention_out_bias"] = c.attention_out_bias;
+  j["mlp_bias"] = c.mlp_bias;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["sliding_window"] = c.sliding_window;
+  j["torch_dtype"] = c.torch_dtype;
+  j["bos_token_id"] = c.bos_token_ids;
+  j["eos_token_id"] = c.eos_token_ids;
+  return j;
+}
+
+ModelConfig model_config_from_json(const json& j, const std::string& path) {
+  // Re-parse through the HF path (same names), then restore the normalized fields that HF derives.
+  const std::string where = path + " (\"model\")";
+  if (!j.is_object()) throw Error(where + ": not an object", "the manifest is corrupt; re-run tpshard convert");
+  json hf = j;
+  hf.erase("rope_scaling");
+  ModelConfig c = parse_hf_config(hf, where);
+  c.num_key_value_heads = req_int(j, "num_key_value_heads", where);
+  c.head_dim = req_int(j, "head_dim", where);
+  c.rotary_ndims = req_int(j, "rotary_ndims", where);
+  c.rope_theta = opt_num(j, "rope_theta", c.rope_theta, where);
+  if (has(j, "rope_scaling")) {
+    json rs_only = {{"rope_scaling", j["rope_scaling"]}};
+    ModelConfig tmp = c;
+    parse_rope(rs_only, tmp, where);
+    c.rope_type = tmp.rope_type;
+    c.rope_factor = tmp.rope_factor;
+    c.rope_low_freq_factor = tmp.rope_low_freq_factor;
+    c.rope_high_freq_factor = tmp.rope_high_freq_factor;
+    c.rope_original_max_position_embeddings = tmp.rope_original_max_position_embeddings;
+  }
+  c.attention_bias = opt_bool(j, "attention_bias", c.attention_bias, where);
+  c.attention_out_bias = opt_bool(j, "attention_out_bias", c.attention_out_bias, where);
+  c.mlp_bias = opt_bool(j, "mlp_bias", c.mlp_bias, where);
+  c.gated_mlp = opt_bool(j, "gated_mlp", c.gated_mlp, where);
+  c.sliding_window = opt_int(j, "sliding_window", 0, where);
+  return c;
+}
+
+}  // namespace tpshard

@@ -1,0 +1,149 @@
+// attention.cu: causal varlen attention over the kv_cache with optional split-K (see attention.cuh).
+// One block per (token, head, split); keys in tiles of kTile with a running max and sum; a warp
+// computes one key's score at a time; then each thread accumulates one output dim over its share of
+// the tile's keys.
+#include <algorithm>
+
+#include "kernels/attention.cuh"
+#include "kernels/common.cuh"
+
+namespace tpshard::cuda {
+namespace {
+
+constexpr int kTile = 128;
+
+template <typename T>
+__global__ void attention_kernel(AttentionParams p) {
+  extern __shared__ float smem[];
+  const int hd = p.head_dim;
+  float* q_s = smem;              // [hd]
+  float* p_s = q_s + hd;          // [kTile]
+  float* red = p_s + kTile;       // [32] reduction scratch
+  float* acc_s = red + 32;        // [groups, hd]
+  const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+  const int group_size = p.num_heads / p.num_kv_heads;
+  const int kvh = h / group_size;
+  const int len = p.positions[t] + 1;
+  const int per_split = (len + p.num_splits - 1) / p.num_splits;
+  const int key_begin = split * per_split;
+  const int key_end = min(len, key_begin + per_split);
+
+  const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = to_f32(q[d]) * p.scale;
+  const int64_t base = (static_cast<int64_t>(p.slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd;
+  const T* k = static_cast<const T*>(p.k_cache) + base;
+  const T* v = static_cast<const T*>(p.v_cache) + base;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int groups = blockDim.x / hd;  // threads tid < groups*hd own dim tid % hd of key group tid / hd
+  const int my_d = threadIdx.x % hd, my_g = threadIdx.x / hd;
+  float m = -INFINITY, l = 0.f, acc = 0.f;
+  __syncthreads();
+  for (int j0 = key_begin; j0 < key_end; j0 += kTile) {
+    const int cnt = min(kTile, key_end - j0);
+    for (int jj = warp; jj < cnt; jj += nwarps) {
+      const T* kr = k + static_cast<int64_t>(j0 + jj) * hd;
+      float s = 0.f;
+      for (int d = lane; d < hd; d += 32) s += q_s[d] * to_f32(kr[d]);
+      s = warp_sum(s);
+      if (lane == 0) p_s[jj] = s;
+    }
+    __syncthreads();
+    float tmax = -INFINITY;
+    for (int jj = threadIdx.x; jj < cnt; jj += blockDim.x) tmax = fmaxf(tmax, p_s[jj]);
+    tmax = block_max(tmax, red);
+    const float m_new = fmaxf(m, tmax);
+    const float corr = __expf(m - m_new);  // m = -inf on the first tile: corr = 0
+    float tsum = 0.f;
+    for (int jj = threadIdx.x; jj < cnt; jj += blockDim.x) {
+      const float e = __expf(p_s[jj] - m_new);
+      p_s[jj] = e;
+      tsum += e;
+    }
+    tsum = block_sum(tsum, red);  // includes __syncthreads: p_s is complete after this
+    l = l * corr + tsum;
+    acc *= corr;
+    if (my_g < groups) {
+      for (int jj = my_g; jj < cnt; jj += groups) acc += p_s[jj] * to_f32(v[static_cast<int64_t>(j0 + jj) * hd + my_d]);
+    }
+    m = m_new;
+    __syncthreads();  // p_s is overwritten by the next tile
+  }
+  if (my_g < groups) acc_s[my_g * hd + my_d] = acc;
+  __syncthreads();
+  if (threadIdx.x < hd) {
+    float a = 0.f;
+    for (int g = 0; g < groups; ++g) a += acc_s[g * hd + threadIdx.x];
+    if (p.num_splits == 1) {
+      T* o = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.num_heads * hd + static_cast<int64_t>(h) * hd;
+      o[threadIdx.x] = from_f32<T>(l > 0.f ? a / l : 0.f);
+    } else {
+      float* part = p.partial + ((static_cast<int64_t>(t) * p.num_heads + h) * p.num_splits + split) * (hd + 2);
+      part[threadIdx.x] = a;
+      if (threadIdx.x == 0) {
+        part[hd] = m;
+        part[hd + 1] = l;
+      }
+    }
+  }
+}
+
+/// Merge the split-K partials of one (token, head): weights exp(m_s - M), normalized by the summed l.
+template <typename T>
+__global__ void attention_combine_kernel(AttentionParams p) {
+  const int t = blockIdx.x, h = blockIdx.y, hd = p.head_dim;
+  const float* part = p.partial + (static_cast<int64_t>(t) * p.num_heads + h) * p.num_splits * (hd + 2);
+  float big = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s) big = fmaxf(big, part[s * (hd + 2) + hd]);
+  float l = 0.f;
+  for (int s = 0; s < p.num_splits; ++s) {
+    const float ms = part[s * (hd + 2) + hd];
+    if (ms > -INFINITY) l += part[s * (hd + 2) + hd + 1] * __expf(ms - big);
+  }
+  T* o = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.num_heads * hd + static_cast<int64_t>(h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.f;
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float ms = part[s * (hd + 2) + hd];
+      if (ms > -INFINITY) a += part[s * (hd + 2) + d] * __expf(ms - big);
+    }
+    o[d] = from_f32<T>(l > 0.f ? a / l : 0.f);
+  }
+}
+
+}  // namespace
+
+int attention_num_splits(int n, int num_heads, int max_context, int max_splits) {
+  static int sms = [] {
+    int dev = 0, count = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+    return count;
+  }();
+  const int pairs = std::max(1, n * num_heads);
+  int splits = (2 * sms + pairs - 1) / pairs;
+  splits = std::min(splits, std::max(1, max_context / kTile));
+  return std::max(1, std::min(splits, max_splits));
+}
+
+void attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  TPS_CHECK(p.head_dim > 0 && p.head_dim <= 256 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0,
+            "kernels/attention: unsupported head_dim " + std::to_string(p.head_dim) + " or heads " +
+                std::to_string(p.num_heads) + "/" + std::to_string(p.num_kv_heads),
+            "head_dim must be <= 256 and heads a multiple of kv_heads");
+  TPS_CHECK(p.num_splits == 1 || p.partial, "kernels/attention: num_splits > 1 needs the partial workspace",
+            "pass AttentionParams::partial");
+  const int threads = p.head_dim > 128 ? 256 : 128;
+  const int groups = threads / p.head_dim;
+  const size_t smem = sizeof(float) * (p.head_dim + kTile + 32 + static_cast<size_t>(groups) * p.head_dim);
+  dim3 grid(p.n, p.num_heads, p.num_splits);
+  TPS_DISPATCH_DTYPE(p.dtype, T, attention_kernel<T><<<grid, threads, smem, stream>>>(p));
+  check_launch("attention_kernel");
+  if (p.num_splits > 1) {
+    TPS_DISPATCH_DTYPE(p.dtype, T,
+                       attention_combine_kernel<T><<<dim3(p.n, p.num_heads), 128, 0, stream>>>(p));
+    check_launch("attention_combine_kernel");
+  }
+}
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,41 @@
+// attention.cuh: causal multi-head attention of new tokens over the kv_cache, for prefill and decode
+// in one kernel. Tokens of different sequences are packed without padding: token t belongs to kv_cache
+// slot slots[t] at position positions[t] and attends to positions 0..positions[t] of that slot (its
+// own K/V must be appended first, see kv_cache.cuh). GQA: Q head h reads KV head h / (heads / kv_heads).
+// Softmax in fp32 with the online (running max) formulation of FlashAttention (arXiv:2205.14135);
+// split-K over the key range (flash-decoding) when there are too few (token, head) pairs to fill the GPU.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "format/dtype.h"
+
+namespace tpshard::cuda {
+
+struct AttentionParams {
+  const void* q = nullptr;          ///< [n, q_stride] of dtype; Q head h at columns h*head_dim.. (the QKV row)
+  int64_t q_stride = 0;
+  const void* k_cache = nullptr;    ///< [slots, kv_heads, max_seq_len, head_dim] of dtype (one layer)
+  const void* v_cache = nullptr;
+  const int32_t* slots = nullptr;      ///< [n] device
+  const int32_t* positions = nullptr;  ///< [n] device; keys 0..positions[t] are attended
+  void* out = nullptr;              ///< [n, heads * head_dim] of dtype
+  float* partial = nullptr;         ///< split-K workspace: n * heads * num_splits * (head_dim + 2) f32 (only when num_splits > 1)
+  DType dtype = DType::F16;
+  int n = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;                 ///< <= 256
+  int max_seq_len = 0;
+  int num_splits = 1;               ///< key-range pieces per (token, head); each covers ceil(len / num_splits) keys
+  float scale = 0.f;                ///< softmax scale, normally 1/sqrt(head_dim)
+};
+
+/// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t].
+void attention(const AttentionParams& p, cudaStream_t stream);
+
+/// A num_splits that fills the GPU for n tokens (1 when n * heads already does), at most max_splits.
+int attention_num_splits(int n, int num_heads, int max_context, int max_splits);
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,26 @@
+// embedding.cu: vocab-parallel embedding lookup (see embedding.cuh).
+#include "kernels/common.cuh"
+#include "kernels/embedding.cuh"
+
+namespace tpshard::cuda {
+namespace {
+
+template <typename T>
+__global__ void embedding_kernel(EmbeddingParams p) {
+  const int t = blockIdx.x;
+  const int64_t row = static_cast<int64_t>(p.tokens[t]) - p.vocab_begin;
+  const bool here = row >= 0 && row < p.vocab_per_rank;
+  const T* src = static_cast<const T*>(p.table) + (here ? row : 0) * p.hidden;
+  float* dst = p.out + static_cast<int64_t>(t) * p.hidden;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) dst[i] = here ? to_f32(src[i]) : 0.f;
+}
+
+}  // namespace
+
+void embedding_lookup(const EmbeddingParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  TPS_DISPATCH_DTYPE(p.dtype, T, embedding_kernel<T><<<p.n, 256, 0, stream>>>(p));
+  check_launch("embedding_kernel");
+}
+
+}  // namespace tpshard::cuda

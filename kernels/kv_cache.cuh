@@ -1,0 +1,31 @@
+// kv_cache.cuh: layout of the kv_cache and the kernel that appends new tokens' K and V to it.
+// Layout per layer: k_cache, v_cache [slots, kv_heads, max_seq_len, head_dim] of the activation
+// dtype, so attention reads each (slot, kv head) as one contiguous [positions, head_dim] matrix.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "format/dtype.h"
+
+namespace tpshard::cuda {
+
+struct KvAppendParams {
+  const void* qkv = nullptr;        ///< [n, row_stride] of dtype: Q heads | K heads | V heads (K already rotated)
+  int64_t row_stride = 0;
+  void* k_cache = nullptr;          ///< [slots, kv_heads, max_seq_len, head_dim] of dtype (one layer)
+  void* v_cache = nullptr;
+  const int32_t* slots = nullptr;      ///< [n] kv_cache slot of each token, device
+  const int32_t* positions = nullptr;  ///< [n] position of each token, device (< max_seq_len)
+  DType dtype = DType::F16;
+  int n = 0;
+  int num_heads = 0;                ///< Q heads in the row (K starts at num_heads * head_dim)
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int max_seq_len = 0;
+};
+
+/// k_cache[slot[t], j, pos[t], :] = K head j of token t; the same for V.
+void kv_cache_append(const KvAppendParams& p, cudaStream_t stream);
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,78 @@
+// logits.cu: vocab-parallel argmax and last-token row gather (see logits.cuh).
+#include "kernels/common.cuh"
+#include "kernels/logits.cuh"
+
+namespace tpshard::cuda {
+namespace {
+
+__device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+__global__ void argmax_kernel(ArgmaxParams p) {
+  __shared__ float sv[32];
+  __shared__ int64_t si[32];
+  const int t = blockIdx.x;
+  const float* row = p.logits + static_cast<int64_t>(t) * p.vocab_per_rank;
+  int64_t valid = p.vocab_size - p.vocab_begin;
+  valid = valid < 0 ? 0 : (valid > p.vocab_per_rank ? p.vocab_per_rank : valid);
+  float bv = -INFINITY;
+  int64_t bi = INT64_MAX;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) {
+    const float v = row[i];
+    if (better(v, i, bv, bi)) { bv = v; bi = i; }  // NaN compares false: never taken
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
+      if (better(sv[w], si[w], bv, bi)) { bv = sv[w]; bi = si[w]; }
+    p.out[t].value = bv;
+    p.out[t].index = bi == INT64_MAX ? -1 : static_cast<int32_t>(bi + p.vocab_begin);
+  }
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(const T* src, T* dst, const int32_t* rows, int width) {
+  const int64_t r = rows[blockIdx.x];
+  for (int i = threadIdx.x; i < width; i += blockDim.x)
+    dst[static_cast<int64_t>(blockIdx.x) * width + i] = src[r * width + i];
+}
+
+}  // namespace
+
+void vocab_argmax(const ArgmaxParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  argmax_kernel<<<p.n, 1024, 0, stream>>>(p);
+  check_launch("argmax_kernel");
+}
+
+void merge_argmax(const ArgmaxPair* gathered, int tp_size, int n, int32_t* out) {
+  for (int t = 0; t < n; ++t) {
+    float bv = -INFINITY;
+    int32_t bi = -1;
+    for (int r = 0; r < tp_size; ++r) {
+      const ArgmaxPair& c = gathered[static_cast<size_t>(r) * n + t];
+      if (c.index < 0) continue;
+      if (bi < 0 || c.value > bv || (c.value == bv && c.index < bi)) { bv = c.value; bi = c.index; }
+    }
+    out[t] = bi < 0 ? 0 : bi;
+  }
+}
+
+void gather_rows(const void* src, void* dst, const int32_t* rows, int n_rows, int width, DType dtype,
+                 cudaStream_t stream) {
+  if (n_rows == 0) return;
+  TPS_DISPATCH_DTYPE(dtype, T,
+                     gather_rows_kernel<T><<<n_rows, 256, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst),
+                                                                       rows, width));
+  check_launch("gather_rows_kernel");
+}
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,60 @@
+// norm.cu: fused residual add + LayerNorm/RMSNorm (see norm.cuh).
+#include "kernels/common.cuh"
+#include "kernels/norm.cuh"
+
+namespace tpshard::cuda {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ float opt(const void* p, int64_t i) {
+  return p ? to_f32(static_cast<const T*>(p)[i]) : 0.f;
+}
+
+template <typename T, bool kLayerNorm>
+__global__ void add_norm_kernel(AddNormParams p) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  float* x = p.residual + row * p.hidden;
+  const T* add0 = static_cast<const T*>(p.add0);
+  const bool any_add = p.add0 || p.add_bias0 || p.add_bias1;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    float v = x[i];
+    if (any_add) {
+      if (add0) v += to_f32(add0[row * p.hidden + i]);
+      v += opt<T>(p.add_bias0, i) + opt<T>(p.add_bias1, i);
+      x[i] = v;
+    }
+    s += v;
+  }
+  const float mean = kLayerNorm ? block_sum(s, scratch) / p.hidden : 0.f;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    const float d = x[i] - mean;
+    ss += d * d;
+  }
+  const float rstd = rsqrtf(block_sum(ss, scratch) / p.hidden + p.eps);
+  T* out0 = static_cast<T*>(p.out0) + row * p.hidden;
+  T* out1 = p.out1 ? static_cast<T*>(p.out1) + row * p.hidden : nullptr;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    const float y = (x[i] - mean) * rstd;
+    out0[i] = from_f32<T>(y * opt<T>(p.weight0, i) + opt<T>(p.bias0, i));
+    if (out1) out1[i] = from_f32<T>(y * opt<T>(p.weight1, i) + opt<T>(p.bias1, i));
+  }
+}
+
+}  // namespace
+
+void add_norm(const AddNormParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  TPS_CHECK(p.weight0 && p.out0, "kernels/add_norm: weight0 and out0 are required", "pass the norm weight");
+  const int threads = p.hidden >= 1024 ? 1024 : (p.hidden >= 512 ? 512 : 256);
+  if (p.kind == NormKind::LayerNorm) {
+    TPS_DISPATCH_DTYPE(p.dtype, T, add_norm_kernel<T, true><<<p.n, threads, 0, stream>>>(p));
+  } else {
+    TPS_DISPATCH_DTYPE(p.dtype, T, add_norm_kernel<T, false><<<p.n, threads, 0, stream>>>(p));
+  }
+  check_launch("add_norm_kernel");
+}
+
+}  // namespace tpshard::cuda

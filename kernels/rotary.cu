@@ -1,0 +1,68 @@
+// rotary.cu: rotary position embedding on Q and K, and the inv_freq table (see rotary.cuh).
+#include <cmath>
+
+#include "kernels/common.cuh"
+#include "kernels/rotary.cuh"
+
+namespace tpshard::cuda {
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int half = static_cast<int>(c.rotary_ndims / 2);
+  std::vector<float> out(half);
+  const double pi = 3.14159265358979323846;
+  for (int i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(c.rope_theta, (2.0 * i) / static_cast<double>(c.rotary_ndims));
+    if (c.rope_type == RopeType::Linear) {
+      f /= c.rope_factor;
+    } else if (c.rope_type == RopeType::Llama3) {
+      // transformers modeling_rope_utils._compute_llama3_parameters
+      const double old_ctx = static_cast<double>(c.rope_original_max_position_embeddings);
+      const double low_wavelen = old_ctx / c.rope_low_freq_factor;
+      const double high_wavelen = old_ctx / c.rope_high_freq_factor;
+      const double wavelen = 2.0 * pi / f;
+      if (wavelen > low_wavelen) {
+        f = f / c.rope_factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_ctx / wavelen - c.rope_low_freq_factor) /
+                              (c.rope_high_freq_factor - c.rope_low_freq_factor);
+        f = (1.0 - smooth) * f / c.rope_factor + smooth * f;
+      }
+    }
+    out[i] = static_cast<float>(f);
+  }
+  return out;
+}
+
+namespace {
+
+template <typename T>
+__global__ void rotary_kernel(RotaryParams p) {
+  const int t = blockIdx.x;
+  const int half = p.rotary_ndims / 2;
+  const float pos = static_cast<float>(p.positions[t]);
+  T* row = static_cast<T*>(p.qkv) + static_cast<int64_t>(t) * p.row_stride;
+  const int pairs = (p.num_heads + p.num_kv_heads) * half;
+  for (int k = threadIdx.x; k < pairs; k += blockDim.x) {
+    const int head = k / half, i = k % half;
+    T* x = row + static_cast<int64_t>(head) * p.head_dim;
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);
+    const float x1 = to_f32(x[i]), x2 = to_f32(x[i + half]);
+    x[i] = from_f32<T>(x1 * c - x2 * s);
+    x[i + half] = from_f32<T>(x2 * c + x1 * s);
+  }
+}
+
+}  // namespace
+
+void apply_rotary(const RotaryParams& p, cudaStream_t stream) {
+  if (p.n == 0 || p.rotary_ndims == 0) return;
+  TPS_CHECK(p.rotary_ndims % 2 == 0 && p.rotary_ndims <= p.head_dim,
+            "kernels/apply_rotary: rotary_ndims " + std::to_string(p.rotary_ndims) + " must be even and <= head_dim " +
+                std::to_string(p.head_dim),
+            "check rotary_pct / partial_rotary_factor in the model config");
+  TPS_DISPATCH_DTYPE(p.dtype, T, rotary_kernel<T><<<p.n, 256, 0, stream>>>(p));
+  check_launch("rotary_kernel");
+}
+
+}  // namespace tpshard::cuda

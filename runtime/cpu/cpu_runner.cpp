@@ -1,0 +1,248 @@
+// cpu_runner.cpp: the fp32 transformer forward pass of the CPU backend (Megatron tensor parallelism):
+// vocab-parallel embedding (+ all_reduce), per block: norm -> column-parallel QKV -> rotary -> causal
+// attention over the kv_cache -> row-parallel output (+ all_reduce, bias once) and the MLP likewise,
+// GPT-NeoX parallel or sequential residual; final norm -> vocab-parallel logits -> all_gather.
+// References: transformers' modeling_gpt_neox.py and modeling_llama.py.
+#include "runtime/cpu/cpu_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "format/error.h"
+#include "runtime/cpu/ops.h"
+#include "runtime/rope.h"
+
+namespace tpshard::cpu {
+
+namespace {
+
+class CpuRunner final : public ModelRunner {
+ public:
+  CpuRunner(const ModelConfig& c, ModelWeights w, Communicator& comm, ThreadPool& pool, const CpuRunnerOptions& o)
+      : config_(c), layout_(make_tp_layout(c, comm.size())), w_(std::move(w)), comm_(comm), pool_(pool),
+        max_batch_(o.max_batch), max_seq_len_(o.max_seq_len), inv_freq_(rope_inv_freq(c)) {
+    TPS_CHECK(max_batch_ >= 1, "cpu runner: max_batch " + std::to_string(max_batch_) + " must be >= 1",
+              "pass --max-batch 1 or more");
+    TPS_CHECK(max_seq_len_ >= 1, "cpu runner: max_seq_len " + std::to_string(max_seq_len_) + " must be >= 1",
+              "pass --max-seq-len 1 or more");
+    kv_heads_ = layout_.num_kv_heads_per_rank;
+    first_kv_head_ = layout_.first_kv_head(comm.rank(), c);
+    cache_layer_floats_ = static_cast<size_t>(max_batch_) * kv_heads_ * max_seq_len_ * c.head_dim;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      // new float[] leaves pages untouched until a slot/position is written.
+      k_cache_.emplace_back(new float[cache_layer_floats_]);
+      v_cache_.emplace_back(new float[cache_layer_floats_]);
+    }
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  int max_batch() const override { return max_batch_; }
+  int max_seq_len() const override { return max_seq_len_; }
+  uint64_t weight_bytes() const override { return w_.bytes; }
+  uint64_t kv_cache_bytes() const override {
+    return 2 * cache_layer_floats_ * sizeof(float) * static_cast<uint64_t>(config_.num_hidden_layers);
+  }
+
+  void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) override;
+
+ private:
+  struct TokenInfo {
+    int32_t id;
+    int pos;
+    int slot;
+  };
+  void check_chunks(const std::vector<SeqChunk>& chunks) const;
+  void embed(const std::vector<TokenInfo>& toks, float* x);
+  void attention_block(int layer, const std::vector<TokenInfo>& toks, const float* h, float* out);
+  void mlp_block(int layer, const float* h, float* out, int64_t n_tokens);
+  float* k_at(int layer, int slot, int64_t kvh, int pos) {
+    return k_cache_[layer].get() + ((static_cast<size_t>(slot) * kv_heads_ + kvh) * max_seq_len_ + pos) * config_.head_dim;
+  }
+  float* v_at(int layer, int slot, int64_t kvh, int pos) {
+    return v_cache_[layer].get() + ((static_cast<size_t>(slot) * kv_heads_ + kvh) * max_seq_len_ + pos) * config_.head_dim;
+  }
+  void norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* y, int64_t n) const {
+    if (config_.norm == NormKind::LayerNorm)
+      layer_norm(x, w.data(), b.empty() ? nullptr : b.data(), y, n, config_.hidden_size, config_.norm_eps);
+    else
+      rms_norm(x, w.data(), y, n, config_.hidden_size, config_.norm_eps);
+  }
+  static const float* opt(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+  ModelConfig config_;
+  TpLayout layout_;
+  ModelWeights w_;
+  Communicator& comm_;
+  ThreadPool& pool_;
+  int max_batch_, max_seq_len_;
+  std::vector<float> inv_freq_;
+  int64_t kv_heads_ = 0, first_kv_head_ = 0;
+  size_t cache_layer_floats_ = 0;
+  std::vector<std::unique_ptr<float[]>> k_cache_, v_cache_;  ///< per layer [max_batch, kv_heads_per_rank, max_seq_len, head_dim]
+};
+
+void CpuRunner::check_chunks(const std::vector<SeqChunk>& chunks) const {
+  TPS_CHECK(!chunks.empty(), "cpu runner: forward() called with no chunks", "this is a bug in the caller");
+  for (const SeqChunk& ch : chunks) {
+    TPS_CHECK(ch.slot >= 0 && ch.slot < max_batch_,
+              "cpu runner: kv_cache slot " + std::to_string(ch.slot) + " outside [0, " + std::to_string(max_batch_) + ")",
+              "raise --max-batch");
+    TPS_CHECK(!ch.tokens.empty(), "cpu runner: a chunk has no tokens", "this is a bug in the caller");
+    const int64_t end = static_cast<int64_t>(ch.start_pos) + static_cast<int64_t>(ch.tokens.size());
+    TPS_CHECK(ch.start_pos >= 0 && end <= max_seq_len_,
+              "cpu runner: sequence of " + std::to_string(end) + " tokens exceeds max_seq_len " +
+                  std::to_string(max_seq_len_),
+              "raise --max-seq-len or shorten the prompt / --max-new-tokens");
+    for (int32_t id : ch.tokens)
+      TPS_CHECK(id >= 0 && id < config_.vocab_size,
+                "cpu runner: token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                    std::to_string(config_.vocab_size) + ")",
+                "check the token ids given to the model");
+  }
+}
+
+void CpuRunner::embed(const std::vector<TokenInfo>& toks, float* x) {
+  const int64_t H = config_.hidden_size, vpr = layout_.vocab_size_per_rank;
+  const int64_t first = comm_.rank() * vpr;
+  for (size_t t = 0; t < toks.size(); ++t) {
+    const int64_t local = toks[t].id - first;
+    float* row = x + t * H;
+    if (local >= 0 && local < vpr)
+      std::memcpy(row, w_.token_embd.data() + local * H, H * sizeof(float));
+    else
+      std::fill(row, row + H, 0.0f);
+  }
+  // Exactly one rank holds each row: the sum is exact.
+  comm_.all_reduce_sum(x, toks.size() * H, DType::F32);
+}
+
+void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, const float* h, float* out) {
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t H = config_.hidden_size, hd = config_.head_dim;
+  const int64_t hpr = layout_.num_heads_per_rank;
+  const int64_t qkv_cols = (hpr + 2 * kv_heads_) * hd;
+  const int64_t n = static_cast<int64_t>(toks.size());
+  std::vector<float> qkv(n * qkv_cols);
+  linear(pool_, h, lw.attn_qkv_weight.data(), opt(lw.attn_qkv_bias), qkv.data(), n, H, qkv_cols);
+
+  // Rotary on Q and K heads, then append K/V to the kv_cache.
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = qkv.data() + t * qkv_cols;
+    for (int64_t j = 0; j < hpr + kv_heads_; ++j) apply_rotary(row + j * hd, toks[t].pos, inv_freq_);
+    for (int64_t j = 0; j < kv_heads_; ++j) {
+      std::memcpy(k_at(layer, toks[t].slot, j, toks[t].pos), row + (hpr + j) * hd, hd * sizeof(float));
+      std::memcpy(v_at(layer, toks[t].slot, j, toks[t].pos), row + (hpr + kv_heads_ + j) * hd, hd * sizeof(float));
+    }
+  }
+
+  // Causal attention: the query at position p sees positions 0..p of its own slot.
+  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+  const int64_t first_head = comm_.rank() * hpr;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> attn(n * hpr * hd);
+  pool_.parallel_for(n * hpr, [&](int64_t b, int64_t e) {
+    std::vector<float> scores(max_seq_len_);
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t t = i / hpr, j = i % hpr;
+      const int64_t kvh = (first_head + j) / group - first_kv_head_;
+      const float* q = qkv.data() + t * qkv_cols + j * hd;
+      attention_head(q, k_at(layer, toks[t].slot, kvh, 0), v_at(layer, toks[t].slot, kvh, 0), toks[t].pos + 1, hd,
+                     scale, attn.data() + (t * hpr + j) * hd, scores.data());
+    }
+  });
+
+  // Row-parallel output projection: partial sums, all_reduce, then the bias once.
+  linear(pool_, attn.data(), lw.attn_output_weight.data(), nullptr, out, n, hpr * hd, H);
+  comm_.all_reduce_sum(out, n * H, DType::F32);
+  if (!lw.attn_output_bias.empty())
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < H; ++i) out[t * H + i] += lw.attn_output_bias[i];
+}
+
+void CpuRunner::mlp_block(int layer, const float* h, float* out, int64_t n) {
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t H = config_.hidden_size, ipr = layout_.intermediate_size_per_rank;
+  std::vector<float> act(n * ipr);
+  if (config_.gated_mlp) {
+    std::vector<float> gate_up(n * 2 * ipr);
+    linear(pool_, h, lw.ffn_gate_up_weight.data(), opt(lw.ffn_gate_up_bias), gate_up.data(), n, H, 2 * ipr);
+    gated_activation(config_.hidden_act, gate_up.data(), act.data(), n, ipr);
+  } else {
+    linear(pool_, h, lw.ffn_up_weight.data(), opt(lw.ffn_up_bias), act.data(), n, H, ipr);
+    activation(config_.hidden_act, act.data(), n * ipr);
+  }
+  linear(pool_, act.data(), lw.ffn_down_weight.data(), nullptr, out, n, ipr, H);
+  comm_.all_reduce_sum(out, n * H, DType::F32);
+  if (!lw.ffn_down_bias.empty())
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < H; ++i) out[t * H + i] += lw.ffn_down_bias[i];
+}
+
+void CpuRunner::forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) {
+  check_chunks(chunks);
+  std::vector<TokenInfo> toks;
+  std::vector<int64_t> last_row;  // row of each chunk's last token
+  for (const SeqChunk& ch : chunks) {
+    for (size_t i = 0; i < ch.tokens.size(); ++i) toks.push_back({ch.tokens[i], ch.start_pos + static_cast<int>(i), ch.slot});
+    last_row.push_back(static_cast<int64_t>(toks.size()) - 1);
+  }
+  const int64_t n = static_cast<int64_t>(toks.size()), H = config_.hidden_size;
+  std::vector<float> x(n * H), h(n * H), attn_out(n * H), mlp_out(n * H);
+  embed(toks, x.data());
+
+  for (int layer = 0; layer < static_cast<int>(config_.num_hidden_layers); ++layer) {
+    const LayerWeights& lw = w_.layers[layer];
+    norm(lw.attn_norm_weight, lw.attn_norm_bias, x.data(), h.data(), n);
+    attention_block(layer, toks, h.data(), attn_out.data());
+    if (config_.use_parallel_residual) {
+      // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+      norm(lw.ffn_norm_weight, lw.ffn_norm_bias, x.data(), h.data(), n);
+      mlp_block(layer, h.data(), mlp_out.data(), n);
+      for (int64_t i = 0; i < n * H; ++i) x[i] = mlp_out[i] + attn_out[i] + x[i];
+    } else {
+      for (int64_t i = 0; i < n * H; ++i) x[i] += attn_out[i];
+      norm(lw.ffn_norm_weight, lw.ffn_norm_bias, x.data(), h.data(), n);
+      mlp_block(layer, h.data(), mlp_out.data(), n);
+      for (int64_t i = 0; i < n * H; ++i) x[i] += mlp_out[i];
+    }
+  }
+  if (!logits && !argmax) return;
+
+  // Final norm and vocab-parallel logits of each chunk's last token.
+  const int64_t m = static_cast<int64_t>(chunks.size());
+  std::vector<float> last(m * H), hn(m * H);
+  for (int64_t c = 0; c < m; ++c) std::memcpy(last.data() + c * H, x.data() + last_row[c] * H, H * sizeof(float));
+  norm(w_.output_norm_weight, w_.output_norm_bias, last.data(), hn.data(), m);
+  const int64_t vpr = layout_.vocab_size_per_rank, tp = comm_.size();
+  const std::vector<float>& head = w_.output.empty() ? w_.token_embd : w_.output;
+  std::vector<float> local(m * vpr), gathered(tp * m * vpr);
+  linear(pool_, hn.data(), head.data(), nullptr, local.data(), m, H, vpr);
+  comm_.all_gather(local.data(), gathered.data(), m * vpr, DType::F32);
+
+  // gathered is [tp][m][vpr]; global id r * vpr + j; ids >= vocab_size are padding and dropped.
+  const int64_t V = config_.vocab_size;
+  for (int64_t c = 0; c < m; ++c) {
+    int32_t best = 0;
+    float best_v = -INFINITY;
+    for (int64_t id = 0; id < V; ++id) {
+      const float v = gathered[((id / vpr) * m + c) * vpr + id % vpr];
+      if (logits) logits[c * V + id] = v;
+      if (v > best_v) {  // strict: the lowest id wins ties
+        best_v = v;
+        best = static_cast<int32_t>(id);
+      }
+    }
+    if (argmax) argmax[c] = best;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_cpu_runner(const ModelConfig& config, ModelWeights weights, Communicator& comm,
+                                             ThreadPool& pool, const CpuRunnerOptions& options) {
+  return std::make_unique<CpuRunner>(config, std::move(weights), comm, pool, options);
+}
+
+}  // namespace tpshard::cpu

@@ -1,0 +1,212 @@
+// cuda_session.cpp: run_cuda_worker and cuda_device_count (cuda_session.h), CudaWorker and the memory
+// plan (worker.h). Control flow of one worker: identity -> cudaSetDevice -> rendezvous -> NCCL ->
+// memory plan -> WeightArena -> make_cuda_runner -> fn(ctx).
+#include "runtime/cuda/cuda_session.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "format/memory_plan.h"
+#include "format/shard_file.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/cuda_runner.h"
+#include "runtime/cuda/weight_arena.h"
+#include "runtime/cuda/worker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tpshard::cuda {
+namespace {
+
+std::string mib(uint64_t b) { return std::to_string((b + (1u << 19)) >> 20) + " MiB"; }
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+double worker_timeout_s() {
+  const char* v = std::getenv("TPRUN_NCCL_TIMEOUT");
+  if (v && *v) {
+    double t = std::atof(v);
+    if (t > 0) return t;
+  }
+  return 300.0;
+}
+
+CudaWorker::CudaWorker(const SessionOptions& opts) {
+  env_ = read_worker_env();
+  if (!env_.found) {  // started directly (tp 1 on one GPU): rank 0 of 1
+    env_.world_size = 1;
+    env_.local_world_size = 1;
+  }
+  check_tp_rank() = env_.rank;
+  TPS_CHECK(env_.world_size == opts.tp_size,
+            "rank " + std::to_string(env_.rank) + ": the launcher (" + (env_.source.empty() ? "none" : env_.source) +
+                ") started " + std::to_string(env_.world_size) + " processes but --tp is " + std::to_string(opts.tp_size),
+            "start exactly one process per tp rank (e.g. mpirun -np " + std::to_string(opts.tp_size) +
+                "), or let tprun start them: tprun MODEL --tp N ...");
+  if (env_.rank != 0) {  // only rank 0 writes to stdout
+    fflush(stdout);
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) {
+      dup2(devnull, 1);
+      close(devnull);
+    }
+  }
+  setenv("NCCL_NVLS_ENABLE", "0", 0);  // before any NCCL call
+
+  // cudaSetDevice(local_rank) is the first CUDA call of a worker: it never touches another device.
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || env_.local_rank >= count) {
+    (void)cudaGetLastError();
+    throw Error("rank " + std::to_string(env_.rank) + ": needs GPU " + std::to_string(env_.local_rank) +
+                    " (local rank) but this node has " + std::to_string(e == cudaSuccess ? count : 0) + " visible GPUs" +
+                    (e != cudaSuccess ? std::string(" (") + cudaGetErrorString(e) + ")" : std::string()),
+                "use --tp <= GPUs per node x nodes, and check CUDA_VISIBLE_DEVICES");
+  }
+  TPS_CUDA_CHECK(cudaSetDevice(env_.local_rank));
+  TPS_CUDA_CHECK(cudaFree(nullptr));  // create the context now so its memory is measured on its own
+  TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_context, &marks_.total));
+
+  const double timeout = worker_timeout_s();
+  ncclUniqueId id{};
+  if (env_.world_size > 1) {
+    std::string master = opts.master_addr.empty() ? env_.master_addr : opts.master_addr;
+    if (env_.source == "tprun") master = env_.master_addr;  // the launcher resolved it
+    TPS_CHECK(!master.empty(),
+              "rank " + std::to_string(env_.rank) + ": no rendezvous address for a multi-node " + env_.source + " job",
+              "export TPRUN_MASTER=HOST:PORT (rank 0's host) or MASTER_ADDR/MASTER_PORT, or pass --master-addr");
+    rendezvous_ = std::make_unique<Rendezvous>(master, env_.rank, env_.world_size, timeout);
+    std::string blob;
+    if (env_.rank == 0) {
+      TPS_NCCL_CHECK(ncclGetUniqueId(&id));
+      blob.assign(reinterpret_cast<const char*>(&id), sizeof(id));
+    }
+    blob = rendezvous_->broadcast(blob);
+    TPS_CHECK(blob.size() == sizeof(id), "rank " + std::to_string(env_.rank) + ": malformed NCCL id from rank 0",
+              "every node must run the same tprun build");
+    std::memcpy(&id, blob.data(), sizeof(id));
+    const int me = env_.rank;
+    rendezvous_->start_monitor([me](const std::string& why) {
+      std::string msg = "error: rank " + std::to_string(me) + " stopping: " + why + "\n";
+      if (write(2, msg.data(), msg.size()) < 0) {}
+      _exit(kExitPeerFailed);  // the driver frees the context; NCCL kernels die with the process
+    });
+  } else {
+    TPS_NCCL_CHECK(ncclGetUniqueId(&id));
+  }
+  comm_ = std::make_unique<NcclCommunicator>(id, env_.rank, env_.world_size, timeout);
+  TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_nccl, &marks_.total));
+}
+
+CudaWorker::~CudaWorker() {
+  comm_.reset();
+  rendezvous_.reset();
+}
+
+void CudaWorker::report_failure(const std::string& message) {
+  if (rendezvous_) rendezvous_->report_failure(message);
+}
+
+int effective_max_seq_len(const SessionOptions& opts, const Manifest& m) {
+  if (opts.max_seq_len > 0) return opts.max_seq_len;
+  int64_t p = m.model.max_position_embeddings > 0 ? m.model.max_position_embeddings : 2048;
+  return int(std::min<int64_t>(p, 2048));
+}
+
+void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,
+                       size_t free_bytes, size_t total_bytes) {
+  auto total_of = [&](int tp, int batch, int seq) {
+    return ::tpshard::plan_memory(m, tp, batch, seq, model_dir).total_bytes();
+  };
+  const ::tpshard::MemoryPlan p = ::tpshard::plan_memory(m, tp_size, max_batch, max_seq_len, model_dir);
+  if (p.total_bytes() <= free_bytes) return;
+  std::string fits;
+  for (int b = max_batch - 1; b >= 1; --b)
+    if (total_of(tp_size, b, max_seq_len) <= free_bytes) {
+      fits += " --max-batch " + std::to_string(b) + " (with --max-seq-len " + std::to_string(max_seq_len) + ");";
+      break;
+    }
+  for (int s = max_seq_len / 2; s >= 64; s /= 2)
+    if (total_of(tp_size, max_batch, s) <= free_bytes) {
+      fits += " --max-seq-len " + std::to_string(s) + " (with --max-batch " + std::to_string(max_batch) + ");";
+      break;
+    }
+  for (const auto& kv : m.shards) {
+    if (kv.first <= tp_size) continue;
+    if (total_of(kv.first, max_batch, max_seq_len) <= free_bytes) {
+      fits += " --tp " + std::to_string(kv.first) + " (already converted in this model dir);";
+      break;
+    }
+  }
+  if (fits.empty()) fits = " none found; convert with a larger --tp (tpshard convert --tp) and use more GPUs";
+  throw Error("tp_rank " + std::to_string(check_tp_rank()) + ": the memory plan needs " + mib(p.total_bytes()) +
+                  " (weights " + mib(p.weight_bytes) + " + kv_cache " + mib(p.kv_cache_bytes) + " + activations " +
+                  mib(p.activation_bytes) + " + workspace " + mib(p.workspace_bytes) + ") but only " + mib(free_bytes) +
+                  " of " + mib(total_bytes) + " are free on this GPU (tpshard plan prints the same numbers)",
+              "settings that would fit:" + fits);
+}
+
+void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
+  CudaWorker worker(opts);
+  const int rank = worker.tp_rank();
+  try {
+    const Manifest manifest = load_manifest(opts.model_dir);
+    const auto& shards = shards_for(manifest, worker.tp_size(), opts.model_dir);
+    const std::string path = (std::filesystem::path(opts.model_dir) / shards.at(size_t(rank)).file).string();
+    ShardReader shard(path);  // this rank opens only its own shard
+    TPS_CHECK(int(shard.header().tp_rank) == rank && int(shard.header().tp_size) == worker.tp_size(),
+              path + ": shard is for tp_rank " + std::to_string(shard.header().tp_rank) + " of " +
+                  std::to_string(shard.header().tp_size) + ", expected " + std::to_string(rank) + " of " +
+                  std::to_string(worker.tp_size()),
+              "the manifest and shard files do not match; re-run tpshard convert");
+    const int max_seq_len = effective_max_seq_len(opts, manifest);
+    size_t free_b = 0, total_b = 0;
+    TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    check_memory_plan(manifest, opts.model_dir, worker.tp_size(), opts.max_batch, max_seq_len, free_b, total_b);
+
+    LoadOptions lo;
+    lo.verify_hashes = opts.verify_hashes;
+    WeightArena arena(shard, lo);
+    CudaRunnerOptions ro;
+    ro.max_batch = opts.max_batch;
+    ro.max_seq_len = max_seq_len;
+    std::unique_ptr<ModelRunner> runner =
+        make_cuda_runner(manifest, rank, worker.tp_size(), arena, worker.comm(), ro);
+
+    std::unique_ptr<Tokenizer> tokenizer;
+    namespace fs = std::filesystem;
+    if (fs::exists(fs::path(opts.model_dir) / "tokenizer.json") || fs::exists(fs::path(opts.model_dir) / "tokenizer.model"))
+      tokenizer = Tokenizer::load(opts.model_dir);
+
+    RankContext ctx;
+    ctx.tp_rank = rank;
+    ctx.tp_size = worker.tp_size();
+    ctx.device = Device::Cuda;
+    ctx.manifest = &manifest;
+    ctx.runner = runner.get();
+    ctx.comm = &worker.comm();
+    ctx.tokenizer = tokenizer.get();
+    fn(ctx);
+    worker.comm().synchronize();
+  } catch (const std::exception& e) {
+    worker.report_failure(e.what());
+    throw;
+  }
+}
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,313 @@
+// transformer.cu: the GPU forward pass of one rank (see transformer.h).
+#include "runtime/cuda/layers/transformer.h"
+
+#include <cmath>
+
+#include "kernels/activation.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/bias_add.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/kv_cache.cuh"
+#include "kernels/norm.cuh"
+#include "kernels/rotary.cuh"
+#include "runtime/cuda/check.h"
+
+namespace tpshard::cuda {
+namespace {
+
+constexpr int kMaxSplits = 16;
+
+template <typename P>
+void alloc(P*& p, size_t bytes, size_t& total) {
+  void* v = nullptr;
+  TPS_CUDA_CHECK(cudaMalloc(&v, bytes == 0 ? 16 : bytes));
+  p = static_cast<P*>(v);
+  total += bytes;
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_rank, const ModelWeights& w,
+                         Communicator& comm, cudaStream_t stream, int max_tokens, int max_rows, int kv_slots,
+                         int max_seq_len)
+    : c_(c),
+      layout_(layout),
+      tp_rank_(tp_rank),
+      w_(w),
+      comm_(comm),
+      stream_(stream),
+      max_tokens_(max_tokens),
+      max_rows_(max_rows),
+      max_seq_len_(max_seq_len),
+      kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(layout.num_kv_heads_per_rank), max_seq_len,
+          static_cast<int>(c.head_dim), w.dtype) {
+  const size_t es = dtype_size(w_.dtype);
+  const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
+  const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
+  const size_t ipr = layout_.intermediate_size_per_rank;
+  size_t& total = workspace_bytes_;
+  inv_freq_host_ = rope_inv_freq(c_);
+  alloc(inv_freq_, inv_freq_host_.size() * sizeof(float), total);
+  if (!inv_freq_host_.empty())
+    TPS_CUDA_CHECK(cudaMemcpy(inv_freq_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float),
+                              cudaMemcpyHostToDevice));
+  alloc(meta_dev_, 4 * T * sizeof(int32_t), total);
+  TPS_CUDA_CHECK(cudaMallocHost(&meta_host_, 4 * T * sizeof(int32_t)));
+  alloc(residual_, T * H * sizeof(float), total);
+  alloc(h1_, T * H * es, total);
+  alloc(h2_, T * H * es, total);
+  alloc(qkv_, T * (heads + 2 * kvh) * hd * es, total);
+  alloc(attn_, T * heads * hd * es, total);
+  alloc(ffn_, T * (c_.gated_mlp ? 2 : 1) * ipr * es, total);
+  alloc(act_, T * ipr * es, total);
+  alloc(out_, T * H * es, total);
+  alloc(last_, static_cast<size_t>(max_rows_) * H * es, total);
+  alloc(logits_, static_cast<size_t>(max_rows_) * layout_.vocab_size_per_rank * sizeof(float), total);
+  alloc(argmax_, static_cast<size_t>(max_rows_) * sizeof(ArgmaxPair), total);
+  // split-K is used only for steps of at most max_rows tokens (decode); prefill steps use one split
+  max_splits_ = kMaxSplits;
+  alloc(partial_, static_cast<size_t>(max_rows_) * heads * kMaxSplits * (hd + 2) * sizeof(float), total);
+}
+
+Transformer::~Transformer() {
+  for (void* p : {static_cast<void*>(inv_freq_), static_cast<void*>(meta_dev_), static_cast<void*>(residual_), h1_, h2_,
+                  qkv_, attn_, ffn_, act_, out_, last_, static_cast<void*>(logits_), static_cast<void*>(argmax_),
+                  static_cast<void*>(partial_)})
+    cudaFree(p);
+  cudaFreeHost(meta_host_);
+}
+
+StepMeta Transformer::meta_device(int n, int n_rows) const {
+  StepMeta m;
+  m.tokens = meta_dev_;
+  m.slots = meta_dev_ + max_tokens_;
+  m.positions = meta_dev_ + 2 * max_tokens_;
+  m.last_rows = meta_dev_ + 3 * max_tokens_;
+  m.n = n;
+  m.n_rows = n_rows;
+  return m;
+}
+
+void Transformer::upload_meta(int n, int n_rows) {
+  (void)n;
+  (void)n_rows;
+  TPS_CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, 4 * static_cast<size_t>(max_tokens_) * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+}
+
+void Transformer::all_reduce(void* buf, size_t count, DType dtype) {
+  if (layout_.tp_size > 1) comm_.all_reduce_sum(buf, count, dtype);
+}
+
+void Transformer::run(const StepMeta& m) {
+  const int H = static_cast<int>(c_.hidden_size);
+  EmbeddingParams e;
+  e.tokens = m.tokens;
+  e.table = w_.token_embd;
+  e.out = residual_;
+  e.dtype = w_.dtype;
+  e.n = m.n;
+  e.hidden = H;
+  e.vocab_per_rank = layout_.vocab_size_per_rank;
+  e.vocab_begin = static_cast<int64_t>(tp_rank_) * layout_.vocab_size_per_rank;
+  embedding_lookup(e, stream_);
+  all_reduce(residual_, static_cast<size_t>(m.n) * H, DType::F32);
+
+  Pending pending;
+  for (int i = 0; i < static_cast<int>(c_.num_hidden_layers); ++i) layer(i, m, pending);
+
+  AddNormParams fn;
+  fn.residual = residual_;
+  fn.add0 = pending.add0;
+  fn.add_bias0 = pending.bias0;
+  fn.add_bias1 = pending.bias1;
+  fn.weight0 = w_.output_norm_weight;
+  fn.bias0 = w_.output_norm_bias;
+  fn.out0 = h1_;
+  fn.dtype = w_.dtype;
+  fn.kind = c_.norm;
+  fn.eps = static_cast<float>(c_.norm_eps);
+  fn.n = m.n;
+  fn.hidden = H;
+  add_norm(fn, stream_);
+  gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
+
+  GemmArgs g;
+  g.x = last_;
+  g.w = w_.output;
+  g.y = logits_;
+  g.n = m.n_rows;
+  g.out = static_cast<int>(layout_.vocab_size_per_rank);
+  g.in = H;
+  g.in_dtype = w_.dtype;
+  g.out_dtype = DType::F32;
+  gemm_.linear(g, stream_);
+
+  ArgmaxParams a;
+  a.logits = logits_;
+  a.out = argmax_;
+  a.n = m.n_rows;
+  a.vocab_per_rank = layout_.vocab_size_per_rank;
+  a.vocab_begin = static_cast<int64_t>(tp_rank_) * layout_.vocab_size_per_rank;
+  a.vocab_size = c_.vocab_size;
+  vocab_argmax(a, stream_);
+}
+
+void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
+  const LayerWeights& lw = w_.layers[i];
+  const int H = static_cast<int>(c_.hidden_size);
+  AddNormParams nrm;
+  nrm.residual = residual_;
+  nrm.add0 = pending.add0;
+  nrm.add_bias0 = pending.bias0;
+  nrm.add_bias1 = pending.bias1;
+  nrm.weight0 = lw.attn_norm_weight;
+  nrm.bias0 = lw.attn_norm_bias;
+  nrm.out0 = h1_;
+  if (c_.use_parallel_residual) {
+    nrm.weight1 = lw.ffn_norm_weight;
+    nrm.bias1 = lw.ffn_norm_bias;
+    nrm.out1 = h2_;
+  }
+  nrm.dtype = w_.dtype;
+  nrm.kind = c_.norm;
+  nrm.eps = static_cast<float>(c_.norm_eps);
+  nrm.n = m.n;
+  nrm.hidden = H;
+  add_norm(nrm, stream_);
+
+  if (c_.use_parallel_residual) {
+    // x + attn(ln1(x)) + mlp(ln2(x)): both partial sums into out_, one all_reduce, biases added once
+    attention_block(i, m, h1_, out_, 0.f);
+    mlp_block(i, m, h2_, out_, 1.f);
+    all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
+    pending = {out_, lw.attn_output_bias, lw.ffn_down_bias};
+    return;
+  }
+  attention_block(i, m, h1_, out_, 0.f);
+  all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
+  AddNormParams n2 = nrm;
+  n2.add0 = out_;
+  n2.add_bias0 = lw.attn_output_bias;
+  n2.add_bias1 = nullptr;
+  n2.weight0 = lw.ffn_norm_weight;
+  n2.bias0 = lw.ffn_norm_bias;
+  n2.out0 = h2_;
+  add_norm(n2, stream_);
+  mlp_block(i, m, h2_, out_, 0.f);
+  all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
+  pending = {out_, lw.ffn_down_bias, nullptr};
+}
+
+void Transformer::attention_block(int i, const StepMeta& m, const void* h, void* out, float beta) {
+  const LayerWeights& lw = w_.layers[i];
+  const int H = static_cast<int>(c_.hidden_size), hd = static_cast<int>(c_.head_dim);
+  const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
+  const int qkv_rows = (heads + 2 * kvh) * hd;
+  GemmArgs g;
+  g.x = h;
+  g.w = lw.attn_qkv_weight;
+  g.y = qkv_;
+  g.n = m.n;
+  g.out = qkv_rows;
+  g.in = H;
+  g.in_dtype = g.out_dtype = w_.dtype;
+  gemm_.linear(g, stream_);
+  if (lw.attn_qkv_bias) bias_add(qkv_, lw.attn_qkv_bias, m.n, qkv_rows, w_.dtype, stream_);
+
+  RotaryParams r;
+  r.qkv = qkv_;
+  r.row_stride = qkv_rows;
+  r.positions = m.positions;
+  r.inv_freq = inv_freq_;
+  r.dtype = w_.dtype;
+  r.n = m.n;
+  r.num_heads = heads;
+  r.num_kv_heads = kvh;
+  r.head_dim = hd;
+  r.rotary_ndims = static_cast<int>(c_.rotary_ndims);
+  apply_rotary(r, stream_);
+
+  KvAppendParams kv;
+  kv.qkv = qkv_;
+  kv.row_stride = qkv_rows;
+  kv.k_cache = kv_.k(i);
+  kv.v_cache = kv_.v(i);
+  kv.slots = m.slots;
+  kv.positions = m.positions;
+  kv.dtype = w_.dtype;
+  kv.n = m.n;
+  kv.num_heads = heads;
+  kv.num_kv_heads = kvh;
+  kv.head_dim = hd;
+  kv.max_seq_len = max_seq_len_;
+  kv_cache_append(kv, stream_);
+
+  AttentionParams a;
+  a.q = qkv_;
+  a.q_stride = qkv_rows;
+  a.k_cache = kv_.k(i);
+  a.v_cache = kv_.v(i);
+  a.slots = m.slots;
+  a.positions = m.positions;
+  a.out = attn_;
+  a.partial = partial_;
+  a.dtype = w_.dtype;
+  a.n = m.n;
+  a.num_heads = heads;
+  a.num_kv_heads = kvh;
+  a.head_dim = hd;
+  a.max_seq_len = max_seq_len_;
+  a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  attention(a, stream_);
+
+  GemmArgs o;
+  o.x = attn_;
+  o.w = lw.attn_output_weight;
+  o.y = out;
+  o.n = m.n;
+  o.out = H;
+  o.in = heads * hd;
+  o.in_dtype = o.out_dtype = w_.dtype;
+  o.beta = beta;
+  gemm_.linear(o, stream_);
+}
+
+void Transformer::mlp_block(int i, const StepMeta& m, const void* h, void* out, float beta) {
+  const LayerWeights& lw = w_.layers[i];
+  const int H = static_cast<int>(c_.hidden_size), ipr = static_cast<int>(layout_.intermediate_size_per_rank);
+  GemmArgs up;
+  up.x = h;
+  up.w = lw.ffn_up_weight;
+  up.y = ffn_;
+  up.n = m.n;
+  up.out = (c_.gated_mlp ? 2 : 1) * ipr;
+  up.in = H;
+  up.in_dtype = up.out_dtype = w_.dtype;
+  gemm_.linear(up, stream_);
+
+  ActivationParams act;
+  act.in = ffn_;
+  act.bias = lw.ffn_up_bias;
+  act.out = act_;
+  act.dtype = w_.dtype;
+  act.act = c_.hidden_act;
+  act.gated = c_.gated_mlp;
+  act.n = m.n;
+  act.width = ipr;
+  activation(act, stream_);
+
+  GemmArgs down;
+  down.x = act_;
+  down.w = lw.ffn_down_weight;
+  down.y = out;
+  down.n = m.n;
+  down.out = H;
+  down.in = ipr;
+  down.in_dtype = down.out_dtype = w_.dtype;
+  down.beta = beta;
+  gemm_.linear(down, stream_);
+}
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,94 @@
+// transformer.h: the per-rank transformer forward on the GPU (Megatron-LM tensor parallelism):
+// vocab-parallel embedding + all_reduce; per layer column-parallel QKV and MLP up/gate, row-parallel
+// attention output and MLP down, each followed by one NCCL all_reduce (GPT-NeoX parallel residual: the
+// attention and MLP partial sums share one all_reduce); final norm; vocab-parallel logits and argmax.
+// Activations are in the weights' dtype; the residual stream is fp32 (documented in docs/KERNELS.md).
+// Everything is enqueued on one stream, with no host synchronization, so it can be captured in a CUDA graph.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "format/model_config.h"
+#include "kernels/gemm.cuh"
+#include "kernels/logits.cuh"
+#include "runtime/comm.h"
+#include "runtime/cuda/layers/kv_cache.h"
+#include "runtime/cuda/layers/weights.h"
+
+namespace tpshard::cuda {
+
+/// Per-step inputs, all device arrays inside the transformer's meta buffer.
+struct StepMeta {
+  const int32_t* tokens = nullptr;     ///< [n]
+  const int32_t* slots = nullptr;      ///< [n] kv_cache slot of each token
+  const int32_t* positions = nullptr;  ///< [n]
+  const int32_t* last_rows = nullptr;  ///< [n_rows] token index whose logits are wanted
+  int n = 0;
+  int n_rows = 0;
+};
+
+class Transformer {
+ public:
+  /// max_tokens: tokens per step; max_rows: logits rows per step; kv_slots includes the scratch slot.
+  Transformer(const ModelConfig& c, const TpLayout& layout, int tp_rank, const ModelWeights& w, Communicator& comm,
+              cudaStream_t stream, int max_tokens, int max_rows, int kv_slots, int max_seq_len);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  /// Host-visible staging (pinned) and device copy of the StepMeta arrays: 4 x max_tokens int32.
+  int32_t* meta_host() const { return meta_host_; }
+  StepMeta meta_device(int n, int n_rows) const;
+  void upload_meta(int n, int n_rows);  ///< enqueue meta_host -> device (4 x max_tokens int32 layout)
+
+  /// Enqueue the whole forward of one step: after it, logits_local() holds [n_rows, vocab_pr] f32 and
+  /// argmax_local() holds [n_rows] (value, global id) pairs of this rank's vocabulary range.
+  void run(const StepMeta& m);
+  float* logits_local() const { return logits_; }
+  ArgmaxPair* argmax_local() const { return argmax_; }
+  int max_tokens() const { return max_tokens_; }
+  int max_rows() const { return max_rows_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  struct Pending {  ///< residual adds deferred into the next add_norm
+    const void* add0 = nullptr;
+    const void* bias0 = nullptr;
+    const void* bias1 = nullptr;
+  };
+  void layer(int i, const StepMeta& m, Pending& pending);
+  void attention_block(int i, const StepMeta& m, const void* h, void* out, float beta);
+  void mlp_block(int i, const StepMeta& m, const void* h, void* out, float beta);
+  void all_reduce(void* buf, size_t count, DType dtype);
+
+  ModelConfig c_;
+  TpLayout layout_;
+  int tp_rank_ = 0;
+  ModelWeights w_;
+  Communicator& comm_;
+  cudaStream_t stream_;
+  int max_tokens_ = 0, max_rows_ = 0, max_seq_len_ = 0, max_splits_ = 1;
+  KvCache kv_;
+  Gemm gemm_;
+  std::vector<float> inv_freq_host_;
+  // device buffers
+  float* inv_freq_ = nullptr;   // [rotary_ndims/2]
+  int32_t* meta_dev_ = nullptr; // [4, max_tokens]
+  int32_t* meta_host_ = nullptr;
+  float* residual_ = nullptr;   // [max_tokens, hidden] f32
+  void* h1_ = nullptr;          // [max_tokens, hidden] normalized (attention input)
+  void* h2_ = nullptr;          // [max_tokens, hidden] normalized (MLP input)
+  void* qkv_ = nullptr;         // [max_tokens, qkv_rows]
+  void* attn_ = nullptr;        // [max_tokens, heads_pr * head_dim]
+  void* ffn_ = nullptr;         // [max_tokens, (gated ? 2 : 1) * inter_pr]
+  void* act_ = nullptr;         // [max_tokens, inter_pr]
+  void* out_ = nullptr;         // [max_tokens, hidden] row-parallel partial sums, all_reduced
+  void* last_ = nullptr;        // [max_rows, hidden]
+  float* logits_ = nullptr;     // [max_rows, vocab_pr] f32
+  ArgmaxPair* argmax_ = nullptr;// [max_rows]
+  float* partial_ = nullptr;    // attention split-K workspace
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace tpshard::cuda

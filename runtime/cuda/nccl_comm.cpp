@@ -1,0 +1,156 @@
+// nccl_comm.cpp: NcclCommunicator (see nccl_comm.h). Non-blocking NCCL communicator so that init
+// and every enqueue can be polled with a timeout instead of hanging (NCCL docs, "Fault tolerance").
+#include "runtime/cuda/nccl_comm.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "runtime/cuda/check.h"
+
+namespace tpshard::cuda {
+
+ncclDataType_t nccl_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+  }
+  throw Error("nccl_dtype: unknown dtype " + std::to_string(int(t)), "this is a bug in tpshard");
+}
+
+NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int rank, int size, double timeout_s)
+    : rank_(rank), size_(size), timeout_s_(timeout_s) {
+  TPS_CHECK(size >= 1 && rank >= 0 && rank < size,
+            "NcclCommunicator: rank " + std::to_string(rank) + " out of range for size " + std::to_string(size),
+            "this is a bug in the launcher");
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast stays off on our machines
+  TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  TPS_NCCL_CHECK(ncclCommInitRankConfig(&comm_, size, id, rank, &config));
+  wait_ready("ncclCommInitRankConfig");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) {
+    if (!aborted_.load()) {
+      // Flush, then destroy; never hang at exit: poll the finalize with the same timeout.
+      ncclResult_t st = ncclCommFinalize(comm_);
+      auto start = std::chrono::steady_clock::now();
+      while (st == ncclInProgress) {
+        if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess) break;
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 10.0) break;
+        if (st == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (st == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+  }
+  if (scratch_) cudaFree(scratch_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void NcclCommunicator::abort() {
+  bool expected = false;
+  if (comm_ && aborted_.compare_exchange_strong(expected, true)) ncclCommAbort(comm_);
+}
+
+void NcclCommunicator::wait_ready(const char* what) {
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    TPS_CHECK(!aborted_.load(), "rank " + std::to_string(rank_) + ": NCCL communicator was aborted (" + what + ")",
+              "another rank failed; see its message");
+    ncclResult_t st = ncclSuccess;
+    TPS_NCCL_CHECK(ncclCommGetAsyncError(comm_, &st));
+    if (st == ncclSuccess) return;
+    if (st != ncclInProgress) {
+      std::string detail = std::string(ncclGetErrorString(st)) + " (" + ncclGetLastError(comm_) + ")";
+      abort();
+      throw Error("rank " + std::to_string(rank_) + ": NCCL error in " + what + " (" + check_where() + "): " + detail,
+                  "a peer rank probably failed or the network is down; set NCCL_DEBUG=WARN for details");
+    }
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout_s_) {
+      abort();
+      throw Error("rank " + std::to_string(rank_) + ": " + what + " did not finish in " +
+                      std::to_string(int(timeout_s_)) + " s (" + check_where() + ")",
+                  "some rank is not running or cannot reach the others; set TPRUN_NCCL_TIMEOUT (seconds) to wait longer");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void NcclCommunicator::all_reduce_sum(void* buf, size_t count, DType dtype) {
+  TPS_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_dtype(dtype), ncclSum, comm_, stream_));
+  wait_ready("ncclAllReduce");
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  TPS_NCCL_CHECK(ncclAllGather(send, recv, count, nccl_dtype(dtype), comm_, stream_));
+  wait_ready("ncclAllGather");
+}
+
+void NcclCommunicator::broadcast(void* buf, size_t bytes, int root) {
+  TPS_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
+  wait_ready("ncclBroadcast");
+}
+
+void NcclCommunicator::synchronize() {
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    cudaError_t q = cudaStreamQuery(stream_);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) TPS_CUDA_CHECK(q);
+    ncclResult_t st = ncclSuccess;
+    TPS_NCCL_CHECK(ncclCommGetAsyncError(comm_, &st));
+    if (st != ncclSuccess && st != ncclInProgress) wait_ready("stream synchronize");  // throws with detail
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout_s_) {
+      abort();
+      throw Error("rank " + std::to_string(rank_) + ": collectives did not complete in " +
+                      std::to_string(int(timeout_s_)) + " s (" + check_where() + ")",
+                  "a peer rank is stuck or gone; set TPRUN_NCCL_TIMEOUT (seconds) to wait longer");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclCommunicator::barrier() {
+  if (scratch_bytes_ < 256) {
+    if (scratch_) TPS_CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    TPS_CUDA_CHECK(cudaMalloc(&scratch_, 256));
+    scratch_bytes_ = 256;
+  }
+  TPS_CUDA_CHECK(cudaMemsetAsync(scratch_, 0, sizeof(float), stream_));
+  all_reduce_sum(scratch_, 1, DType::F32);
+  synchronize();
+}
+
+std::vector<uint8_t> NcclCommunicator::all_gather_host(const void* data, size_t bytes) {
+  size_t need = bytes * size_t(size_ + 1);
+  if (scratch_bytes_ < need) {
+    if (scratch_) TPS_CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    TPS_CUDA_CHECK(cudaMalloc(&scratch_, need));
+    scratch_bytes_ = need;
+  }
+  uint8_t* send = static_cast<uint8_t*>(scratch_);
+  uint8_t* recv = send + bytes;
+  TPS_CUDA_CHECK(cudaMemcpyAsync(send, data, bytes, cudaMemcpyHostToDevice, stream_));
+  TPS_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
+  wait_ready("ncclAllGather (host)");
+  std::vector<uint8_t> out(bytes * size_t(size_));
+  TPS_CUDA_CHECK(cudaMemcpyAsync(out.data(), recv, out.size(), cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+  return out;
+}
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,471 @@
+// weight_arena.cpp: WeightArena (see weight_arena.h): one cudaMalloc sized from the shard header, and
+// the data section streamed into it through a ring of pinned host buffers.
+//   reader threads: pread (or O_DIRECT) a chunk into a free ring buffer -> XXH3 (in tensor order) ->
+//   cudaMemcpyAsync on the thread's copy stream -> event; a buffer is reused after its event.
+// zstd tensors: one reader decompresses the whole tensor (streaming) into ring buffers; byte-plane
+// tensors land in a device scratch buffer first and are interleaved by a kernel.
+#include "runtime/cuda/weight_arena.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/cuda/byte_planes.cuh"
+#include "runtime/cuda/check.h"
+
+namespace tpshard::cuda {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr uint64_t kPage = 4096;  // O_DIRECT alignment (offset, length, buffer)
+
+std::string hex64(uint64_t v) {
+  char b[19];
+  snprintf(b, sizeof(b), "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+/// The ring: pinned host buffers, each with the event of its last copy. acquire() blocks until a
+/// buffer is free and its previous copy has finished.
+class PinnedRing {
+ public:
+  PinnedRing(size_t count, size_t bytes) : bytes_(bytes) {
+    for (size_t i = 0; i < count; ++i) {
+      void* p = nullptr;
+      TPS_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+      bufs_.push_back(static_cast<uint8_t*>(p));
+      cudaEvent_t ev;
+      TPS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      events_.push_back(ev);
+      free_.push_back(i);
+    }
+  }
+  ~PinnedRing() {
+    for (auto ev : events_) {
+      cudaEventSynchronize(ev);
+      cudaEventDestroy(ev);
+    }
+    for (auto p : bufs_) cudaFreeHost(p);
+  }
+  size_t acquire() {
+    size_t i;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return !free_.empty(); });
+      i = free_.front();
+      free_.pop_front();
+    }
+    TPS_CUDA_CHECK(cudaEventSynchronize(events_[i]));
+    return i;
+  }
+  /// Record the copy that reads buffer i on stream, then give the buffer back.
+  void release(size_t i, cudaStream_t stream) {
+    if (stream) TPS_CUDA_CHECK(cudaEventRecord(events_[i], stream));
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      free_.push_back(i);
+    }
+    cv_.notify_one();
+  }
+  uint8_t* data(size_t i) const { return bufs_[i]; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+  std::vector<uint8_t*> bufs_;
+  std::vector<cudaEvent_t> events_;
+  std::deque<size_t> free_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+/// Reads [off, off+len) of the file into buf (capacity cap). With O_DIRECT the read is widened to
+/// page boundaries; returns the pointer to the first requested byte inside buf.
+const uint8_t* read_range(int fd, bool direct, uint64_t off, size_t len, uint8_t* buf, size_t cap,
+                          const std::string& path) {
+  uint64_t start = direct ? (off & ~(kPage - 1)) : off;
+  uint64_t end = direct ? ((off + len + kPage - 1) & ~(kPage - 1)) : off + len;
+  TPS_CHECK(end - start <= cap, path + ": internal read of " + std::to_string(end - start) + " bytes exceeds the ring buffer",
+            "this is a bug in the loader");
+  uint64_t need_end = off + len;
+  uint64_t pos = start;
+  while (pos < need_end) {
+    ssize_t r = pread(fd, buf + (pos - start), size_t(end - pos), off_t(pos));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      throw Error(path + ": read failed at offset " + std::to_string(pos) + ": " + strerror(errno),
+                  direct ? "retry without --direct-io (the file system may not support O_DIRECT)" : "check the disk");
+    if (r == 0)
+      throw Error(path + ": file is truncated (short read at offset " + std::to_string(pos) + ")",
+                  "the shard file is incomplete; re-copy it or re-run tpshard convert");
+    pos += uint64_t(r);
+  }
+  return buf + (off - start);
+}
+
+/// One unit of reader work: a chunk of an uncompressed tensor, or a whole compressed tensor.
+struct WorkItem {
+  size_t tensor = 0;
+  uint64_t offset = 0;  ///< within the tensor's stored bytes
+  uint64_t bytes = 0;
+  uint32_t seq = 0;     ///< chunk index within the tensor
+  bool last = false;
+};
+
+/// Per-tensor XXH3 state, updated strictly in chunk order by whichever reader holds the next chunk.
+struct TensorHash {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint32_t next_seq = 0;
+  XXH3_state_t* state = nullptr;
+};
+
+class Loader {
+ public:
+  Loader(const ShardReader& shard, const LoadOptions& opts, uint8_t* arena, LoadReport& rep)
+      : shard_(shard), opts_(opts), arena_(arena), rep_(rep) {}
+
+  void run() {
+    const auto& tensors = shard_.tensors();
+    const uint64_t arena_bytes = shard_.header().arena_bytes;
+    const size_t buf_bytes = opts_.ring_buffer_bytes;
+    TPS_CHECK(buf_bytes >= 4 * kPage && opts_.ring_buffers >= 1,
+              "load options: ring buffers must be at least 16 KiB and at least one", "use the defaults (4 x 64 MiB)");
+    const uint64_t chunk = (buf_bytes - 2 * kPage) & ~(kPage - 1);  // slack for O_DIRECT widening
+    size_t max_planes = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorRecord& t = tensors[i];
+      TPS_CHECK(t.arena_offset <= arena_bytes && t.raw_bytes <= arena_bytes - t.arena_offset,
+                shard_.path() + ": tensor " + t.name + " does not fit in the arena (offset " +
+                    std::to_string(t.arena_offset) + " + " + std::to_string(t.raw_bytes) + " > " +
+                    std::to_string(arena_bytes) + ")",
+                "the shard file is corrupt; re-run tpshard convert");
+      if (t.codec == Codec::None) {
+        TPS_CHECK(t.stored_bytes == t.raw_bytes,
+                  shard_.path() + ": tensor " + t.name + " is uncompressed but stored_bytes != raw_bytes",
+                  "the shard file is corrupt; re-run tpshard convert");
+        uint32_t seq = 0;
+        for (uint64_t off = 0; off < t.stored_bytes; off += chunk) {
+          uint64_t n = std::min<uint64_t>(chunk, t.stored_bytes - off);
+          items_.push_back({i, off, n, seq++, off + n == t.stored_bytes});
+        }
+      } else {
+        items_.push_back({i, 0, t.stored_bytes, 0, true});
+        if (t.codec == Codec::ZstdBytePlanes) max_planes = std::max<size_t>(max_planes, t.raw_bytes);
+      }
+    }
+    hashes_ = std::vector<TensorHash>(tensors.size());
+    for (auto& h : hashes_) {
+      h.state = XXH3_createState();
+      XXH3_64bits_reset(h.state);
+    }
+
+    auto t_setup = Clock::now();
+    int fd = shard_.fd();
+    int direct_fd = -1;
+    if (opts_.direct_io) {
+      direct_fd = open(shard_.path().c_str(), O_RDONLY | O_DIRECT);
+      if (direct_fd < 0)
+        throw Error(shard_.path() + ": cannot open with O_DIRECT: " + strerror(errno),
+                    "this file system does not support O_DIRECT; drop --direct-io");
+      fd = direct_fd;
+    }
+    ring_ = std::make_unique<PinnedRing>(opts_.ring_buffers, buf_bytes);
+    if (max_planes > 0) TPS_CUDA_CHECK(cudaMalloc(&planes_scratch_, max_planes));
+    rep_.setup_seconds += seconds_since(t_setup);
+
+    int threads = std::max(1, std::min<int>(opts_.reader_threads, int(opts_.ring_buffers)));
+    threads = std::min<int>(threads, std::max<int>(1, int(items_.size())));
+    rep_.reader_threads = threads;
+    std::vector<std::thread> pool;
+    std::vector<cudaStream_t> streams(threads, nullptr);
+    int device = 0;
+    TPS_CUDA_CHECK(cudaGetDevice(&device));
+    for (int t = 0; t < threads; ++t) TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[t], cudaStreamNonBlocking));
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        try {
+          TPS_CUDA_CHECK(cudaSetDevice(device));
+          reader(fd, opts_.direct_io, streams[t]);
+        } catch (...) {
+          fail(std::current_exception());
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    for (auto s : streams) {
+      cudaError_t e = cudaStreamSynchronize(s);
+      if (e != cudaSuccess && !error_) error_ = std::make_exception_ptr(Error(
+          shard_.path() + ": copy to the device failed: " + cudaGetErrorString(e), cuda_hint(e)));
+      cudaStreamDestroy(s);
+    }
+    ring_.reset();
+    if (planes_scratch_) cudaFree(planes_scratch_);
+    if (direct_fd >= 0) close(direct_fd);
+    for (auto& h : hashes_) XXH3_freeState(h.state);
+    rep_.read_seconds = read_ns_.load() * 1e-9;
+    rep_.hash_seconds = hash_ns_.load() * 1e-9;
+    rep_.decompress_seconds = zstd_ns_.load() * 1e-9;
+    rep_.file_bytes = bytes_read_.load();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(err_mu_);
+    if (!error_) error_ = e;
+    abort_ = true;
+    for (auto& h : hashes_) {
+      std::lock_guard<std::mutex> hl(h.mu);  // no lost wake-up between a waiter's check and its wait
+      h.cv.notify_all();
+    }
+  }
+
+  static int64_t ns_since(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count();
+  }
+
+  void check_hash(const TensorRecord& t, uint64_t got) {
+    if (got != t.xxh3)
+      throw Error(shard_.path() + ": tensor " + t.name + " is corrupt (XXH3 " + hex64(got) + ", expected " +
+                      hex64(t.xxh3) + ")",
+                  "the shard file was damaged after conversion; re-copy it or re-run tpshard convert "
+                  "(tpshard verify names every bad tensor)");
+  }
+
+  void reader(int fd, bool direct, cudaStream_t stream) {
+    for (;;) {
+      if (abort_) return;
+      size_t k = next_.fetch_add(1);
+      if (k >= items_.size()) return;
+      const WorkItem& w = items_[k];
+      const TensorRecord& t = shard_.tensors()[w.tensor];
+      if (t.codec == Codec::None) {
+        copy_chunk(fd, direct, w, t, stream);
+      } else {
+        decompress_tensor(fd, direct, w, t, stream);
+      }
+    }
+  }
+
+  void copy_chunk(int fd, bool direct, const WorkItem& w, const TensorRecord& t, cudaStream_t stream) {
+    size_t b = ring_->acquire();
+    const uint8_t* src;
+    try {
+      auto t0 = Clock::now();
+      src = read_range(fd, direct, shard_.header().data_offset + t.file_offset + w.offset, size_t(w.bytes),
+                       ring_->data(b), ring_->bytes(), shard_.path());
+      read_ns_ += ns_since(t0);
+      bytes_read_ += w.bytes;
+      if (opts_.verify_hashes) {
+        TensorHash& h = hashes_[w.tensor];
+        std::unique_lock<std::mutex> lk(h.mu);
+        h.cv.wait(lk, [&] { return h.next_seq == w.seq || abort_.load(); });
+        if (abort_) {
+          ring_->release(b, nullptr);
+          return;
+        }
+        auto t1 = Clock::now();
+        XXH3_64bits_update(h.state, src, size_t(w.bytes));
+        if (w.last) check_hash(t, XXH3_64bits_digest(h.state));
+        hash_ns_ += ns_since(t1);
+        h.next_seq++;
+        lk.unlock();
+        h.cv.notify_all();
+      }
+      TPS_CUDA_CHECK(cudaMemcpyAsync(arena_ + t.arena_offset + w.offset, src, size_t(w.bytes),
+                                     cudaMemcpyHostToDevice, stream));
+    } catch (...) {
+      ring_->release(b, nullptr);
+      throw;
+    }
+    ring_->release(b, stream);
+  }
+
+  void decompress_tensor(int fd, bool direct, const WorkItem& w, const TensorRecord& t, cudaStream_t stream) {
+    TPS_CHECK(t.codec == Codec::Zstd || t.codec == Codec::ZstdBytePlanes,
+              shard_.path() + ": tensor " + t.name + " has unknown codec " + std::to_string(int(t.codec)),
+              "this build cannot read it; update tprun");
+    const bool planes = t.codec == Codec::ZstdBytePlanes;
+    std::unique_lock<std::mutex> scratch_lock(scratch_mu_, std::defer_lock);
+    if (planes) {
+      TPS_CHECK(t.raw_bytes % 2 == 0, shard_.path() + ": byte-plane tensor " + t.name + " has an odd byte count",
+                "the shard file is corrupt; re-run tpshard convert");
+      scratch_lock.lock();
+    }
+    uint8_t* dst = planes ? static_cast<uint8_t*>(planes_scratch_) : arena_ + t.arena_offset;
+
+    // Input staging: plain host memory, page aligned for O_DIRECT (bounded: one per reader thread).
+    const size_t in_cap = 4u << 20;
+    std::unique_ptr<uint8_t, decltype(&free)> in(static_cast<uint8_t*>(aligned_alloc(kPage, in_cap + 2 * kPage)), &free);
+    std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> dctx(ZSTD_createDCtx(), &ZSTD_freeDCtx);
+    TPS_CHECK(in && dctx, "out of host memory while loading " + t.name, "free host memory");
+    XXH3_state_t* hs = hashes_[w.tensor].state;
+
+    uint64_t consumed = 0, produced = 0;
+    size_t b = ring_->acquire();
+    ZSTD_outBuffer out{ring_->data(b), std::min<size_t>(ring_->bytes(), t.raw_bytes), 0};
+    size_t ret = 1;
+    auto flush = [&](bool final_flush) {
+      if (out.pos > 0) {
+        TPS_CUDA_CHECK(cudaMemcpyAsync(dst + produced, out.dst, out.pos, cudaMemcpyHostToDevice, stream));
+        produced += out.pos;
+      }
+      ring_->release(b, stream);
+      if (!final_flush) {
+        b = ring_->acquire();
+        out = ZSTD_outBuffer{ring_->data(b), std::min<size_t>(ring_->bytes(), size_t(t.raw_bytes - produced)), 0};
+      }
+    };
+    try {
+      while (consumed < t.stored_bytes) {
+        if (abort_) {
+          ring_->release(b, nullptr);
+          return;
+        }
+        size_t n = size_t(std::min<uint64_t>(in_cap, t.stored_bytes - consumed));
+        auto t0 = Clock::now();
+        const uint8_t* src = read_range(fd, direct, shard_.header().data_offset + t.file_offset + consumed, n,
+                                        in.get(), in_cap + 2 * kPage, shard_.path());
+        read_ns_ += ns_since(t0);
+        bytes_read_ += n;
+        consumed += n;
+        if (opts_.verify_hashes) {
+          auto t1 = Clock::now();
+          XXH3_64bits_update(hs, src, n);
+          hash_ns_ += ns_since(t1);
+        }
+        ZSTD_inBuffer inb{src, n, 0};
+        while (inb.pos < inb.size) {
+          if (out.pos == out.size && produced + out.pos < t.raw_bytes) flush(false);
+          // Output full: only a frame epilogue may follow; any further byte means the tensor is too long.
+          uint8_t extra_byte = 0;
+          ZSTD_outBuffer extra{&extra_byte, 1, 0};
+          const bool full = out.pos == out.size;
+          auto t2 = Clock::now();
+          ret = ZSTD_decompressStream(dctx.get(), full ? &extra : &out, &inb);
+          zstd_ns_ += ns_since(t2);
+          if (ZSTD_isError(ret))
+            throw Error(shard_.path() + ": tensor " + t.name + ": zstd: " + ZSTD_getErrorName(ret),
+                        "the shard file is corrupt; re-run tpshard convert");
+          TPS_CHECK(extra.pos == 0,
+                    shard_.path() + ": tensor " + t.name + " decompresses to more than its " +
+                        std::to_string(t.raw_bytes) + " bytes",
+                    "the shard file is corrupt; re-run tpshard convert");
+        }
+      }
+      if (opts_.verify_hashes) check_hash(t, XXH3_64bits_digest(hs));
+      TPS_CHECK(ret == 0 && produced + out.pos == t.raw_bytes,
+                shard_.path() + ": tensor " + t.name + " decompressed to " + std::to_string(produced + out.pos) +
+                    " bytes, expected " + std::to_string(t.raw_bytes) + (ret != 0 ? " (frame incomplete)" : ""),
+                "the shard file is corrupt; re-run tpshard convert");
+      flush(true);
+    } catch (...) {
+      ring_->release(b, nullptr);
+      throw;
+    }
+    if (planes) {
+      interleave_byte_planes(dst, arena_ + t.arena_offset, size_t(t.raw_bytes / 2), stream);
+      TPS_CUDA_CHECK(cudaStreamSynchronize(stream));  // the scratch is free again after this
+    }
+  }
+
+  const ShardReader& shard_;
+  const LoadOptions& opts_;
+  uint8_t* arena_;
+  LoadReport& rep_;
+  std::vector<WorkItem> items_;
+  std::vector<TensorHash> hashes_;
+  std::unique_ptr<PinnedRing> ring_;
+  void* planes_scratch_ = nullptr;
+  std::mutex scratch_mu_;
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> abort_{false};
+  std::mutex err_mu_;
+  std::exception_ptr error_;
+  std::atomic<int64_t> read_ns_{0}, hash_ns_{0}, zstd_ns_{0};
+  std::atomic<uint64_t> bytes_read_{0};
+};
+
+}  // namespace
+
+WeightArena::WeightArena(const ShardReader& shard, const LoadOptions& opts, LoadReport* report)
+    : path_(shard.path()) {
+  auto t0 = Clock::now();
+  LoadReport local;
+  LoadReport& rep = report ? *report : local;
+  rep = LoadReport{};
+  const uint64_t need = shard.header().arena_bytes;
+  size_t free_b = 0, total_b = 0;
+  TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (need > free_b) {
+    throw Error(path_ + ": weights need " + std::to_string(need >> 20) + " MiB of device memory but only " +
+                    std::to_string(free_b >> 20) + " MiB of " + std::to_string(total_b >> 20) + " MiB are free (" +
+                    check_where() + ")",
+                "use a larger --tp (weights are split across ranks) or free the GPU (nvidia-smi shows its processes)");
+  }
+  auto t_alloc = Clock::now();
+  if (need > 0) {
+    TPS_CUDA_CHECK(cudaMalloc(&base_, need));
+    // Zero the padding between tensors so the arena equals the data section byte for byte.
+    TPS_CUDA_CHECK(cudaMemset(base_, 0, need));
+    TPS_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  bytes_ = need;
+  rep.setup_seconds = seconds_since(t_alloc);
+  try {
+    Loader loader(shard, opts, static_cast<uint8_t*>(base_), rep);
+    loader.run();
+  } catch (...) {
+    if (base_) cudaFree(base_);
+    base_ = nullptr;
+    throw;
+  }
+  for (const auto& t : shard.tensors()) records_.emplace(t.name, t);
+  rep.arena_bytes = bytes_;
+  rep.pinned_bytes = opts.ring_buffers * opts.ring_buffer_bytes;
+  rep.seconds = seconds_since(t0);
+}
+
+WeightArena::~WeightArena() {
+  if (base_) cudaFree(base_);
+}
+
+const void* WeightArena::find(const std::string& name) const {
+  auto it = records_.find(name);
+  if (it == records_.end()) return nullptr;
+  return static_cast<const uint8_t*>(base_) + it->second.arena_offset;
+}
+
+const void* WeightArena::at(const std::string& name) const {
+  const void* p = find(name);
+  if (!p)
+    throw Error(path_ + ": tensor " + name + " is not in this shard",
+                "the model directory does not match this architecture; re-run tpshard convert");
+  return p;
+}
+
+const TensorRecord& WeightArena::record(const std::string& name) const {
+  auto it = records_.find(name);
+  if (it == records_.end())
+    throw Error(path_ + ": tensor " + name + " is not in this shard",
+                "the model directory does not match this architecture; re-run tpshard convert");
+  return it->second;
+}
+
+}  // namespace tpshard::cuda

@@ -1,0 +1,69 @@
+// worker.h: the process-level steps of one CUDA worker, in the order they must happen: read who we
+// are from the launcher's environment, cudaSetDevice(local_rank) before any other CUDA/NCCL call,
+// rendezvous, NCCL communicator, failure watch; plus the device-memory plan check.
+// Used by cuda_session.cpp (run_cuda_worker) and tools/tprun/cmd_bench_load.cpp.
+// Does not own: loading weights (weight_arena.h), the transformer (cuda_runner.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "format/manifest.h"
+#include "runtime/cuda/nccl_comm.h"
+#include "runtime/launcher.h"
+#include "runtime/rendezvous.h"
+#include "runtime/session.h"
+
+namespace tpshard::cuda {
+
+/// Device memory readings taken while the worker starts (bytes, from cudaMemGetInfo).
+struct DeviceMemoryMarks {
+  size_t total = 0;
+  size_t free_after_context = 0;  ///< after the CUDA context exists
+  size_t free_after_nccl = 0;     ///< after the NCCL communicator exists
+  size_t context_bytes() const { return total - free_after_context; }  ///< incl. other processes on the GPU
+  size_t nccl_bytes() const { return free_after_context - free_after_nccl; }
+};
+
+/// One worker process of a CUDA job. The constructor does, in order: read_worker_env (or rank 0 of 1 when
+/// no launcher is involved), check world size == opts.tp_size, cudaSetDevice(local_rank), create the
+/// context, rendezvous on the master address, exchange the NCCL unique id, create the communicator, and
+/// start watching the peers: when another rank fails this process prints its message and exits with
+/// kExitPeerFailed within about a second. Ranks != 0 get stdout on /dev/null. Throws Error naming the rank.
+class CudaWorker {
+ public:
+  explicit CudaWorker(const SessionOptions& opts);
+  ~CudaWorker();
+  CudaWorker(const CudaWorker&) = delete;
+  CudaWorker& operator=(const CudaWorker&) = delete;
+
+  int tp_rank() const { return env_.rank; }
+  int tp_size() const { return env_.world_size; }
+  int device() const { return env_.local_rank; }
+  const WorkerEnv& env() const { return env_; }
+  NcclCommunicator& comm() { return *comm_; }
+  const DeviceMemoryMarks& marks() const { return marks_; }
+  /// Tell the other ranks this one failed (they stop at once); call before rethrowing.
+  void report_failure(const std::string& message);
+
+ private:
+  WorkerEnv env_;
+  DeviceMemoryMarks marks_;
+  std::unique_ptr<Rendezvous> rendezvous_;
+  std::unique_ptr<NcclCommunicator> comm_;
+};
+
+/// Throws Error when the memory plan of format/memory_plan.h (weights + kv_cache + activations +
+/// workspace, the numbers `tpshard plan` prints) exceeds free_bytes, giving the numbers and settings that
+/// would fit: a smaller --max-batch, a smaller --max-seq-len, or a larger --tp among the manifest's sizes.
+void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,
+                       size_t free_bytes, size_t total_bytes);
+
+/// opts.max_seq_len, or min(max_position_embeddings, 2048) when it is 0.
+int effective_max_seq_len(const SessionOptions& opts, const Manifest& m);
+
+/// Seconds to wait for peers (rendezvous, NCCL init, collectives): TPRUN_NCCL_TIMEOUT, default 300.
+double worker_timeout_s();
+
+}  // namespace tpshard::cuda

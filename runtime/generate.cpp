@@ -1,0 +1,268 @@
+// generate.cpp: continuous batching over kv_cache slots. Each loop iteration either prefills the
+// requests just admitted into free slots (prompt pieces of at most kMaxPrefillTokens per forward) or
+// runs one decode step for every active request; a finished request frees its slot for the next
+// waiting one. Every decision depends only on the logits (identical on all ranks) and on counters, so
+// all ranks stay in lockstep and results do not depend on how requests were batched.
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <set>
+
+#include "format/error.h"
+#include "runtime/sampling.h"
+#include "runtime/stop_strings.h"
+
+namespace tpshard {
+
+namespace {
+
+/// Prompt tokens fed per forward at most (longer prompts are prefilled in pieces).
+constexpr int64_t kMaxPrefillTokens = 2048;
+
+using Clock = std::chrono::steady_clock;
+
+struct Active {
+  size_t req = 0;           ///< index into requests
+  int slot = 0;
+  size_t prefilled = 0;     ///< prompt tokens already in the kv_cache
+  std::vector<int32_t> output;
+  std::unique_ptr<StreamDecoder> decoder;
+  std::string text;         ///< decoded output so far
+  size_t streamed = 0;      ///< bytes of text given to on_text
+};
+
+class Generator {
+ public:
+  Generator(ModelRunner& runner, const Tokenizer& tok, const std::vector<GenerationRequest>& requests,
+            const GenerateCallbacks& cb)
+      : runner_(runner), tok_(tok), requests_(requests), cb_(cb), vocab_(runner.config().vocab_size) {
+    for (int64_t id : runner.config().eos_token_ids) eos_.insert(static_cast<int32_t>(id));
+    for (int32_t id : tok.eos_ids()) eos_.insert(id);
+    results_.resize(requests.size());
+  }
+
+  std::vector<GenerationResult> run(GenerationStats* stats);
+
+ private:
+  void validate() const;
+  void admit();
+  bool needs_logits(const Active& a) const;
+  void step_prefill();
+  void step_decode();
+  /// Choose the next token of `a` from its logits row (or the runner's argmax), then finish or stream.
+  void take_token(Active& a, const float* logits_row, int32_t argmax);
+  void finish(Active& a, const std::string& reason);
+  void stream(Active& a, size_t upto);
+
+  ModelRunner& runner_;
+  const Tokenizer& tok_;
+  const std::vector<GenerationRequest>& requests_;
+  const GenerateCallbacks& cb_;
+  const int64_t vocab_;
+  std::set<int32_t> eos_;
+  std::vector<GenerationResult> results_;
+  std::deque<size_t> waiting_;
+  std::vector<std::unique_ptr<Active>> active_;
+  std::vector<int> free_slots_;
+  GenerationStats stats_;
+};
+
+void Generator::validate() const {
+  const int64_t max_seq = runner_.max_seq_len();
+  for (const GenerationRequest& r : requests_) {
+    const int64_t p = static_cast<int64_t>(r.prompt_ids.size());
+    TPS_CHECK(p > 0, "request " + r.id + ": empty prompt", "give at least one token (BOS for an empty prompt)");
+    TPS_CHECK(p <= max_seq,
+              "request " + r.id + ": prompt of " + std::to_string(p) + " tokens exceeds --max-seq-len " +
+                  std::to_string(max_seq),
+              "raise --max-seq-len (at most the model's max_position_embeddings) or shorten the prompt");
+    // The last generated token is never fed back, so p + max_new_tokens - 1 positions are needed.
+    TPS_CHECK(p + r.params.max_new_tokens - 1 <= max_seq,
+              "request " + r.id + ": prompt of " + std::to_string(p) + " tokens + max_new_tokens " +
+                  std::to_string(r.params.max_new_tokens) + " exceeds --max-seq-len " + std::to_string(max_seq),
+              "lower --max-new-tokens or raise --max-seq-len");
+    TPS_CHECK(r.params.max_new_tokens >= 0 && r.params.min_new_tokens >= 0,
+              "request " + r.id + ": max_new_tokens and min_new_tokens must be >= 0", "fix the sampling options");
+  }
+}
+
+void Generator::admit() {
+  while (!free_slots_.empty() && !waiting_.empty()) {
+    auto a = std::make_unique<Active>();
+    a->req = waiting_.front();
+    waiting_.pop_front();
+    a->slot = free_slots_.back();
+    free_slots_.pop_back();
+    a->decoder = std::make_unique<StreamDecoder>(tok_, true);
+    results_[a->req].id = requests_[a->req].id;
+    results_[a->req].prompt_tokens = static_cast<int>(requests_[a->req].prompt_ids.size());
+    if (requests_[a->req].params.max_new_tokens == 0) {
+      finish(*a, "length");
+      free_slots_.push_back(a->slot);
+      continue;
+    }
+    active_.push_back(std::move(a));
+  }
+}
+
+bool Generator::needs_logits(const Active& a) const {
+  const SamplingParams& p = requests_[a.req].params;
+  const bool mask_eos = !eos_.empty() && static_cast<int>(a.output.size()) < p.min_new_tokens;
+  return p.temperature > 0.0f || p.repetition_penalty != 1.0f || mask_eos;
+}
+
+void Generator::step_prefill() {
+  std::vector<SeqChunk> chunks;
+  std::vector<Active*> owners;
+  int64_t budget = kMaxPrefillTokens;
+  for (auto& a : active_) {
+    const auto& prompt = requests_[a->req].prompt_ids;
+    if (a->prefilled == prompt.size() || budget == 0) continue;
+    const size_t n = std::min<size_t>(prompt.size() - a->prefilled, static_cast<size_t>(budget));
+    SeqChunk c;
+    c.slot = a->slot;
+    c.start_pos = static_cast<int>(a->prefilled);
+    c.tokens.assign(prompt.begin() + a->prefilled, prompt.begin() + a->prefilled + n);
+    chunks.push_back(std::move(c));
+    owners.push_back(a.get());
+    budget -= static_cast<int64_t>(n);
+  }
+  bool want_logits = false;
+  for (Active* a : owners) want_logits = want_logits || needs_logits(*a);
+  std::vector<float> logits(want_logits ? chunks.size() * vocab_ : 0);
+  std::vector<int32_t> argmax(chunks.size());
+  const auto t0 = Clock::now();
+  runner_.forward(chunks, want_logits ? logits.data() : nullptr, argmax.data());
+  stats_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  for (size_t i = 0; i < owners.size(); ++i) {
+    Active& a = *owners[i];
+    a.prefilled += chunks[i].tokens.size();
+    stats_.prefill_tokens += static_cast<int64_t>(chunks[i].tokens.size());
+    if (a.prefilled == requests_[a.req].prompt_ids.size())
+      take_token(a, want_logits ? logits.data() + i * vocab_ : nullptr, argmax[i]);
+  }
+}
+
+void Generator::step_decode() {
+  std::vector<SeqChunk> chunks;
+  bool want_logits = false;
+  for (auto& a : active_) {
+    SeqChunk c;
+    c.slot = a->slot;
+    c.start_pos = static_cast<int>(requests_[a->req].prompt_ids.size() + a->output.size() - 1);
+    c.tokens = {a->output.back()};
+    chunks.push_back(std::move(c));
+    want_logits = want_logits || needs_logits(*a);
+  }
+  std::vector<float> logits(want_logits ? chunks.size() * vocab_ : 0);
+  std::vector<int32_t> argmax(chunks.size());
+  const auto t0 = Clock::now();
+  runner_.forward(chunks, want_logits ? logits.data() : nullptr, argmax.data());
+  stats_.decode_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.decode_tokens += static_cast<int64_t>(chunks.size());
+  std::vector<Active*> owners;
+  for (auto& a : active_) owners.push_back(a.get());
+  for (size_t i = 0; i < owners.size(); ++i) take_token(*owners[i], want_logits ? logits.data() + i * vocab_ : nullptr, argmax[i]);
+}
+
+void Generator::take_token(Active& a, const float* logits_row, int32_t argmax) {
+  const GenerationRequest& r = requests_[a.req];
+  const SamplingParams& p = r.params;
+  int32_t token = argmax;
+  if (logits_row && needs_logits(a)) {
+    std::vector<float> row(logits_row, logits_row + vocab_);
+    if (p.repetition_penalty != 1.0f) {
+      std::vector<int32_t> seen = r.prompt_ids;
+      seen.insert(seen.end(), a.output.begin(), a.output.end());
+      apply_repetition_penalty(row.data(), vocab_, seen, p.repetition_penalty);
+    }
+    if (static_cast<int>(a.output.size()) < p.min_new_tokens)
+      for (int32_t id : eos_)
+        if (id >= 0 && id < vocab_) row[id] = -INFINITY;
+    token = sample_token(row.data(), vocab_, p, counter_uniform(p.seed, a.req, a.output.size()));
+  }
+  a.output.push_back(token);
+  if (!p.ignore_eos && eos_.count(token)) {
+    finish(a, "eos");
+    return;
+  }
+  const size_t old_size = a.text.size();
+  a.text += a.decoder->push(token);
+  const size_t stop_at = find_stop_string(a.text, old_size, p.stop);
+  if (stop_at != std::string::npos) {
+    a.text.resize(stop_at);
+    finish(a, "stop");
+    return;
+  }
+  if (static_cast<int>(a.output.size()) >= p.max_new_tokens) {
+    finish(a, "length");
+    return;
+  }
+  stream(a, a.text.size() - stop_string_holdback(a.text, p.stop));
+}
+
+void Generator::stream(Active& a, size_t upto) {
+  if (upto > a.streamed) {
+    if (cb_.on_text) cb_.on_text(a.req, a.text.substr(a.streamed, upto - a.streamed));
+    a.streamed = upto;
+  }
+}
+
+void Generator::finish(Active& a, const std::string& reason) {
+  std::string why = reason;
+  if (why != "stop") {
+    // Text the decoder held back (an incomplete UTF-8 tail) may still complete a stop string.
+    const size_t old_size = a.text.size();
+    a.text += a.decoder->flush();
+    const size_t stop_at = find_stop_string(a.text, old_size, requests_[a.req].params.stop);
+    if (stop_at != std::string::npos) {
+      a.text.resize(stop_at);
+      why = "stop";
+    }
+  }
+  stream(a, a.text.size());
+  GenerationResult& res = results_[a.req];
+  res.output_ids = a.output;
+  res.text = a.text;
+  res.finish_reason = why;
+  if (cb_.on_done) cb_.on_done(a.req, res);
+}
+
+std::vector<GenerationResult> Generator::run(GenerationStats* stats) {
+  validate();
+  for (size_t i = 0; i < requests_.size(); ++i) waiting_.push_back(i);
+  for (int s = runner_.max_batch() - 1; s >= 0; --s) free_slots_.push_back(s);
+  while (!waiting_.empty() || !active_.empty()) {
+    admit();
+    if (active_.empty()) continue;
+    bool prefill_pending = false;
+    for (auto& a : active_) prefill_pending = prefill_pending || a->prefilled < requests_[a->req].prompt_ids.size();
+    if (prefill_pending) step_prefill();
+    else step_decode();
+    // Retire finished requests (their results are complete) and free their slots.
+    for (size_t i = 0; i < active_.size();) {
+      if (!results_[active_[i]->req].finish_reason.empty()) {
+        free_slots_.push_back(active_[i]->slot);
+        active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  if (stats) *stats = stats_;
+  return std::move(results_);
+}
+
+}  // namespace
+
+std::vector<GenerationResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,
+                                       const std::vector<GenerationRequest>& requests, const GenerateCallbacks& callbacks,
+                                       GenerationStats* stats) {
+  Generator g(runner, tokenizer, requests, callbacks);
+  return g.run(stats);
+}
+
+}  // namespace tpshard

@@ -1,0 +1,58 @@
+// rope.cpp: rotary frequencies (transformers' modeling_rope_utils.py formulas) and rotate_half.
+#include "runtime/rope.h"
+
+#include <cmath>
+#include <string>
+
+#include "format/error.h"
+
+namespace tpshard {
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int64_t dim = c.rotary_ndims;
+  TPS_CHECK(dim > 0 && dim <= c.head_dim && dim % 2 == 0,
+            "model config: rotary_ndims " + std::to_string(dim) + " must be even and in (0, head_dim=" +
+                std::to_string(c.head_dim) + "]",
+            "check rotary_pct / partial_rotary_factor in config.json and re-run tpshard convert");
+  std::vector<float> inv(static_cast<size_t>(dim / 2));
+  const float base = static_cast<float>(c.rope_theta);
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all f32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    inv[i] = 1.0f / std::pow(base, exponent);
+  }
+  if (c.rope_type == RopeType::Linear) {
+    for (float& f : inv) f = f / static_cast<float>(c.rope_factor);
+  } else if (c.rope_type == RopeType::Llama3) {
+    const float factor = static_cast<float>(c.rope_factor);
+    const float low = static_cast<float>(c.rope_low_freq_factor);
+    const float high = static_cast<float>(c.rope_high_freq_factor);
+    const float old_len = static_cast<float>(c.rope_original_max_position_embeddings);
+    const float low_freq_wavelen = old_len / low;
+    const float high_freq_wavelen = old_len / high;
+    for (float& f : inv) {
+      const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+      float scaled = wavelen > low_freq_wavelen ? f / factor : f;  // low frequencies: divided by factor
+      const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+      if (medium) {
+        const float smooth = (old_len / wavelen - low) / (high - low);
+        scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv;
+}
+
+void apply_rotary(float* x, int pos, const std::vector<float>& inv_freq) {
+  const size_t half = inv_freq.size();
+  for (size_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    const float cs = std::cos(angle), sn = std::sin(angle);
+    const float a = x[i], b = x[i + half];
+    x[i] = a * cs - b * sn;
+    x[i + half] = b * cs + a * sn;
+  }
+}
+
+}  // namespace tpshard

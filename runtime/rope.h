@@ -1,0 +1,21 @@
+// rope.h: rotary position embedding frequencies, computed on the host for every backend.
+// Formulas follow transformers' modeling_rope_utils.py: _compute_default_rope_parameters,
+// _compute_linear_scaling_rope_parameters and _compute_llama3_parameters (all in float32, like torch).
+#pragma once
+#include <vector>
+
+#include "format/model_config.h"
+
+namespace tpshard {
+
+/// inv_freq[i] for i in [0, rotary_ndims / 2): 1 / rope_theta^(2i / rotary_ndims), then scaled per
+/// rope_type (Linear: / factor; Llama3: wavelength-dependent smoothing). f32, like transformers.
+/// Throws Error when rotary_ndims is odd or not in (0, head_dim].
+std::vector<float> rope_inv_freq(const ModelConfig& c);
+
+/// Apply HF rotate_half rotary in place to one head vector x[head_dim] at position pos:
+/// for i < d/2 (d = 2 * inv_freq.size()): a = x[i], b = x[i + d/2], angle = pos * inv_freq[i] (f32),
+/// x[i] = a cos - b sin, x[i + d/2] = b cos + a sin. Dims >= d are unchanged (partial rotary).
+void apply_rotary(float* x, int pos, const std::vector<float>& inv_freq);
+
+}  // namespace tpshard

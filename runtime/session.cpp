@@ -1,0 +1,154 @@
+// session.cpp: run_on_ranks. CPU: load the manifest, start tp_size threads, each opening only its own
+// shard, building a ThreadComm + ThreadPool + CPU runner, then calling fn. A failure on one rank aborts
+// the thread group, so ranks blocked in a collective wake up instead of deadlocking; the first error is
+// rethrown. CUDA (TPSHARD_HAVE_CUDA): delegated to tpshard::cuda::run_cuda_worker.
+#include "runtime/session.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "format/error.h"
+#include "format/shard_file.h"
+#include "runtime/cpu/cpu_runner.h"
+#include "runtime/cpu/cpu_weights.h"
+#include "runtime/cpu/thread_comm.h"
+#include "runtime/cpu/thread_pool.h"
+#if TPSHARD_HAVE_CUDA && TPSHARD_RUNTIME_CUDA_SESSION
+#include "runtime/cuda/cuda_session.h"
+#endif
+
+namespace tpshard {
+
+namespace {
+
+/// The tokenizer of a model dir, or nullptr when the directory has no tokenizer file.
+std::unique_ptr<Tokenizer> load_tokenizer_if_present(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(fs::path(dir) / "tokenizer.json") && !fs::exists(fs::path(dir) / "tokenizer.model")) return nullptr;
+  return Tokenizer::load(dir);
+}
+
+void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
+  const Manifest manifest = load_manifest(opts.model_dir);
+  const std::vector<ManifestShard>& shards = shards_for(manifest, opts.tp_size, opts.model_dir);
+  const ModelConfig& config = manifest.model;
+  const TpLayout layout = make_tp_layout(config, opts.tp_size);
+  const int max_seq_len = effective_max_seq_len(opts, config);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_if_present(opts.model_dir);
+  const int threads = opts.cpu_threads > 0 ? opts.cpu_threads : ThreadPool::default_threads_per_rank(opts.tp_size);
+  if (!opts.quiet)
+    std::fprintf(stderr, "tprun: backend cpu (fp32), tp_size %d, %d thread%s per rank\n", opts.tp_size, threads,
+                 threads == 1 ? "" : "s");
+
+  auto group = std::make_shared<ThreadGroup>(opts.tp_size);
+  std::mutex error_mutex;
+  std::exception_ptr first_error;
+  auto rank_main = [&](int rank) {
+    try {
+      const ManifestShard& ms = shards.at(rank);
+      const std::string path = (std::filesystem::path(opts.model_dir) / ms.file).string();
+      struct stat st;
+      TPS_CHECK(::stat(path.c_str(), &st) == 0,
+                path + ": shard of tp_rank " + std::to_string(rank) + " (tp_size " + std::to_string(opts.tp_size) +
+                    ") is missing",
+                "re-run tpshard convert with --tp " + std::to_string(opts.tp_size) + " or restore the file");
+      TPS_CHECK(static_cast<uint64_t>(st.st_size) == ms.bytes,
+                path + ": size " + std::to_string(st.st_size) + " bytes differs from the manifest's " +
+                    std::to_string(ms.bytes),
+                "the shard is truncated or from another conversion; run tpshard verify, then re-convert");
+      ShardReader reader(path);
+      TPS_CHECK(static_cast<int>(reader.header().tp_rank) == rank &&
+                    static_cast<int>(reader.header().tp_size) == opts.tp_size,
+                path + ": header says tp_rank " + std::to_string(reader.header().tp_rank) + " of " +
+                    std::to_string(reader.header().tp_size) + ", manifest says " + std::to_string(rank) + " of " +
+                    std::to_string(opts.tp_size),
+                "the model directory is inconsistent; re-run tpshard convert");
+      ThreadComm comm(group, rank);
+      ThreadPool pool(threads);
+      cpu::ModelWeights weights = cpu::load_weights(reader, config, layout, opts.verify_hashes);
+      cpu::CpuRunnerOptions ro;
+      ro.max_batch = opts.max_batch;
+      ro.max_seq_len = max_seq_len;
+      std::unique_ptr<ModelRunner> runner = cpu::make_cpu_runner(config, std::move(weights), comm, pool, ro);
+      RankContext ctx;
+      ctx.tp_rank = rank;
+      ctx.tp_size = opts.tp_size;
+      ctx.device = Device::Cpu;
+      ctx.manifest = &manifest;
+      ctx.runner = runner.get();
+      ctx.comm = &comm;
+      ctx.tokenizer = tokenizer.get();
+      fn(ctx);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      // Errors raised because another rank aborted the group are consequences, not causes.
+      if (!group->aborted() && !first_error) first_error = std::current_exception();
+      group->abort("tp_rank " + std::to_string(rank) + " failed: " + e.what());
+    }
+  };
+  std::vector<std::thread> ranks;
+  for (int r = 1; r < opts.tp_size; ++r) ranks.emplace_back(rank_main, r);
+  rank_main(0);
+  for (auto& t : ranks) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+}  // namespace
+
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::Auto: return "auto";
+    case Device::Cpu: return "cpu";
+    case Device::Cuda: return "cuda";
+  }
+  return "?";
+}
+
+Device resolve_device(Device d) {
+  if (d != Device::Auto) return d;
+#if TPSHARD_HAVE_CUDA && TPSHARD_RUNTIME_CUDA_SESSION
+  if (cuda::cuda_device_count() > 0) return Device::Cuda;
+#endif
+  return Device::Cpu;
+}
+
+int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config) {
+  const int64_t model_max = config.max_position_embeddings;
+  if (opts.max_seq_len <= 0) return static_cast<int>(model_max > 0 ? std::min<int64_t>(model_max, 2048) : 2048);
+  TPS_CHECK(model_max <= 0 || opts.max_seq_len <= model_max,
+            "--max-seq-len " + std::to_string(opts.max_seq_len) + " exceeds the model's max_position_embeddings " +
+                std::to_string(model_max),
+            "pass --max-seq-len " + std::to_string(model_max) + " or less");
+  return opts.max_seq_len;
+}
+
+void run_on_ranks(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
+  TPS_CHECK(opts.tp_size >= 1, "--tp " + std::to_string(opts.tp_size) + " is not positive", "pass --tp 1 or more");
+  const Device device = resolve_device(opts.device);
+  if (device == Device::Cuda) {
+#if TPSHARD_HAVE_CUDA && TPSHARD_RUNTIME_CUDA_SESSION
+    SessionOptions o = opts;
+    o.device = Device::Cuda;
+    const bool quiet = opts.quiet;
+    cuda::run_cuda_worker(o, [&](RankContext& ctx) {
+      if (!quiet && ctx.tp_rank == 0) std::fprintf(stderr, "tprun: backend cuda, tp_size %d\n", ctx.tp_size);
+      fn(ctx);
+    });
+    return;
+#else
+    throw Error("--device cuda: this tprun was built without the CUDA backend",
+                "use --device cpu, or rebuild with -DTPSHARD_CUDA=ON on a machine with the CUDA toolkit");
+#endif
+  }
+  run_cpu(opts, fn);
+}
+
+}  // namespace tpshard

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Make the tiny random-weight Hugging Face checkpoints used as test fixtures, each with a
+reference.json of transformers outputs (last-position logits and greedy continuations).
+
+Usage: make_tiny_fixtures.py OUT_ROOT      (the repository uses OUT_ROOT = tests/fixtures)
+
+Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
+tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2. Deterministic for a given torch version
+(torch.manual_seed per fixture). Every parameter, including norm weights and biases, is
+perturbed with normal noise after init, so a wrong tensor mapping cannot pass a test.
+reference.json: {"prompts": [[ids] x4, lengths 1, 5, 11, 23],
+                 "last_logits": [[vocab_size floats] per prompt]  (fp32, each prompt alone),
+                 "greedy": [[16 new ids] per prompt]  (argmax decoding, each prompt alone,
+                            never stops at EOS), "greedy_min_margin": smallest top1 - top2
+                            logit gap seen while decoding (>= MIN_MARGIN), "seed",
+                            "transformers_version", "torch_version"}
+"""
+import argparse
+import json
+import os
+import shutil
+
+import torch
+
+PROMPT_LENGTHS = [1, 5, 11, 23]
+GREEDY_NEW_TOKENS = 16
+VOCAB = 1000  # not a multiple of 8: exercises vocab padding at tp_size 3 and 8
+MIN_MARGIN = 0.02  # smallest accepted top1 - top2 logit gap during greedy decoding
+MAX_SEED_TRIES = 50
+
+
+def neox_config(parallel):
+    from transformers import GPTNeoXConfig
+    return GPTNeoXConfig(
+        hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=256,
+        vocab_size=VOCAB, rotary_pct=0.25 if parallel else 1.0,
+        use_parallel_residual=parallel, tie_word_embeddings=False,
+        hidden_act="gelu" if parallel else "gelu_fast", max_position_embeddings=128)
+
+
+def llama_config(llama3_rope):
+    from transformers import LlamaConfig
+    kw = dict(hidden_size=64, num_attention_heads=8, num_hidden_layers=2, intermediate_size=160,
+              vocab_size=VOCAB, rms_norm_eps=1e-5, max_position_embeddings=128)
+    if llama3_rope:
+        return LlamaConfig(**kw, num_key_value_heads=4, tie_word_embeddings=False,
+                           rope_theta=500000.0,
+                           rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 32})
+    return LlamaConfig(**kw, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=10000.0)
+
+
+def qwen2_config():
+    from transformers import Qwen2Config
+    return Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                       num_hidden_layers=2, intermediate_size=128, vocab_size=VOCAB,
+                       tie_word_embeddings=False, max_position_embeddings=128,
+                       rms_norm_eps=1e-6, rope_theta=1000000.0)
+
+
+def make_model(config, seed):
+    """Random init, then every parameter += normal noise: 1-D (norm weights, biases) std 0.1,
+    so norm weights are ~1 +- 0.1 and biases are non-zero; matrices std 1/sqrt(fan_in), so each
+    layer changes the residual stream substantially; the embedding / lm_head std 3/sqrt(hidden),
+    so logits spread over several units and greedy choices are not near-ties."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if p.dim() == 1:
+                std = 0.1
+            elif "embed" in name or "lm_head" in name:
+                std = 3.0 / p.shape[1] ** 0.5
+            else:
+                std = 1.0 / p.shape[1] ** 0.5
+            p.add_(torch.randn(p.shape, dtype=p.dtype) * std)
+    return model.eval()
+
+
+def greedy(model, ids, n_new):
+    """Argmax decoding with full recompute at each step (no EOS stop). Returns (new ids,
+    smallest top1-top2 logit margin)."""
+    seq = list(ids)
+    margin = float("inf")
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = model(torch.tensor([seq])).logits[0, -1].float()
+            top = torch.topk(logits, 2)
+            margin = min(margin, float(top.values[0] - top.values[1]))
+            seq.append(int(top.indices[0]))
+    return seq[len(ids):], margin
+
+
+def reference(model, vocab_size, seed):
+    import transformers
+    g = torch.Generator().manual_seed(1000 + seed)
+    prompts = [torch.randint(0, vocab_size, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
+    ref = {"prompts": prompts, "last_logits": [], "greedy": [], "greedy_min_margin": None,
+           "transformers_version": transformers.__version__, "torch_version": torch.__version__}
+    margins = []
+    with torch.no_grad():
+        for p in prompts:
+            logits = model(torch.tensor([p])).logits[0, -1].float()
+            ref["last_logits"].append([float(x) for x in logits.tolist()])
+            new, m = greedy(model, p, GREEDY_NEW_TOKENS)
+            # Cross-check against transformers' own greedy generate (kv_cache path).
+            out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=GREEDY_NEW_TOKENS,
+                                 eos_token_id=None, pad_token_id=0)
+            gen = out[0, len(p):].tolist()
+            if gen != new:
+                print(f"  warning: generate() {gen} differs from argmax loop {new}")
+            ref["greedy"].append(new)
+            margins.append(m)
+    ref["greedy_min_margin"] = min(margins)
+    return ref
+
+
+def save(model, out_dir, ref=None, **save_kw):
+    if os.path.isdir(out_dir):
+        shutil.rmtree(out_dir)
+    model.save_pretrained(out_dir, safe_serialization=True, **save_kw)
+    if ref is not None:
+        with open(os.path.join(out_dir, "reference.json"), "w") as f:
+            json.dump(ref, f)
+    for name in os.listdir(out_dir):
+        os.chmod(os.path.join(out_dir, name), 0o644)
+    size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in os.listdir(out_dir))
+    print(f"wrote {out_dir}: {sorted(os.listdir(out_dir))}, {size / 1024:.0f} KiB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_root")
+    args = ap.parse_args()
+    os.makedirs(args.out_root, exist_ok=True)
+    path = lambda name: os.path.join(args.out_root, name)
+
+    fixtures = [
+        ("tiny-gpt-neox-par", neox_config(parallel=True), 100),
+        ("tiny-gpt-neox-seq", neox_config(parallel=False), 200),
+        ("tiny-llama", llama_config(llama3_rope=False), 300),
+        ("tiny-llama3-rope", llama_config(llama3_rope=True), 400),
+        ("tiny-qwen2", qwen2_config(), 500),
+    ]
+    for name, config, first_seed in fixtures:
+        # Take the first seed whose greedy decoding has no near-tie (top1 - top2 logit gap
+        # >= MIN_MARGIN at every step), so a correct fp32 runtime reproduces it exactly.
+        for seed in range(first_seed, first_seed + MAX_SEED_TRIES):
+            model = make_model(config, seed)
+            ref = reference(model, config.vocab_size, seed)
+            ok = ref["greedy_min_margin"] >= MIN_MARGIN
+            if ok and name == "tiny-llama":
+                # bf16 copy; its reference is the bf16 weights upcast to fp32, run in fp32.
+                model_bf16 = make_model(config, seed).to(torch.bfloat16)
+                model_up = make_model(config, seed)
+                model_up.load_state_dict({k: v.float() for k, v in model_bf16.state_dict().items()})
+                ref_bf16 = reference(model_up, config.vocab_size, seed)
+                ok = ref_bf16["greedy_min_margin"] >= MIN_MARGIN
+            if ok:
+                break
+        else:
+            raise SystemExit(f"{name}: no seed in {MAX_SEED_TRIES} tries gives margin >= {MIN_MARGIN}")
+        ref["seed"] = seed
+        print(f"{name}: seed {seed}, greedy_min_margin {ref['greedy_min_margin']:.4g}")
+        save(model, path(name), ref)
+
+        if name == "tiny-llama":
+            # Same weights in 3 safetensors files + model.safetensors.index.json.
+            save(model, path("tiny-llama-sharded"), ref, max_shard_size="200KB")
+            n_files = len([n for n in os.listdir(path("tiny-llama-sharded")) if n.endswith(".safetensors")])
+            if n_files != 3:
+                raise SystemExit(f"tiny-llama-sharded: expected 3 shard files, got {n_files}")
+            ref_bf16["seed"] = seed
+            print(f"tiny-llama-bf16: seed {seed}, greedy_min_margin {ref_bf16['greedy_min_margin']:.4g}")
+            save(model_bf16, path("tiny-llama-bf16"), ref_bf16)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+// test_batch_job.cpp: resumable batch jobs end to end on the fake model: an eval run killed mid-way,
+// with a torn last line added, then rerun, ends with the same predictions file and scores as an
+// uninterrupted run; generate --input/--output lines and bad-record handling.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "eval/fewshot_prompt.h"
+#include "eval/generate_jsonl.h"
+#include "eval/resumable_jsonl.h"
+#include "eval/triviaqa_eval.h"
+#include "format/error.h"
+#include "tests/eval/fake_model.h"
+
+using namespace tpshard;
+using namespace tpshard::eval;
+
+namespace {
+const std::string kData = TPSHARD_TEST_FIXTURES "/triviaqa/validation_sample.hf_layout.jsonl";
+
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("tpshard_test_eval_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string p = (dir / name).string();
+  std::filesystem::remove(p);
+  std::filesystem::remove(p + ".summary.json");
+  return p;
+}
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+size_t count_lines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+RankContext make_ctx(ModelRunner& runner, const Tokenizer& tok) {
+  RankContext ctx;
+  ctx.runner = &runner;
+  ctx.tokenizer = &tok;
+  return ctx;
+}
+
+/// What the fake model generates after `prompt_ids`, cut as generate() cuts it (EOS, length, and with
+/// stop_at_newline the "\n" stop string).
+std::string expected_generation(std::vector<int32_t> ids, int max_new_tokens, bool stop_at_newline) {
+  std::string text;
+  for (int i = 0; i < max_new_tokens; ++i) {
+    int32_t next = test::fake_next_token(ids.back(), static_cast<int64_t>(ids.size()) - 1);
+    if (next == test::ByteTokenizer::kEos || (stop_at_newline && next == '\n')) break;
+    text.push_back(static_cast<char>(next));
+    ids.push_back(next);
+  }
+  return text;
+}
+}  // namespace
+
+TEST_CASE("triviaqa eval: a killed run, resumed, ends identical to an uninterrupted run") {
+  test::ByteTokenizer tok;
+  TriviaQaOptions o;
+  o.data_path = kData;
+  o.shots = 5;
+  o.batch_size = 4;
+  o.max_new_tokens = 12;
+  o.progress_interval_s = 1e9;
+
+  // Uninterrupted.
+  test::FakeRunner runner_a(/*max_batch=*/3);
+  RankContext ctx_a = make_ctx(runner_a, tok);
+  o.output_path = temp_path("full.jsonl");
+  TriviaQaSummary full = run_triviaqa_eval(ctx_a, o);
+  const std::string full_text = slurp(o.output_path);
+  CHECK(full.questions == 27);  // 32 records - 5 shots
+  CHECK(full.scores.n == 27);
+  CHECK(full.generated == 27);
+  CHECK(count_lines(full_text) == 27);
+
+  // Every line: the answer the fake model must give, scored against the record's aliases.
+  auto data = load_triviaqa(kData);
+  std::vector<TriviaQaRecord> shots(data.records.begin(), data.records.begin() + 5);
+  std::istringstream lines(full_text);
+  std::string line;
+  size_t i = 5;
+  double em_sum = 0, f1_sum = 0;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    const TriviaQaRecord& rec = data.records[i++];
+    CHECK(j["id"] == rec.id);  // input order
+    std::string gen = expected_generation(tok.encode(build_fewshot_prompt(shots, rec.question), true), 12, true);
+    CHECK(j["prediction"] == extract_answer(gen));
+    CHECK(j["answers"] == rec.ground_truths);
+    em_sum += j["exact_match"].get<double>();
+    f1_sum += j["f1"].get<double>();
+  }
+  CHECK(full.scores.exact_match == doctest::Approx(em_sum / 27));
+  CHECK(full.scores.f1 == doctest::Approx(f1_sum / 27));
+  auto summary_json = nlohmann::json::parse(slurp(o.output_path + ".summary.json"));
+  CHECK(summary_json["n"] == 27);
+  CHECK(summary_json["exact_match"].get<double>() == doctest::Approx(full.scores.exact_match));
+
+  // Killed in the middle of a batch, then a torn line appended (a write cut short).
+  test::FakeRunner runner_b(3);
+  runner_b.fail_after_forwards = runner_a.forwards / 2;
+  RankContext ctx_b = make_ctx(runner_b, tok);
+  o.output_path = temp_path("resumed.jsonl");
+  CHECK_THROWS_WITH(run_triviaqa_eval(ctx_b, o), "simulated kill");
+  const size_t written = count_lines(slurp(o.output_path));
+  CHECK(written > 0);
+  CHECK(written < 27);
+  CHECK(written % 4 == 0);  // whole batches only
+  { std::ofstream(o.output_path, std::ios::app | std::ios::binary) << "{\"id\": \"lf_00"; }
+
+  test::FakeRunner runner_c(3);
+  RankContext ctx_c = make_ctx(runner_c, tok);
+  TriviaQaSummary resumed = run_triviaqa_eval(ctx_c, o);
+  CHECK(resumed.already_done == written);
+  CHECK(resumed.generated == 27 - written);
+  CHECK(slurp(o.output_path) == full_text);
+  CHECK(resumed.scores.n == 27);
+  CHECK(resumed.scores.exact_match == full.scores.exact_match);
+  CHECK(resumed.scores.f1 == full.scores.f1);
+
+  // A third run has nothing left to do and leaves the file as it is.
+  test::FakeRunner runner_d(3);
+  RankContext ctx_d = make_ctx(runner_d, tok);
+  TriviaQaSummary again = run_triviaqa_eval(ctx_d, o);
+  CHECK(again.generated == 0);
+  CHECK(runner_d.forwards == 0);
+  CHECK(slurp(o.output_path) == full_text);
+  CHECK(score_predictions_file(o.output_path).n == 27);
+}
+
+TEST_CASE("triviaqa eval: --shots-from, --limit") {
+  test::ByteTokenizer tok;
+  test::FakeRunner runner(8);
+  RankContext ctx = make_ctx(runner, tok);
+  TriviaQaOptions o;
+  o.data_path = kData;
+  o.shots_from = TPSHARD_TEST_FIXTURES "/triviaqa/triviaqa_sample.official.json";
+  o.shots = 1;
+  o.limit = 6;
+  o.output_path = temp_path("limit.jsonl");
+  o.summary_path = temp_path("limit.summary.json");
+  o.progress_interval_s = 1e9;
+  TriviaQaSummary s = run_triviaqa_eval(ctx, o);
+  CHECK(s.questions == 6);
+  CHECK(s.scores.n == 6);
+  auto first = nlohmann::json::parse(slurp(o.output_path).substr(0, slurp(o.output_path).find('\n')));
+  CHECK(first["id"] == "lf_0000");  // with --shots-from nothing of --data is used as a shot
+  CHECK(std::filesystem::exists(o.summary_path));
+  o.shots = 2;  // the official sample holds one record
+  CHECK_THROWS_AS(run_triviaqa_eval(ctx, o), Error);
+}
+
+TEST_CASE("generate --input/--output: lines, default ids, per-line options, bad records") {
+  test::ByteTokenizer tok;
+  test::FakeRunner runner(2);
+  RankContext ctx = make_ctx(runner, tok);
+  const std::string in = temp_path("prompts.jsonl");
+  std::ofstream(in) << "{\"id\": \"x\", \"prompt\": \"Hello\"}\n"
+                       "{\"prompt\": \"Hi\", \"max_new_tokens\": 3}\n"
+                       "\n"
+                       "{\"prompt_ids\": [104, 105], \"stop\": \"zo\"}\n";
+  const std::string out = temp_path("gen.jsonl");
+  SamplingParams defaults;
+  defaults.max_new_tokens = 8;
+  run_generate_jsonl(ctx, in, out, defaults, 2);
+  std::istringstream lines(slurp(out));
+  std::vector<nlohmann::json> js;
+  for (std::string l; std::getline(lines, l);) js.push_back(nlohmann::json::parse(l));
+  REQUIRE(js.size() == 3);
+  CHECK(js[0]["id"] == "x");
+  CHECK(js[1]["id"] == 2);  // the line number
+  CHECK(js[2]["id"] == 4);
+  CHECK(js[0]["prompt"] == "Hello");
+  CHECK(js[2]["prompt"] == "hi");
+  CHECK(js[0]["text"] == expected_generation(tok.encode("Hello", true), 8, false));
+  CHECK(js[1]["text"] == expected_generation(tok.encode("Hi", true), 3, false));
+  CHECK(js[0]["prompt_tokens"] == 6);
+  CHECK(js[2]["prompt_tokens"] == 2);
+  for (const auto& j : js) {
+    CHECK(j["output_ids"].is_array());
+    CHECK(j["finish_reason"].is_string());
+  }
+  // "hi" at positions 0,1: 'i'(105)+1 = 106 % 28 = 22 -> 'w'; then 'w'(119)+2 = 121 % 28 = 9 -> 'j';
+  // 'j'(106)+3 = 109 % 28 = 25 -> 'z'; 'z'(122)+4 = 126 % 28 = 14 -> 'o': "wjzo" holds the stop "zo".
+  CHECK(js[2]["text"] == "wj");
+  CHECK(js[2]["finish_reason"] == "stop");
+
+  const std::string bad = temp_path("bad_prompts.jsonl");
+  std::ofstream(bad) << "{\"id\": 1, \"prompt\": \"ok\"}\n{\"id\": 2}\n{\"id\": 3, \"prompt\": \"ok\", \"top_k\": \"x\"}\n"
+                        "{\"id\": 1, \"prompt\": \"dup\"}\n";
+  const std::string bad_out = temp_path("bad_out.jsonl");
+  try {
+    run_generate_jsonl(ctx, bad, bad_out, defaults, 2);
+    FAIL("expected an Error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == bad + ":2: no \"prompt\" (string) or \"prompt_ids\" (list)");
+  }
+  GenerateJsonlOptions skip;
+  skip.on_bad_record = BadRecordPolicy::Skip;
+  run_generate_jsonl(ctx, bad, bad_out, defaults, 2, skip);
+  CHECK(count_lines(slurp(bad_out)) == 1);
+}

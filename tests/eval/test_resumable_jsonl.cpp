@@ -1,0 +1,98 @@
+// test_resumable_jsonl.cpp: the results file: torn-line cutting, appends, the final reorder, and the
+// progress line's figures.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "eval/progress.h"
+#include "eval/resumable_jsonl.h"
+#include "format/error.h"
+
+using namespace tpshard::eval;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("tpshard_test_eval_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string p = (dir / name).string();
+  std::filesystem::remove(p);
+  return p;
+}
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+}  // namespace
+
+TEST_CASE("id_key keeps the JSON type") {
+  CHECK(id_key(nlohmann::json("q1")) == "\"q1\"");
+  CHECK(id_key(nlohmann::json(7)) == "7");
+  CHECK(id_key(nlohmann::json("7")) != id_key(nlohmann::json(7)));
+}
+
+TEST_CASE("a missing file reads as empty; a torn last line is ignored, then cut by the writer") {
+  std::string p = temp_path("torn.jsonl");
+  CHECK(read_jsonl_results(p).lines.empty());
+  spit(p, "{\"id\":\"a\",\"x\":1}\n\n{\"id\":2,\"x\":2}\n{\"id\":\"c\",\"x\"");
+  JsonlContents c = read_jsonl_results(p);
+  CHECK(c.keys == std::vector<std::string>{"\"a\"", "2"});
+  CHECK(c.torn_bytes == 13);
+  {
+    ResumableJsonlWriter w(p);
+    CHECK(w.truncated_bytes() == 13);
+    CHECK(slurp(p) == "{\"id\":\"a\",\"x\":1}\n\n{\"id\":2,\"x\":2}\n");
+    w.append({"{\"id\":\"c\",\"x\":3}", "{\"id\":\"d\",\"x\":4}"});
+    w.append({});
+  }
+  CHECK(slurp(p) == "{\"id\":\"a\",\"x\":1}\n\n{\"id\":2,\"x\":2}\n{\"id\":\"c\",\"x\":3}\n{\"id\":\"d\",\"x\":4}\n");
+  ResumableJsonlWriter again(p);
+  CHECK(again.truncated_bytes() == 0);
+}
+
+TEST_CASE("a complete line that is not a results object is an error naming the line") {
+  std::string p = temp_path("corrupt.jsonl");
+  spit(p, "{\"id\":1}\nnot json\n");
+  try {
+    read_jsonl_results(p);
+    FAIL("expected an Error");
+  } catch (const tpshard::Error& e) {
+    CHECK(std::string(e.what()).rfind(p + ":2: not a results line", 0) == 0);
+  }
+}
+
+TEST_CASE("rewrite in input order; unknown ids keep their order at the end") {
+  std::string p = temp_path("order.jsonl");
+  spit(p, "{\"id\":3}\n{\"id\":\"x\"}\n{\"id\":1}\n{\"id\":\"y\"}\n{\"id\":2}\n");
+  rewrite_jsonl_in_order(p, {"1", "2", "3", "4"});
+  CHECK(slurp(p) == "{\"id\":1}\n{\"id\":2}\n{\"id\":3}\n{\"id\":\"x\"}\n{\"id\":\"y\"}\n");
+  CHECK(!std::filesystem::exists(p + ".tmp"));
+}
+
+TEST_CASE("progress: counts, rates and durations") {
+  CHECK(format_duration(7.2) == "7s");
+  CHECK(format_duration(245) == "4m05s");
+  CHECK(format_duration(3723) == "1h02m03s");
+  std::string p = temp_path("progress.txt");
+  std::FILE* f = std::fopen(p.c_str(), "w");
+  {
+    Progress prog("job", 10, 4, true, 0.0, f);
+    prog.advance(2, 50);
+    CHECK(prog.done() == 6);
+    CHECK(prog.tokens() == 50);
+    CHECK(prog.status_text().rfind("6/10  ", 0) == 0);
+    prog.advance(4, 10);
+    prog.finish();
+  }
+  std::fclose(f);
+  std::string text = slurp(p);
+  CHECK(text.rfind("job: resuming, 4 of 10 already done\njob: 6/10  ", 0) == 0);  // not a terminal: plain lines
+  CHECK(text.find("job: 10/10  ") != std::string::npos);
+  CHECK(text.find("ETA 0s\n") != std::string::npos);
+}

@@ -1,0 +1,104 @@
+// test_triviaqa_data.cpp: the TriviaQA readers on the committed fixtures (HF JSONL, the original
+// release JSON, llm-foundry JSONL) and the bad-record policy.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "eval/triviaqa_data.h"
+#include "format/error.h"
+
+using namespace tpshard::eval;
+
+namespace {
+const std::string kDir = TPSHARD_TEST_FIXTURES "/triviaqa/";
+
+bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / ("tpshard_test_eval_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / name).string();
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+}  // namespace
+
+TEST_CASE("HF rc.nocontext JSONL: 32 records in file order") {
+  auto r = load_triviaqa(kDir + "validation_sample.hf_layout.jsonl");
+  REQUIRE(r.records.size() == 32);
+  CHECK(r.warnings.empty());
+  CHECK(r.records[0].id == "lf_0000");
+  CHECK(r.records[0].question == "Who was the man behind The Chipmunks?");
+  CHECK(r.records[0].answer == "David Seville");
+  CHECK(r.records[0].ground_truths == std::vector<std::string>{"david seville"});
+  CHECK(r.records[31].id == "lf_0031");
+  CHECK(r.records[0].source == kDir + "validation_sample.hf_layout.jsonl:1");
+  // lf_0003: normalized_aliases first, then aliases whose normalization is new, then the value.
+  const auto& cb = r.records[3];
+  CHECK(cb.answer == "Campbell-Bannerman");
+  CHECK(has(cb.ground_truths, "campbellbannerman"));
+  CHECK(has(cb.ground_truths, "campbell bannerman"));
+  CHECK(!has(cb.ground_truths, "Campbell Bannerman"));  // same normalization as "campbell bannerman"
+}
+
+TEST_CASE("the same question in the HF layout and the original release layout") {
+  auto hf = load_triviaqa(kDir + "tc_33.hf_layout.derived.jsonl");
+  auto orig = load_triviaqa(kDir + "triviaqa_sample.official.json");
+  REQUIRE(hf.records.size() == 1);
+  REQUIRE(orig.records.size() == 1);
+  const auto& a = hf.records[0];
+  const auto& b = orig.records[0];
+  CHECK(a.id == "tc_33");
+  CHECK(b.id == "tc_33");
+  CHECK(a.question == "Which Lloyd Webber musical premiered in the US on 10th December 1993?");
+  CHECK(b.question == a.question);
+  CHECK(a.answer == "Sunset Boulevard");
+  CHECK(b.answer == "Sunset Boulevard");
+  CHECK(a.ground_truths == b.ground_truths);
+  CHECK(a.ground_truths ==
+        std::vector<std::string>{"west sunset boulevard", "sunset blvd", "sunset boulevard", "sunset bulevard"});
+  CHECK(b.source == kDir + "triviaqa_sample.official.json: Data[0]");
+}
+
+TEST_CASE("llm-foundry layout: question from the context, ids from line numbers") {
+  auto r = load_triviaqa(kDir + "llm-foundry_triviaqa_small.converted-layout.jsonl");
+  REQUIRE(r.records.size() == 32);
+  CHECK(r.records[0].id == "line-1");
+  CHECK(r.records[0].question == "Who was the man behind The Chipmunks?");
+  CHECK(r.records[1].answer == "Scorpio");
+  CHECK(has(r.records[1].ground_truths, "Skorpio"));
+}
+
+TEST_CASE("bad records: stop names file and line; skip warns and keeps the rest") {
+  std::string path = write_temp("bad.jsonl",
+                                "{\"question\": \"Q1?\", \"question_id\": \"a\", \"answer\": {\"value\": \"A1\"}}\n"
+                                "{\"question\": \"Q2?\", \"question_id\": \"b\"\n"
+                                "\n"
+                                "{\"question_id\": \"c\", \"answer\": {\"value\": \"A3\"}}\n"
+                                "{\"question\": \"Q4?\", \"question_id\": \"d\", \"answer\": {\"aliases\": []}}\n"
+                                "{\"question\": \"Q5?\", \"question_id\": \"a\", \"answer\": {\"value\": \"A5\"}}\n"
+                                "{\"question\": \"Q6?\", \"question_id\": \"f\", \"answer\": {\"aliases\": [\"A6\"]}}\n");
+  try {
+    load_triviaqa(path, BadRecordPolicy::Stop);
+    FAIL("expected an Error");
+  } catch (const tpshard::Error& e) {
+    CHECK(std::string(e.what()) == path + ":2: not valid JSON");
+  }
+  auto r = load_triviaqa(path, BadRecordPolicy::Skip);
+  REQUIRE(r.records.size() == 2);
+  CHECK(r.records[0].id == "a");
+  CHECK(r.records[1].id == "f");
+  CHECK(r.records[1].answer == "A6");
+  REQUIRE(r.warnings.size() == 4);
+  CHECK(r.warnings[0] == path + ":2: not valid JSON (skipped)");
+  CHECK(r.warnings[1].rfind(path + ":4: record has no question", 0) == 0);
+  CHECK(r.warnings[2].rfind(path + ":5: record 'd' has no answer", 0) == 0);
+  CHECK(r.warnings[3].rfind(path + ":6: duplicate question id 'a'", 0) == 0);
+  CHECK(parse_bad_record_policy("skip") == BadRecordPolicy::Skip);
+  CHECK_THROWS_AS(parse_bad_record_policy("ignore"), tpshard::Error);
+  CHECK_THROWS_AS(load_triviaqa(kDir + "no_such_file.jsonl"), tpshard::Error);
+}

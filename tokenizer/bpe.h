@@ -1,0 +1,76 @@
+// bpe.h: the BPE model of Hugging Face tokenizers (model.type "BPE"): vocab, rank-ordered merges,
+// byte_fallback, unk/fuse_unk, ignore_merges, and a per-thread word -> ids cache.
+// Works on one pre-tokenized word at a time; does not own normalization, splitting or added tokens.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tpshard {
+
+struct BpeOptions {
+  /// Words arrive as raw bytes and the vocab is written in the GPT-2 byte alphabet (a ByteLevel
+  /// pre-tokenizer is present); initial symbols are single bytes. Otherwise words are UTF-8 text
+  /// and initial symbols are characters.
+  bool byte_level = false;
+  bool byte_fallback = false;  ///< unknown characters become <0xXX> tokens (SentencePiece style)
+  bool fuse_unk = false;       ///< consecutive unknown characters give one unk id
+  bool ignore_merges = false;  ///< a word that is itself in the vocab is one token (Llama 3)
+  std::string unk_token;       ///< empty: unknown characters are dropped (as HF does without unk)
+};
+
+/// Per-thread cache of word -> ids for one BpeModel (words up to kMaxCachedWordBytes).
+struct BpeWordCache {
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<int32_t>> words;
+};
+
+class BpeModel {
+ public:
+  /// vocab: token string as in the file -> id. merges: (left, right) token strings, rank = index.
+  /// Throws Error when a merge names a token missing from the vocab.
+  BpeModel(std::unordered_map<std::string, int32_t> vocab,
+           const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts);
+
+  /// Append the ids of one word. Merging: repeatedly merge the adjacent pair of lowest rank
+  /// (leftmost on ties), as HF's BPE::merge_word does (Sennrich et al. 2016 applied by rank).
+  /// Short words: direct scan; long words: linked list + binary heap, O(n log n).
+  void encode_word(std::string_view word, std::vector<int32_t>& out, BpeWordCache* cache) const;
+
+  /// The calling thread's cache for this model (created on first use; a few models per thread).
+  BpeWordCache* thread_cache() const;
+
+  int32_t token_to_id(const std::string& token) const;  ///< -1 when absent
+  const std::string* id_to_token(int32_t id) const;     ///< nullptr when absent
+  int64_t size() const { return static_cast<int64_t>(id_to_token_.size()); }
+  const BpeOptions& options() const { return opts_; }
+
+  static constexpr size_t kMaxCachedWordBytes = 256;
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t new_id;
+  };
+  const Merge* find_merge(int32_t left, int32_t right) const;
+  void initial_symbols(std::string_view word, std::vector<int32_t>& syms) const;
+  void merge_small(std::vector<int32_t>& syms) const;
+  void merge_heap(std::vector<int32_t>& syms) const;
+
+  BpeOptions opts_;
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::unordered_map<uint64_t, Merge> merges_;
+  int32_t byte_ids_[256];            ///< byte_level: id of each single byte; -1 if absent
+  int32_t fallback_ids_[256];        ///< byte_fallback: id of <0xXX>; -1 if absent
+  std::unordered_map<uint32_t, int32_t> char_ids_;  ///< not byte_level: single-character tokens
+  std::unordered_map<std::string, int32_t> raw_vocab_;  ///< byte_level && ignore_merges: raw bytes -> id
+  int32_t unk_id_ = -1;
+  uint64_t serial_ = 0;
+};
+
+}  // namespace tpshard

@@ -1,0 +1,77 @@
+// config_files.cpp: reading tokenizer_config.json, special_tokens_map.json, generation_config.json
+// and config.json for the tokenizer's BOS/EOS facts.
+#include "tokenizer/config_files.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+
+namespace tpshard {
+namespace {
+
+nlohmann::json read_json_if_exists(const std::filesystem::path& p) {
+  if (!std::filesystem::exists(p)) return nullptr;
+  std::ifstream in(p);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(p.string() + ": not valid JSON (" + e.what() + ")", "re-download or regenerate the file");
+  }
+}
+
+// "bos_token": "<s>" or {"content": "<s>", ...} (transformers' AddedToken serialization).
+std::string token_content(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return {};
+  const auto& v = j.at(key);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v.at("content").is_string()) return v.at("content").get<std::string>();
+  return {};
+}
+
+void append_ids(const nlohmann::json& j, const char* key, std::vector<int32_t>& out) {
+  if (!j.is_object() || !j.contains(key)) return;
+  const auto& v = j.at(key);
+  auto add = [&](const nlohmann::json& x) {
+    if (!x.is_number_integer()) return;
+    const auto id = x.get<int32_t>();
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  };
+  if (v.is_array()) for (const auto& x : v) add(x);
+  else add(v);
+}
+
+}  // namespace
+
+TokenizerSideConfig read_side_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  TokenizerSideConfig c;
+  const auto tc = read_json_if_exists(fs::path(dir) / "tokenizer_config.json");
+  const auto stm = read_json_if_exists(fs::path(dir) / "special_tokens_map.json");
+  const auto gen = read_json_if_exists(fs::path(dir) / "generation_config.json");
+  const auto cfg = read_json_if_exists(fs::path(dir) / "config.json");
+  if (tc.is_object()) {
+    if (tc.contains("add_bos_token") && tc.at("add_bos_token").is_boolean()) c.add_bos_token = tc.at("add_bos_token").get<bool>();
+    if (tc.contains("add_eos_token") && tc.at("add_eos_token").is_boolean()) c.add_eos_token = tc.at("add_eos_token").get<bool>();
+    if (tc.contains("model_max_length") && tc.at("model_max_length").is_number()) {
+      const double m = tc.at("model_max_length").get<double>();
+      if (m > 0 && m < 1e18) c.model_max_length = static_cast<int64_t>(m);
+    }
+  }
+  c.bos_token = token_content(tc, "bos_token");
+  if (c.bos_token.empty()) c.bos_token = token_content(stm, "bos_token");
+  c.eos_token = token_content(tc, "eos_token");
+  if (c.eos_token.empty()) c.eos_token = token_content(stm, "eos_token");
+  append_ids(gen, "eos_token_id", c.eos_token_ids);
+  append_ids(cfg, "eos_token_id", c.eos_token_ids);
+  std::vector<int32_t> bos;
+  append_ids(gen, "bos_token_id", bos);
+  append_ids(cfg, "bos_token_id", bos);
+  if (!bos.empty()) c.bos_token_id = bos.front();
+  return c;
+}
+
+}  // namespace tpshard

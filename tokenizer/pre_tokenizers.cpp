@@ -1,0 +1,255 @@
+// pre_tokenizers.cpp: tokenizer.json pre-tokenizers (HF tokenizers src/pre_tokenizers semantics,
+// including SplitDelimiterBehavior of src/tokenizer/normalizer.rs).
+#include "tokenizer/pre_tokenizers.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/utf8.h"
+
+namespace tpshard {
+
+const char* const kGpt2SplitPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+namespace {
+
+enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+
+Behavior parse_behavior(const std::string& s) {
+  if (s == "Removed") return Behavior::Removed;
+  if (s == "Isolated") return Behavior::Isolated;
+  if (s == "MergedWithPrevious") return Behavior::MergedWithPrevious;
+  if (s == "MergedWithNext") return Behavior::MergedWithNext;
+  if (s == "Contiguous") return Behavior::Contiguous;
+  throw Error("tokenizer.json: unsupported Split behavior '" + s + "'",
+              "supported: Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+}
+
+struct Span {
+  size_t b, e;
+  bool is_match;
+};
+
+// Matches -> alternating (gap, match) spans covering s, then the behaviour, appended to out.
+void apply_behavior(const std::string& s, const std::vector<std::pair<size_t, size_t>>& matches, Behavior behavior,
+                    bool invert, std::vector<std::string>& out) {
+  std::vector<Span> spans;
+  size_t pos = 0;
+  for (const auto& [b, e] : matches) {
+    if (b > pos) spans.push_back({pos, b, invert});
+    spans.push_back({b, e, !invert});
+    pos = e;
+  }
+  if (pos < s.size()) spans.push_back({pos, s.size(), invert});
+
+  std::vector<std::pair<size_t, size_t>> res;
+  switch (behavior) {
+    case Behavior::Isolated:
+      for (const auto& sp : spans) res.emplace_back(sp.b, sp.e);
+      break;
+    case Behavior::Removed:
+      for (const auto& sp : spans)
+        if (!sp.is_match) res.emplace_back(sp.b, sp.e);
+      break;
+    case Behavior::MergedWithPrevious: {
+      bool prev_match = false;
+      for (const auto& sp : spans) {
+        if (sp.is_match && !prev_match && !res.empty()) res.back().second = sp.e;
+        else res.emplace_back(sp.b, sp.e);
+        prev_match = sp.is_match;
+      }
+      break;
+    }
+    case Behavior::MergedWithNext: {
+      bool prev_match = false;
+      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+        if (it->is_match && !prev_match && !res.empty()) res.back().first = it->b;
+        else res.emplace_back(it->b, it->e);
+        prev_match = it->is_match;
+      }
+      std::reverse(res.begin(), res.end());
+      break;
+    }
+    case Behavior::Contiguous: {
+      bool prev_match = false;
+      for (const auto& sp : spans) {
+        if (sp.is_match == prev_match && !res.empty()) res.back().second = sp.e;
+        else res.emplace_back(sp.b, sp.e);
+        prev_match = sp.is_match;
+      }
+      break;
+    }
+  }
+  for (const auto& [b, e] : res)
+    if (e > b) out.emplace_back(s, b, e - b);
+}
+
+// Each character for which pred holds is one match.
+void char_matches(const std::string& s, const std::function<bool(uint32_t)>& pred,
+                  std::vector<std::pair<size_t, size_t>>& m) {
+  m.clear();
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t b = i;
+    if (pred(utf8::next_cp(s, i))) m.emplace_back(b, i);
+  }
+}
+
+class ByteLevel : public PreTokenizer {
+ public:
+  ByteLevel(bool add_prefix_space, bool use_regex)
+      : add_prefix_space_(add_prefix_space), re_(use_regex ? std::make_unique<Regex>(kGpt2SplitPattern, "pre_tokenizer ByteLevel") : nullptr) {}
+  void split(std::vector<std::string>& pieces, bool) const override {
+    if (add_prefix_space_)
+      for (auto& p : pieces)
+        if (p.empty() || p[0] != ' ') p.insert(0, " ");
+    if (!re_) return;
+    std::vector<std::string> out;
+    std::vector<std::pair<size_t, size_t>> m;
+    for (const auto& p : pieces) {
+      re_->find_all(p, m);
+      apply_behavior(p, m, Behavior::Isolated, false, out);
+    }
+    pieces.swap(out);
+  }
+  bool is_byte_level() const override { return true; }
+
+ private:
+  bool add_prefix_space_;
+  std::unique_ptr<Regex> re_;
+};
+
+class Split : public PreTokenizer {
+ public:
+  Split(const std::string& pattern, Behavior b, bool invert) : re_(pattern, "pre_tokenizer Split"), behavior_(b), invert_(invert) {}
+  void split(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    std::vector<std::pair<size_t, size_t>> m;
+    for (const auto& p : pieces) {
+      re_.find_all(p, m);
+      apply_behavior(p, m, behavior_, invert_, out);
+    }
+    pieces.swap(out);
+  }
+
+ private:
+  Regex re_;
+  Behavior behavior_;
+  bool invert_;
+};
+
+class CharSplit : public PreTokenizer {
+ public:
+  CharSplit(std::function<bool(uint32_t)> pred, Behavior b) : pred_(std::move(pred)), behavior_(b) {}
+  void split(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    std::vector<std::pair<size_t, size_t>> m;
+    for (const auto& p : pieces) {
+      char_matches(p, pred_, m);
+      apply_behavior(p, m, behavior_, false, out);
+    }
+    pieces.swap(out);
+  }
+
+ private:
+  std::function<bool(uint32_t)> pred_;
+  Behavior behavior_;
+};
+
+class Metaspace : public PreTokenizer {
+ public:
+  enum class Prepend { Always, First, Never };
+  Metaspace(std::string replacement, Prepend scheme, bool split)
+      : rep_(std::move(replacement)), scheme_(scheme), split_(split) {}
+  void split(std::vector<std::string>& pieces, bool at_start) const override {
+    std::vector<std::string> out;
+    std::vector<std::pair<size_t, size_t>> m;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      std::string s;
+      for (char c : pieces[k]) {
+        if (c == ' ') s += rep_;
+        else s += c;
+      }
+      const bool prepend = scheme_ == Prepend::Always || (scheme_ == Prepend::First && at_start && k == 0);
+      if (prepend && s.compare(0, rep_.size(), rep_) != 0) s.insert(0, rep_);
+      if (!split_) {
+        out.push_back(std::move(s));
+        continue;
+      }
+      m.clear();
+      for (size_t pos = s.find(rep_); pos != std::string::npos; pos = s.find(rep_, pos + rep_.size()))
+        m.emplace_back(pos, pos + rep_.size());
+      apply_behavior(s, m, Behavior::MergedWithNext, false, out);
+    }
+    pieces.swap(out);
+  }
+
+ private:
+  std::string rep_;
+  Prepend scheme_;
+  bool split_;
+};
+
+class Sequence : public PreTokenizer {
+ public:
+  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
+  void split(std::vector<std::string>& pieces, bool at_start) const override {
+    for (const auto& p : parts_) p->split(pieces, at_start);
+  }
+  bool is_byte_level() const override {
+    for (const auto& p : parts_)
+      if (p->is_byte_level()) return true;
+    return false;
+  }
+
+ private:
+  std::vector<std::unique_ptr<PreTokenizer>> parts_;
+};
+
+std::string pattern_of(const nlohmann::json& pat, const char* where) {
+  if (pat.contains("Regex")) return pat.at("Regex").get<std::string>();
+  if (pat.contains("String")) return Regex::escape(pat.at("String").get<std::string>());
+  throw Error(std::string("tokenizer.json: ") + where + " pattern is neither String nor Regex", "fix the file");
+}
+
+}  // namespace
+
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j) {
+  if (j.is_null()) return nullptr;
+  const std::string type = j.value("type", "");
+  if (type == "ByteLevel") return std::make_unique<ByteLevel>(j.value("add_prefix_space", true), j.value("use_regex", true));
+  if (type == "Split")
+    return std::make_unique<Split>(pattern_of(j.at("pattern"), "pre_tokenizer Split"),
+                                   parse_behavior(j.at("behavior").get<std::string>()), j.value("invert", false));
+  if (type == "Digits")
+    return std::make_unique<CharSplit>(utf8::is_numeric, j.value("individual_digits", false) ? Behavior::Isolated : Behavior::Contiguous);
+  if (type == "WhitespaceSplit") return std::make_unique<CharSplit>(utf8::is_whitespace, Behavior::Removed);
+  if (type == "Whitespace") return std::make_unique<Split>(R"(\w+|[^\w\s]+)", Behavior::Removed, true);
+  if (type == "Metaspace") {
+    Metaspace::Prepend scheme = j.value("add_prefix_space", true) ? Metaspace::Prepend::Always : Metaspace::Prepend::Never;
+    if (j.contains("prepend_scheme")) {
+      const std::string s = j.at("prepend_scheme").get<std::string>();
+      if (s == "always") scheme = Metaspace::Prepend::Always;
+      else if (s == "first") scheme = Metaspace::Prepend::First;
+      else if (s == "never") scheme = Metaspace::Prepend::Never;
+      else throw Error("tokenizer.json: Metaspace prepend_scheme '" + s + "' is unknown", "use always, first or never");
+    }
+    return std::make_unique<Metaspace>(j.value("replacement", std::string("\u2581")), scheme, j.value("split", true));
+  }
+  if (type == "Sequence") {
+    std::vector<std::unique_ptr<PreTokenizer>> parts;
+    for (const auto& p : j.at("pretokenizers"))
+      if (auto t = make_pre_tokenizer(p)) parts.push_back(std::move(t));
+    return std::make_unique<Sequence>(std::move(parts));
+  }
+  throw Error("tokenizer.json: unsupported pre_tokenizer type '" + type + "'",
+              "supported: ByteLevel, Split, Digits, Metaspace, Whitespace, WhitespaceSplit, Sequence");
+}
+
+}  // namespace tpshard

@@ -1,0 +1,48 @@
+// spm_tokenizer.h: a Tokenizer over a SentencePiece tokenizer.model through libsentencepiece, for
+// model dirs that have no tokenizer.json. Control pieces ("<s>", "</s>") written in the text are
+// matched as special tokens (as transformers' LlamaTokenizer does); everything else is spm's own.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/config_files.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace tpshard {
+
+class SpmTokenizer : public Tokenizer {
+ public:
+  /// Throws Error naming model_path when sentencepiece cannot load it.
+  static std::unique_ptr<SpmTokenizer> from_file(const std::string& model_path, const TokenizerSideConfig& side);
+  ~SpmTokenizer() override;
+
+  /// BOS is added when add_special_tokens and add_bos_token (default true, as for Llama);
+  /// EOS when add_eos_token (default false).
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = true) const override;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const override;
+  int64_t vocab_size() const override;
+  int32_t bos_id() const override { return bos_id_; }
+  std::vector<int32_t> eos_ids() const override { return eos_ids_; }
+  bool is_special(int32_t id) const override;
+  std::string id_to_token(int32_t id) const override;
+  int32_t token_to_id(const std::string& token) const override;
+  int64_t model_max_length() const override { return model_max_length_; }
+
+ private:
+  SpmTokenizer();
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  AddedTokenMatcher specials_;
+  bool add_bos_ = true, add_eos_ = false;
+  int32_t bos_id_ = -1;
+  std::vector<int32_t> eos_ids_;
+  int64_t model_max_length_ = 0;
+  std::string path_;
+};
+
+}  // namespace tpshard

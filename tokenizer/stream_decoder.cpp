@@ -1,0 +1,40 @@
+// stream_decoder.cpp: StreamDecoder (HF tokenizers DecodeStream algorithm; see tokenizer.h).
+#include "tokenizer/tokenizer.h"
+
+namespace tpshard {
+namespace {
+
+bool ends_with_replacement(const std::string& s) {
+  return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+}
+
+}  // namespace
+
+StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special_tokens) : tok_(tok), skip_special_(skip_special_tokens) {}
+
+std::string StreamDecoder::push(int32_t id) {
+  ids_.push_back(id);
+  const std::string text = tok_.decode(ids_, skip_special_);  // throws on an unknown id
+  // Hold back while the text has not grown past the context or ends in an incomplete character
+  // (decoders turn a partial UTF-8 sequence into U+FFFD).
+  if (text.size() <= emitted_bytes_ || ends_with_replacement(text)) return {};
+  std::string out = text.substr(emitted_bytes_);
+  // The ids not yet emitted become the context of the next push.
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(read_index_));
+  read_index_ = ids_.size();
+  prefix_text_ = tok_.decode(ids_, skip_special_);
+  emitted_bytes_ = prefix_text_.size();
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  const std::string text = tok_.decode(ids_, skip_special_);
+  std::string out = text.size() > emitted_bytes_ ? text.substr(emitted_bytes_) : std::string();
+  ids_.clear();
+  read_index_ = 0;
+  prefix_text_.clear();
+  emitted_bytes_ = 0;
+  return out;
+}
+
+}  // namespace tpshard

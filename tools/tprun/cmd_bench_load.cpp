@@ -1,0 +1,325 @@
+// cmd_bench_load.cpp: `tprun MODEL_DIR --tp N bench-load` (CUDA builds): every rank loads its own shard
+// into a WeightArena and reports load time, GB/s, peak host RSS and device memory by category; rank 0
+// prints one table with the spread between ranks (numbers gathered over NCCL).
+// Also the hidden `comm-test` subcommand: NCCL all_reduce / all_gather / broadcast with rank-dependent,
+// exactly checkable data (used by scripts/gpu_check.sh, e.g. for the two-"node" run), optional fault
+// injection (--fail-rank) and a hold time for kill tests.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "format/manifest.h"
+#include "format/memory_plan.h"
+#include "format/shard_file.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/cuda_runner.h"
+#include "runtime/cuda/weight_arena.h"
+#include "runtime/cuda/worker.h"
+#include "tools/tprun/commands.h"
+
+namespace tpshard::tprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchLoadOptions {
+  size_t ring_buffers = 4;
+  size_t ring_mib = 64;
+  int readers = 2;
+  bool no_verify = false;
+  bool direct_io = false;
+  bool no_runner = false;
+  int repeat = 1;
+  bool json = false;
+};
+
+/// Per-rank numbers, gathered to every rank as raw doubles.
+struct RankStats {
+  double load_s, gbps, read_s, hash_s, zstd_s, setup_s;
+  double rss_before_mib, rss_peak_mib;
+  double weights_mib, kv_cache_mib, workspace_mib, context_mib, nccl_mib, total_mib;
+  double file_mib;
+};
+
+double mib(double b) { return b / double(1 << 20); }
+
+double current_rss_mib() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long pages = 0, resident = 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return mib(double(resident) * double(sysconf(_SC_PAGESIZE)));
+}
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
+  using namespace tpshard::cuda;
+  CudaWorker worker(g.session);
+  const int rank = worker.tp_rank();
+  try {
+    const Manifest manifest = load_manifest(g.session.model_dir);
+    const auto& shards = shards_for(manifest, worker.tp_size(), g.session.model_dir);
+    const std::string path = (std::filesystem::path(g.session.model_dir) / shards.at(size_t(rank)).file).string();
+    ShardReader shard(path);
+    LoadOptions lo;
+    lo.ring_buffers = o.ring_buffers;
+    lo.ring_buffer_bytes = o.ring_mib << 20;
+    lo.reader_threads = o.readers;
+    lo.verify_hashes = !o.no_verify && g.session.verify_hashes;
+    lo.direct_io = o.direct_io;
+
+    RankStats s{};
+    s.rss_before_mib = current_rss_mib();
+    size_t free0 = 0, total = 0;
+    TPS_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    LoadReport best;
+    best.seconds = 1e30;
+    std::unique_ptr<WeightArena> arena;
+    for (int i = 0; i < std::max(1, o.repeat); ++i) {
+      arena.reset();
+      worker.comm().barrier();  // all ranks start together, so the spread means something
+      LoadReport rep;
+      arena = std::make_unique<WeightArena>(shard, lo, &rep);
+      if (rep.seconds < best.seconds) best = rep;
+    }
+    size_t free1 = 0;
+    TPS_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    s.load_s = best.seconds;
+    s.gbps = double(best.file_bytes) / best.seconds / 1e9;
+    s.read_s = best.read_seconds;
+    s.hash_s = best.hash_seconds;
+    s.zstd_s = best.decompress_seconds;
+    s.setup_s = best.setup_seconds;
+    s.file_mib = mib(double(best.file_bytes));
+    s.weights_mib = mib(double(free0) - double(free1));
+    s.context_mib = mib(double(worker.marks().context_bytes()));
+    s.nccl_mib = mib(double(worker.marks().nccl_bytes()));
+    s.kv_cache_mib = s.workspace_mib = std::nan("");
+    if (!o.no_runner) {
+      const int seq = effective_max_seq_len(g.session, manifest);
+      const ::tpshard::MemoryPlan plan =
+          ::tpshard::plan_memory(manifest, worker.tp_size(), g.session.max_batch, seq, g.session.model_dir);
+      CudaRunnerOptions ro;
+      ro.max_batch = g.session.max_batch;
+      ro.max_seq_len = seq;
+      auto runner = make_cuda_runner(manifest, rank, worker.tp_size(), *arena, worker.comm(), ro);
+      size_t free2 = 0;
+      TPS_CUDA_CHECK(cudaMemGetInfo(&free2, &total));
+      double runner_mib = mib(double(free1) - double(free2));
+      s.kv_cache_mib = mib(double(plan.kv_cache_bytes));
+      s.workspace_mib = runner_mib - s.kv_cache_mib;  // everything else the runner allocated
+      worker.comm().barrier();
+    }
+    size_t free_end = 0;
+    TPS_CUDA_CHECK(cudaMemGetInfo(&free_end, &total));
+    s.total_mib = mib(double(total) - double(free_end));
+    s.rss_peak_mib = peak_rss_mib();
+
+    std::vector<uint8_t> all = worker.comm().all_gather_host(&s, sizeof(s));
+    if (rank != 0) return;
+    std::vector<RankStats> st(size_t(worker.tp_size()));
+    std::memcpy(st.data(), all.data(), all.size());
+    auto cell = [](double v) { return std::isnan(v) ? std::string("n/a") : std::to_string(int64_t(std::llround(v))); };
+    if (o.json) {
+      for (int r = 0; r < worker.tp_size(); ++r) {
+        const RankStats& x = st[size_t(r)];
+        std::printf(
+            "{\"rank\": %d, \"tp_size\": %d, \"load_s\": %.4f, \"gbps\": %.3f, \"read_s\": %.4f, \"hash_s\": %.4f, "
+            "\"zstd_s\": %.4f, \"setup_s\": %.4f, \"file_mib\": %.1f, \"rss_before_mib\": %.1f, \"rss_peak_mib\": %.1f, "
+            "\"weights_mib\": %.1f, \"kv_cache_mib\": %s, \"workspace_mib\": %s, \"context_mib\": %.1f, "
+            "\"nccl_mib\": %.1f, \"device_total_mib\": %.1f, \"verify\": %s, \"ring\": \"%zux%zuMiB\", \"readers\": %d}\n",
+            r, worker.tp_size(), x.load_s, x.gbps, x.read_s, x.hash_s, x.zstd_s, x.setup_s, x.file_mib,
+            x.rss_before_mib, x.rss_peak_mib, x.weights_mib, cell(x.kv_cache_mib) == "n/a" ? "null" : cell(x.kv_cache_mib).c_str(),
+            cell(x.workspace_mib) == "n/a" ? "null" : cell(x.workspace_mib).c_str(), x.context_mib, x.nccl_mib,
+            x.total_mib, lo.verify_hashes ? "true" : "false", o.ring_buffers, o.ring_mib, o.readers);
+      }
+    }
+    std::printf("bench-load %s tp %d: ring %zu x %zu MiB pinned, %d readers, hashes %s%s, best of %d\n",
+                g.session.model_dir.c_str(), worker.tp_size(), o.ring_buffers, o.ring_mib, o.readers,
+                lo.verify_hashes ? "verified" : "not verified", o.direct_io ? ", O_DIRECT" : "", std::max(1, o.repeat));
+    std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s\n", "rank", "load_s", "GB/s", "read_s",
+                "hash_s", "file_MiB", "RSS_MiB", "peakRSS", "weights", "kv_cache", "workspace", "ctx", "nccl");
+    double tmin = 1e30, tmax = 0;
+    for (int r = 0; r < worker.tp_size(); ++r) {
+      const RankStats& x = st[size_t(r)];
+      tmin = std::min(tmin, x.load_s);
+      tmax = std::max(tmax, x.load_s);
+      std::printf("%4d %8.3f %7.2f %7.3f %7.3f %9.0f %9.0f %10.0f %9.0f %10s %9s %7.0f %9.0f\n", r, x.load_s, x.gbps,
+                  x.read_s, x.hash_s, x.file_mib, x.rss_before_mib, x.rss_peak_mib, x.weights_mib,
+                  cell(x.kv_cache_mib).c_str(), cell(x.workspace_mib).c_str(), x.context_mib, x.nccl_mib);
+    }
+    std::printf("spread: load time min %.3f s, max %.3f s (max/min %.2f); device MiB: weights, kv_cache and "
+                "workspace from cudaMemGetInfo deltas (kv_cache by formula), ctx = CUDA context, nccl = communicator\n",
+                tmin, tmax, tmax / std::max(tmin, 1e-9));
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    worker.report_failure(e.what());
+    throw;
+  }
+}
+
+struct CommTestOptions {
+  double hold_seconds = 0;
+  int fail_rank = -1;
+  size_t max_mib = 256;
+};
+
+template <typename Fill>
+std::vector<float> host_pattern(size_t n, Fill f) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = f(i);
+  return v;
+}
+
+void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
+  using namespace tpshard::cuda;
+  CudaWorker worker(g.session);
+  const int rank = worker.tp_rank();
+  const int n = worker.tp_size();
+  try {
+    NcclCommunicator& comm = worker.comm();
+    if (rank == o.fail_rank) throw Error("rank " + std::to_string(rank) + ": injected failure (comm-test --fail-rank)",
+                                         "this failure was requested on the command line");
+    // all_reduce_sum, f32: rank r contributes (r + 1) * (i % 7 + 1); the sum is (i % 7 + 1) * n(n+1)/2 exactly.
+    std::string report;
+    for (size_t count : {size_t(1), size_t(1000), size_t(1) << 20, (size_t(1) << 22) + 3}) {
+      auto mine = host_pattern(count, [&](size_t i) { return float((rank + 1) * int(i % 7 + 1)); });
+      float* d = nullptr;
+      TPS_CUDA_CHECK(cudaMalloc(&d, count * sizeof(float)));
+      TPS_CUDA_CHECK(cudaMemcpy(d, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      comm.all_reduce_sum(d, count, DType::F32);
+      comm.synchronize();
+      TPS_CUDA_CHECK(cudaMemcpy(mine.data(), d, count * sizeof(float), cudaMemcpyDeviceToHost));
+      TPS_CUDA_CHECK(cudaFree(d));
+      for (size_t i = 0; i < count; ++i) {
+        float want = float(int(i % 7 + 1) * n * (n + 1) / 2);
+        TPS_CHECK(mine[i] == want,
+                  "comm-test rank " + std::to_string(rank) + ": all_reduce_sum[" + std::to_string(i) + "] of " +
+                      std::to_string(count) + " = " + std::to_string(mine[i]) + ", expected " + std::to_string(want),
+                  "NCCL returned a wrong sum: check the GPUs / NCCL_ALGO and NCCL_PROTO settings");
+      }
+    }
+    report += "all_reduce_sum ok";
+    // all_gather, f32: rank r sends r * 1000 + (i % 1000); recv[r * count + i] must equal exactly that.
+    {
+      const size_t count = 12345;
+      auto mine = host_pattern(count, [&](size_t i) { return float(rank * 1000 + int(i % 1000)); });
+      float *ds = nullptr, *dr = nullptr;
+      TPS_CUDA_CHECK(cudaMalloc(&ds, count * sizeof(float)));
+      TPS_CUDA_CHECK(cudaMalloc(&dr, count * n * sizeof(float)));
+      TPS_CUDA_CHECK(cudaMemcpy(ds, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      comm.all_gather(ds, dr, count, DType::F32);
+      comm.synchronize();
+      std::vector<float> got(count * size_t(n));
+      TPS_CUDA_CHECK(cudaMemcpy(got.data(), dr, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      TPS_CUDA_CHECK(cudaFree(ds));
+      TPS_CUDA_CHECK(cudaFree(dr));
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i)
+          TPS_CHECK(got[size_t(r) * count + i] == float(r * 1000 + int(i % 1000)),
+                    "comm-test rank " + std::to_string(rank) + ": all_gather block " + std::to_string(r) + " element " +
+                        std::to_string(i) + " is wrong",
+                    "NCCL all_gather mixed up ranks");
+      report += ", all_gather ok";
+    }
+    // broadcast from the last rank: bytes (root * 31 + i) & 0xff.
+    {
+      const size_t bytes = 100003;
+      const int root = n - 1;
+      std::vector<uint8_t> h(bytes);
+      for (size_t i = 0; i < bytes; ++i) h[i] = uint8_t(rank == root ? (root * 31 + int(i)) & 0xff : 0);
+      void* d = nullptr;
+      TPS_CUDA_CHECK(cudaMalloc(&d, bytes));
+      TPS_CUDA_CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
+      comm.broadcast(d, bytes, root);
+      comm.synchronize();
+      TPS_CUDA_CHECK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
+      TPS_CUDA_CHECK(cudaFree(d));
+      for (size_t i = 0; i < bytes; ++i)
+        TPS_CHECK(h[i] == uint8_t((root * 31 + int(i)) & 0xff),
+                  "comm-test rank " + std::to_string(rank) + ": broadcast byte " + std::to_string(i) + " is wrong",
+                  "NCCL broadcast failed");
+      report += ", broadcast ok";
+    }
+    comm.barrier();
+    // Bus bandwidth of a large f16 all_reduce (nccl-tests' busbw = algbw * 2(n-1)/n).
+    double busbw = 0;
+    {
+      const size_t bytes = o.max_mib << 20;
+      void* d = nullptr;
+      TPS_CUDA_CHECK(cudaMalloc(&d, bytes));
+      TPS_CUDA_CHECK(cudaMemset(d, 0, bytes));
+      comm.all_reduce_sum(d, bytes / 2, DType::F16);
+      comm.synchronize();
+      const int iters = 10;
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) comm.all_reduce_sum(d, bytes / 2, DType::F16);
+      comm.synchronize();
+      double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+      busbw = n > 1 ? double(bytes) / s / 1e9 * 2.0 * (n - 1) / n : 0.0;
+      TPS_CUDA_CHECK(cudaFree(d));
+    }
+    // Hold: keep all_reducing (for kill tests: a dead peer must bring this rank down, not hang it).
+    auto hold_end = Clock::now() + std::chrono::milliseconds(int64_t(o.hold_seconds * 1000));
+    if (o.hold_seconds > 0) {
+      float* d = nullptr;
+      TPS_CUDA_CHECK(cudaMalloc(&d, 4096 * sizeof(float)));
+      while (Clock::now() < hold_end) {
+        comm.all_reduce_sum(d, 4096, DType::F32);
+        comm.synchronize();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      TPS_CUDA_CHECK(cudaFree(d));
+    }
+    comm.barrier();
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    std::fprintf(stderr, "comm-test rank %d: device %d, host %s: %s\n", rank, worker.device(), host, report.c_str());
+    if (rank == 0)
+      std::printf("comm-test ok: world %d, %s, all_reduce %zu MiB f16 busbw %.1f GB/s\n", n, report.c_str(), o.max_mib,
+                  busbw);
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    worker.report_failure(e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<BenchLoadOptions>();
+  CLI::App* sub = app.add_subcommand("bench-load", "Load this rank's shard onto its GPU and report time, GB/s and memory");
+  sub->add_option("--ring-buffers", o->ring_buffers, "pinned host buffers in the ring")->capture_default_str();
+  sub->add_option("--ring-mib", o->ring_mib, "MiB per ring buffer")->capture_default_str();
+  sub->add_option("--readers", o->readers, "reader threads")->capture_default_str();
+  sub->add_flag("--no-verify", o->no_verify, "skip the XXH3 check while streaming (to measure its cost)");
+  sub->add_flag("--direct-io", o->direct_io, "read with O_DIRECT (bypasses the page cache)");
+  sub->add_flag("--no-runner", o->no_runner, "do not build the runner (no kv_cache / workspace numbers)");
+  sub->add_option("--repeat", o->repeat, "load this many times, report the fastest")->capture_default_str();
+  sub->add_flag("--json", o->json, "also print one JSON line per rank");
+  sub->callback([&g, o] { run_bench_load(g, *o); });
+
+  auto c = std::make_shared<CommTestOptions>();
+  CLI::App* ct = app.add_subcommand("comm-test", "NCCL self-test with rank-dependent data (for gpu_check.sh)");
+  ct->group("");  // hidden from --help
+  ct->add_option("--hold-seconds", c->hold_seconds, "keep all_reducing this long (kill tests)");
+  ct->add_option("--fail-rank", c->fail_rank, "this rank throws an error after joining (failure tests)");
+  ct->add_option("--max-mib", c->max_mib, "bytes of the bandwidth all_reduce")->capture_default_str();
+  ct->callback([&g, c] { run_comm_test(g, *c); });
+}
+
+}  // namespace tpshard::tprun

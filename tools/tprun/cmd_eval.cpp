@@ -1,0 +1,56 @@
+// cmd_eval.cpp: `tprun MODEL_DIR eval triviaqa --data FILE ...`: few-shot TriviaQA EM/F1 as a resumable
+// batch job. Owns: option parsing only; the job is eval/triviaqa_eval.h (formats in docs/EVAL.md).
+#include <memory>
+#include <string>
+
+#include "eval/triviaqa_eval.h"
+#include "format/error.h"
+#include "tools/tprun/commands.h"
+
+namespace tpshard::tprun {
+
+void add_eval_command(CLI::App& app, GlobalOptions& g) {
+  CLI::App* eval_cmd = app.add_subcommand("eval", "evaluation jobs (resumable: rerun the same command to finish)");
+  eval_cmd->require_subcommand(1);
+
+  auto o = std::make_shared<eval::TriviaQaOptions>();
+  auto bad = std::make_shared<std::string>("stop");
+  CLI::App* tqa = eval_cmd->add_subcommand("triviaqa", "few-shot closed-book TriviaQA: exact match and F1 "
+                                                       "(official normalization, best over aliases)");
+  tqa->add_option("--data", o->data_path,
+                  "questions: HF rc.nocontext JSON/JSONL, the original {\"Data\": [...]} JSON, or llm-foundry JSONL")
+      ->required();
+  tqa->add_option("--shots", o->shots, "few-shot examples in the prompt (default 5)")->check(CLI::NonNegativeNumber);
+  tqa->add_option("--shots-from", o->shots_from,
+                  "take the shots from this file's first records (default: the first records of --data, "
+                  "which are then not scored)");
+  tqa->add_option("--max-new-tokens", o->max_new_tokens, "tokens generated per answer at most (default 10)")
+      ->check(CLI::PositiveNumber);
+  tqa->add_option("--batch-size", o->batch_size,
+                  "questions per batch and per durable write (default 48; --max-batch sets how many decode together)")
+      ->check(CLI::PositiveNumber);
+  tqa->add_option("--limit", o->limit, "score only the first N questions (after the shots)")
+      ->check(CLI::NonNegativeNumber);
+  tqa->add_option("--output", o->output_path, "predictions JSONL (default: DATA_STEM.predictions.jsonl)");
+  tqa->add_option("--summary", o->summary_path, "summary JSON (default: OUTPUT.summary.json)");
+  tqa->add_option("--temperature", o->sampling.temperature, "0 = greedy (default)")->check(CLI::NonNegativeNumber);
+  tqa->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  tqa->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+  tqa->add_option("--seed", o->sampling.seed, "sampling seed");
+  tqa->add_option("--on-bad-record", *bad, "malformed record: stop (default) or skip with a warning")
+      ->check(CLI::IsMember({"stop", "skip"}));
+  tqa->add_option("--progress-interval", o->progress_interval_s,
+                  "seconds between progress lines when stderr is not a terminal (default 10)")
+      ->check(CLI::PositiveNumber);
+  tqa->callback([&g, o, bad] {
+    o->on_bad_record = eval::parse_bad_record_policy(*bad);
+    o->model_dir = g.session.model_dir;
+    run_on_ranks(g.session, [&](RankContext& ctx) {
+      TPS_CHECK(ctx.tokenizer != nullptr, g.session.model_dir + ": the model directory has no tokenizer",
+                "copy the model's tokenizer.json next to manifest.json");
+      eval::run_triviaqa_eval(ctx, *o);
+    });
+  });
+}
+
+}  // namespace tpshard::tprun

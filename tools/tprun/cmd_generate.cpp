@@ -1,0 +1,181 @@
+// cmd_generate.cpp: `tprun MODEL_DIR generate` (prompts from --prompt or a JSONL file) and
+// `tprun MODEL_DIR chat` (one user turn rendered with the model's chat template). Text streams to
+// stdout for a single prompt; one summary line (tokens/s, memory per rank, peak RSS) goes to stderr.
+// Owns: option parsing and printing only; generation is runtime/generate.h.
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/error.h"
+#include "runtime/generate.h"
+#include "tools/tprun/commands.h"
+#if __has_include("eval/generate_jsonl.h") && TPRUN_HAVE_EVAL
+#include "eval/generate_jsonl.h"
+#define TPRUN_JSONL 1
+#endif
+#if __has_include("runtime/chat_template.h") && TPRUN_HAVE_CHAT_TEMPLATE
+#include "runtime/chat_template.h"
+#define TPRUN_CHAT 1
+#endif
+
+namespace tpshard::tprun {
+
+namespace {
+
+struct GenerateOptions {
+  SamplingParams params;
+  std::vector<std::string> prompts;
+  std::string input, output;
+  int batch_size = 0;
+  std::string system;  // chat only
+};
+
+void add_sampling_options(CLI::App* sub, SamplingParams& p) {
+  sub->add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+  sub->add_option("--min-new-tokens", p.min_new_tokens, "EOS is suppressed until this many tokens")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--temperature", p.temperature, "0 = greedy (default)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--min-p", p.min_p, "drop tokens below min_p * p_max (0 = off)")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--repetition-penalty", p.repetition_penalty, "CTRL repetition penalty (1 = off)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--seed", p.seed, "sampling seed (per request stream = f(seed, request index, step))");
+  sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output");
+  sub->add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS tokens");
+}
+
+/// Token ids of a prompt; "" gives BOS only (the model's or the tokenizer's).
+std::vector<int32_t> encode_prompt(const RankContext& ctx, const std::string& text, bool add_special) {
+  std::vector<int32_t> ids = ctx.tokenizer->encode(text, add_special);
+  if (!ids.empty()) return ids;
+  if (ctx.tokenizer->bos_id() >= 0) return {ctx.tokenizer->bos_id()};
+  const auto& bos = ctx.runner->config().bos_token_ids;
+  TPS_CHECK(!bos.empty(), "empty prompt and the model has no BOS token", "give a non-empty --prompt");
+  return {static_cast<int32_t>(bos.front())};
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+void print_summary(const RankContext& ctx, const GenerationStats& s) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const double prefill_rate = s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0;
+  const double decode_rate = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
+  const uint64_t w = ctx.runner->weight_bytes(), kv = ctx.runner->kv_cache_bytes();
+  std::fprintf(stderr,
+               "tprun: prefill %lld tok %.3f s (%.1f tok/s) | decode %lld tok %.3f s (%.1f tok/s) | per rank "
+               "(tp %d, %s): weights %s, kv_cache %s | peak RSS %s\n",
+               static_cast<long long>(s.prefill_tokens), s.prefill_seconds, prefill_rate,
+               static_cast<long long>(s.decode_tokens), s.decode_seconds, decode_rate, ctx.tp_size,
+               device_name(ctx.device), w ? mib(w).c_str() : "n/a", kv ? mib(kv).c_str() : "n/a",
+               mib(static_cast<uint64_t>(ru.ru_maxrss) * 1024).c_str());
+}
+
+/// Generate for already-encoded prompts; stream when there is one, else print each result in order.
+void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& p) {
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) requests.push_back({std::to_string(i), prompts[i], p});
+  const bool out = ctx.is_output_rank();
+  const bool single = prompts.size() == 1;
+  GenerateCallbacks cb;
+  if (out && single)
+    cb.on_text = [](size_t, const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  GenerationStats stats;
+  const std::vector<GenerationResult> results = generate(*ctx.runner, *ctx.tokenizer, requests, cb, &stats);
+  if (!out) return;
+  if (single) {
+    std::fputc('\n', stdout);
+  } else {
+    for (size_t i = 0; i < results.size(); ++i)
+      std::printf("--- [%zu] (%s) ---\n%s\n", i, results[i].finish_reason.c_str(), results[i].text.c_str());
+  }
+  std::fflush(stdout);
+  print_summary(ctx, stats);
+}
+
+void require_tokenizer(const RankContext& ctx) {
+  TPS_CHECK(ctx.tokenizer != nullptr, ctx.manifest ? "model directory has no tokenizer.json or tokenizer.model"
+                                                   : "no tokenizer",
+            "copy the model's tokenizer.json next to manifest.json, or use `tprun MODEL logits --ids ...`");
+}
+
+void run_generate(GlobalOptions& g, const GenerateOptions& o) {
+  const bool jsonl = !o.input.empty() || !o.output.empty();
+  if (jsonl) {
+    TPS_CHECK(!o.input.empty() && !o.output.empty(), "generate: --input and --output go together",
+              "pass both --input prompts.jsonl and --output out.jsonl");
+    TPS_CHECK(o.prompts.empty(), "generate: --prompt cannot be combined with --input", "use one of them");
+#if !TPRUN_JSONL
+    throw Error("generate --input: this build has no JSONL job support (eval/generate_jsonl.h)",
+                "use --prompt, or build with the eval library");
+#endif
+  } else {
+    TPS_CHECK(!o.prompts.empty(), "generate: no prompt", "pass --prompt \"...\" (repeatable) or --input FILE --output FILE");
+  }
+  run_on_ranks(g.session, [&](RankContext& ctx) {
+    require_tokenizer(ctx);
+    if (jsonl) {
+#if TPRUN_JSONL
+      eval::run_generate_jsonl(ctx, o.input, o.output, o.params,
+                               o.batch_size > 0 ? o.batch_size : ctx.runner->max_batch());
+#endif
+      return;
+    }
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& text : o.prompts) prompts.push_back(encode_prompt(ctx, text, true));
+    generate_and_print(ctx, prompts, o.params);
+  });
+}
+
+void run_chat(GlobalOptions& g, const GenerateOptions& o) {
+#if TPRUN_CHAT
+  std::vector<ChatMessage> messages;
+  if (!o.system.empty()) messages.push_back({"system", o.system});
+  TPS_CHECK(o.prompts.size() == 1, "chat: pass exactly one --prompt (the user message)", "tprun MODEL chat --prompt \"...\"");
+  messages.push_back({"user", o.prompts.front()});
+  const std::string rendered = apply_chat_template(g.session.model_dir, messages, true);
+  run_on_ranks(g.session, [&](RankContext& ctx) {
+    require_tokenizer(ctx);
+    // The template already spells out BOS etc., like HF apply_chat_template (add_special_tokens=False).
+    generate_and_print(ctx, {encode_prompt(ctx, rendered, false)}, o.params);
+  });
+#else
+  (void)g;
+  (void)o;
+  throw Error("chat: this build has no chat template support (runtime/chat_template.h)", "use generate --prompt");
+#endif
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* gen = app.add_subcommand("generate", "generate text for prompts (batched, continuous batching)");
+  gen->add_option("--prompt", o->prompts, "prompt text (repeatable; \"\" = BOS only)");
+  gen->add_option("--input", o->input, "JSONL file of {\"id\", \"prompt\", optional sampling overrides}");
+  gen->add_option("--output", o->output, "JSONL results (resumable: ids already there are skipped)");
+  gen->add_option("--batch-size", o->batch_size, "JSONL: requests per batch (default --max-batch)")
+      ->check(CLI::PositiveNumber);
+  add_sampling_options(gen, o->params);
+  gen->callback([&g, o] { run_generate(g, *o); });
+
+  auto c = std::make_shared<GenerateOptions>();
+  CLI::App* chat = app.add_subcommand("chat", "answer one user message through the model's chat template");
+  chat->add_option("--prompt", c->prompts, "the user message")->required();
+  chat->add_option("--system", c->system, "optional system message");
+  add_sampling_options(chat, c->params);
+  chat->callback([&g, c] { run_chat(g, *c); });
+}
+
+}  // namespace tpshard::tprun

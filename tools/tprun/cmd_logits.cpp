@@ -1,0 +1,82 @@
+// cmd_logits.cpp: `tprun MODEL_DIR logits --ids 5,17,...` (or --text): one forward pass, then the last
+// position's logits over the real vocabulary (padding removed) as JSON on stdout:
+// {"ids": [...], "logits": [...]}. For scoring, debugging and backend comparisons.
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+#include "tools/tprun/commands.h"
+
+namespace tpshard::tprun {
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && item[used] == ' ') ++used;
+    TPS_CHECK(used == item.size() && !item.empty() && v >= 0 && v <= INT32_MAX,
+              "logits --ids: \"" + item + "\" is not a token id", "pass comma-separated ids, e.g. --ids 1,15043,3186");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+}  // namespace
+
+void add_logits_command(CLI::App& app, GlobalOptions& g) {
+  struct Opts {
+    std::string ids, text;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("logits", "print the last position's logits as JSON");
+  auto* ids_opt = sub->add_option("--ids", o->ids, "comma-separated token ids");
+  auto* text_opt = sub->add_option("--text", o->text, "text, encoded with the model's tokenizer (with BOS etc.)");
+  ids_opt->excludes(text_opt);
+  sub->callback([&g, o, ids_opt, text_opt] {
+    TPS_CHECK(ids_opt->count() + text_opt->count() == 1, "logits: pass --ids or --text", "e.g. --ids 1,15043");
+    const std::vector<int32_t> given = o->ids.empty() ? std::vector<int32_t>{} : parse_ids(o->ids);
+    SessionOptions so = g.session;
+    so.max_batch = 1;
+    run_on_ranks(so, [&](RankContext& ctx) {
+      std::vector<int32_t> ids = given;
+      if (text_opt->count()) {
+        TPS_CHECK(ctx.tokenizer != nullptr, "logits --text: the model directory has no tokenizer", "use --ids");
+        ids = ctx.tokenizer->encode(o->text, true);
+      }
+      TPS_CHECK(!ids.empty(), "logits: no tokens", "pass at least one id");
+      TPS_CHECK(static_cast<int64_t>(ids.size()) <= ctx.runner->max_seq_len(),
+                "logits: " + std::to_string(ids.size()) + " tokens exceed --max-seq-len " +
+                    std::to_string(ctx.runner->max_seq_len()),
+                "raise --max-seq-len");
+      const int64_t vocab = ctx.runner->config().vocab_size;
+      std::vector<float> logits(vocab);
+      SeqChunk chunk;
+      chunk.tokens = ids;
+      ctx.runner->forward({chunk}, logits.data(), nullptr);
+      if (!ctx.is_output_rank()) return;
+      nlohmann::json j;
+      j["ids"] = ids;
+      j["logits"] = logits;
+      const std::string s = j.dump();
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+    });
+  });
+}
+
+}  // namespace tpshard::tprun

@@ -1,0 +1,96 @@
+// main.cpp: the tprun command line. Reads like a table of contents: global options (model dir, tp,
+// device, kv_cache size, multi-node rendezvous), one subcommand per cmd_*.cpp, the launcher hook
+// (CUDA: start one worker per GPU, then wait), and the error convention:
+// tpshard::Error -> "error: ...\nhint: ..." exit 1; usage errors exit 2.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "format/error.h"
+#include "tools/tprun/commands.h"
+#if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
+#include "runtime/launcher.h"
+#endif
+
+namespace {
+
+/// Thrown from the parse-complete hook when this process was only the launcher of the workers.
+struct ExitNow {
+  int code;
+};
+
+tpshard::Device parse_device(const std::string& s) {
+  if (s == "cpu") return tpshard::Device::Cpu;
+  if (s == "cuda") return tpshard::Device::Cuda;
+  return tpshard::Device::Auto;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tpshard::tprun;
+  CLI::App app{"tprun: run a tpshard-converted model with tensor parallelism (CPU threads or CUDA + NCCL)"};
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+  GlobalOptions g;
+  std::string device = "auto";
+  bool no_verify = false;
+  app.add_option("model_dir", g.session.model_dir, "converted model directory (tpshard convert output)")->required();
+  app.add_option("--tp", g.session.tp_size, "tensor-parallel size (one of those in the manifest)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", device, "cpu, cuda or auto (cuda when built with it and a GPU is visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("--max-batch", g.session.max_batch, "kv_cache slots (sequences decoded together)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-seq-len", g.session.max_seq_len,
+                 "positions per kv_cache slot (default: min(max_position_embeddings, 2048))")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", g.session.cpu_threads, "CPU: threads per rank (default: cores / tp)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-verify", no_verify, "skip the per-tensor XXH3 check while loading");
+  app.add_option("--nnodes", g.session.nnodes, "CUDA: number of nodes (one tprun each)")->check(CLI::PositiveNumber);
+  app.add_option("--node-rank", g.session.node_rank, "CUDA: index of this node")->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr", g.session.master_addr, "CUDA: HOST:PORT of the rendezvous on node 0");
+  app.require_subcommand(1);
+
+  add_generate_command(app, g);
+  add_logits_command(app, g);
+#if TPRUN_HAVE_TOKENIZE_CMD
+  add_tokenize_commands(app, g);
+#endif
+#if TPRUN_HAVE_EVAL_CMD
+  add_eval_command(app, g);
+#endif
+#if TPSHARD_HAVE_CUDA && TPRUN_HAVE_BENCH_LOAD_CMD
+  add_bench_load_command(app, g);
+#endif
+
+  // Runs after all options are parsed and before the subcommand's callback.
+  app.parse_complete_callback([&] {
+    g.session.device = parse_device(device);
+    g.session.verify_hashes = !no_verify;
+#if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
+    const int rc = tpshard::launch_workers_if_needed(argc, argv, g.session);
+    if (rc >= 0) throw ExitNow{rc};
+#endif
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  } catch (const ExitNow& e) {
+    return e.code;
+  } catch (const tpshard::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,67 @@
+// cmd_convert.cpp: `tpshard convert`: runs convert_checkpoint, prints the closing summary table
+// (per tp_size and rank: tensors, bytes, ratio, hash) and a final one-line report on stderr.
+#include <cstdio>
+
+#include "format/convert/progress.h"
+#include "format/error.h"
+#include "format/hash.h"
+#include "tools/tpshard/commands.h"
+
+namespace tpshard::cli {
+
+void parse_compress(const std::string& s, Codec* codec, int* level) {
+  std::string name = s, lvl;
+  const auto colon = s.find(':');
+  if (colon != std::string::npos) {
+    name = s.substr(0, colon);
+    lvl = s.substr(colon + 1);
+  }
+  *level = 3;
+  if (name == "none" && lvl.empty()) {
+    *codec = Codec::None;
+    return;
+  }
+  if (name == "zstd") *codec = Codec::Zstd;
+  else if (name == "zstd-planes") *codec = Codec::ZstdBytePlanes;
+  else throw Error("--compress " + s + ": unknown codec", "use none, zstd[:level] or zstd-planes[:level] (level 1..19)");
+  if (!lvl.empty()) {
+    try {
+      size_t used = 0;
+      *level = std::stoi(lvl, &used);
+      if (used != lvl.size()) throw 0;
+    } catch (...) {
+      throw Error("--compress " + s + ": level must be an integer", "e.g. --compress zstd:3");
+    }
+    if (*level < 1 || *level > 19) throw Error("--compress " + s + ": level must be 1..19", "e.g. --compress zstd:3");
+  }
+}
+
+int run_convert(const ConvertOptions& opt) {
+  const ConvertResult r = convert_checkpoint(opt);
+  if (opt.progress) {
+    std::printf("%-4s %-5s %8s %12s %12s %7s  %-16s  %s\n", "tp", "rank", "tensors", "file", "raw", "ratio", "xxh3", "path");
+    for (const auto& s : r.shards) {
+      std::printf("%-4d %-5d %8zu %12s %12s %7.3f  %-16s  tp%d/rank%d.tps\n", s.tp_size, s.tp_rank, s.tensors,
+                  human_bytes(s.file_bytes).c_str(), human_bytes(s.raw_bytes).c_str(),
+                  s.raw_bytes ? static_cast<double>(s.file_bytes) / static_cast<double>(s.raw_bytes) : 0.0,
+                  hash_to_hex(s.xxh3).c_str(), s.tp_size, s.tp_rank);
+    }
+    if (!r.ignored.empty()) {
+      std::printf("skipped %zu source tensor(s):", r.ignored.size());
+      for (size_t i = 0; i < r.ignored.size() && i < 6; ++i) std::printf(" %s", r.ignored[i].c_str());
+      std::printf(r.ignored.size() > 6 ? " ...\n" : "\n");
+    }
+  }
+  std::fprintf(stderr, "tpshard convert: %s -> %s: %s source, %s %s, tp %s in %.1fs (%.2f GB/s)\n", opt.hf_dir.c_str(),
+               opt.out_dir.c_str(), human_bytes(r.source_bytes).c_str(), r.manifest.model.architecture.c_str(),
+               dtype_name(r.manifest.dtype),
+               [&] {
+                 std::string t;
+                 for (const auto& [size, _] : r.manifest.shards) t += (t.empty() ? "" : ",") + std::to_string(size);
+                 return t;
+               }().c_str(),
+               r.seconds, r.seconds > 0 ? static_cast<double>(r.source_bytes) / r.seconds / 1e9 : 0.0);
+  return 0;
+}
+
+}  // namespace tpshard::cli

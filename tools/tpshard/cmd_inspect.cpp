@@ -1,0 +1,73 @@
+// cmd_inspect.cpp: `tpshard inspect`: model config, dtype, shards per tp size and (--tensors) one
+// rank's tensor table, read through the validating ShardReader.
+#include <cstdio>
+
+#include "format/convert/progress.h"
+#include "format/error.h"
+#include "format/hash.h"
+#include "format/manifest.h"
+#include "format/shard_file.h"
+#include "tools/tpshard/commands.h"
+
+namespace tpshard::cli {
+
+namespace {
+
+std::string shape(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+const char* codec_name(Codec c) {
+  switch (c) {
+    case Codec::None: return "none";
+    case Codec::Zstd: return "zstd";
+    case Codec::ZstdBytePlanes: return "zstd-planes";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank) {
+  const Manifest m = load_manifest(dir);
+  const ModelConfig& c = m.model;
+  std::printf("model      %s (%s): %lld layers, hidden %lld, heads %lld, kv heads %lld, head_dim %lld, ffn %lld, vocab %lld\n",
+              c.architecture.c_str(), c.model_type.c_str(), (long long)c.num_hidden_layers, (long long)c.hidden_size,
+              (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.head_dim,
+              (long long)c.intermediate_size, (long long)c.vocab_size);
+  std::printf("dtype      %s   format v%d   tool %s   tied embeddings %s\n", dtype_name(m.dtype), m.format_version,
+              m.tool_version.c_str(), c.tie_word_embeddings ? "yes" : "no");
+  std::printf("source    ");
+  for (const auto& s : m.source) std::printf(" %s (%s, %s)", s.name.c_str(), human_bytes(s.bytes).c_str(), hash_to_hex(s.xxh3).c_str());
+  std::printf("\ntokenizer ");
+  for (const auto& t : m.tokenizer_files) std::printf(" %s", t.c_str());
+  std::printf("\n\n%-4s %-5s %12s %12s  %-16s  %s\n", "tp", "rank", "file", "weights", "xxh3", "path");
+  for (const auto& [size, shards] : m.shards) {
+    if (tp_size && size != tp_size) continue;
+    for (const auto& s : shards)
+      std::printf("%-4d %-5d %12s %12s  %-16s  %s\n", size, s.tp_rank, human_bytes(s.bytes).c_str(),
+                  human_bytes(s.weight_bytes).c_str(), hash_to_hex(s.xxh3).c_str(), s.file.c_str());
+  }
+  if (tp_size) shards_for(m, tp_size, dir);  // Error listing the available tp sizes
+  if (!list_tensors) return 0;
+  for (const auto& [size, shards] : m.shards) {
+    if (tp_size && size != tp_size) continue;
+    if (rank < 0 || rank >= size) throw Error("--rank " + std::to_string(rank) + " is not below tp_size " + std::to_string(size), "");
+    const ShardReader r(dir + "/" + shards[rank].file);
+    std::printf("\n%s: %zu tensors, data %s at offset %llu, arena %s\n", shards[rank].file.c_str(), r.tensors().size(),
+                human_bytes(r.header().data_bytes).c_str(), (unsigned long long)r.header().data_offset,
+                human_bytes(r.header().arena_bytes).c_str());
+    std::printf("%-28s %-5s %-16s %-16s %-10s %4s %-11s %12s %12s %12s  %s\n", "name", "dtype", "global", "local", "split",
+                "axis", "codec", "arena_off", "raw", "stored", "xxh3");
+    for (const auto& t : r.tensors())
+      std::printf("%-28s %-5s %-16s %-16s %-10s %4d %-11s %12llu %12llu %12llu  %s\n", t.name.c_str(), dtype_name(t.dtype),
+                  shape(t.global_shape).c_str(), shape(t.local_shape).c_str(), split_kind_name(t.split), t.split_axis,
+                  codec_name(t.codec), (unsigned long long)t.arena_offset, (unsigned long long)t.raw_bytes,
+                  (unsigned long long)t.stored_bytes, hash_to_hex(t.xxh3).c_str());
+  }
+  return 0;
+}
+
+}  // namespace tpshard::cli

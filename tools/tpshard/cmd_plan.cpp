@@ -1,0 +1,34 @@
+// cmd_plan.cpp: `tpshard plan`: prints plan_memory (format/memory_plan.h) for one tp size; with
+// --gpu-mem, exit 1 when the plan does not fit.
+#include <cstdio>
+
+#include "format/convert/progress.h"
+#include "format/error.h"
+#include "format/memory_plan.h"
+#include "tools/tpshard/commands.h"
+
+namespace tpshard::cli {
+
+int run_plan(const std::string& dir, int tp_size, int64_t batch, int64_t max_seq, double gpu_gib) {
+  const Manifest m = load_manifest(dir);
+  const MemoryPlan p = plan_memory(m, tp_size, batch, max_seq, dir);
+  std::printf("per-GPU memory plan: tp %d, batch %lld, max_seq %lld, dtype %s\n", tp_size, (long long)batch,
+              (long long)max_seq, dtype_name(m.dtype));
+  std::printf("  weights      %12s  (largest rank arena, manifest weight_bytes)\n", human_bytes(p.weight_bytes).c_str());
+  std::printf("  kv_cache     %12s  (2 * layers * batch * max_seq * kv_heads_per_rank * head_dim * dtype bytes)\n",
+              human_bytes(p.kv_cache_bytes).c_str());
+  std::printf("  activations  %12s  (estimate: prefill of batch*max_seq tokens, scores, logits)\n", human_bytes(p.activation_bytes).c_str());
+  std::printf("  workspace    %12s  (cuBLASLt, NCCL, allocator slack)\n", human_bytes(p.workspace_bytes).c_str());
+  std::printf("  total        %12s\n", human_bytes(p.total_bytes()).c_str());
+  if (gpu_gib > 0) {
+    const double cap = gpu_gib * 1073741824.0;
+    const bool fits = static_cast<double>(p.total_bytes()) <= cap;
+    std::printf("  %s in %.1f GiB (%.1f%%)\n", fits ? "fits" : "DOES NOT FIT", gpu_gib, 100.0 * p.total_bytes() / cap);
+    if (!fits)
+      throw Error("plan: " + human_bytes(p.total_bytes()) + " per GPU does not fit in " + std::to_string(gpu_gib) + " GiB",
+                  "use a larger tp size, a smaller --batch or --max-seq");
+  }
+  return 0;
+}
+
+}  // namespace tpshard::cli

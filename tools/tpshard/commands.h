@@ -1,0 +1,21 @@
+// commands.h: the subcommands of the `tpshard` CLI. Each run_* returns the process exit code and
+// throws tpshard::Error for user-facing failures (main prints them and exits 1).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "format/convert/convert.h"
+
+namespace tpshard::cli {
+
+int run_convert(const ConvertOptions& opt);
+/// tp_size 0: all tp sizes. list_tensors: print the tensor table of rank `rank` of each listed tp size.
+int run_inspect(const std::string& model_dir, int tp_size, bool list_tensors, int rank);
+/// Recompute every tensor hash and file hash; Error naming the first bad tensor/file.
+int run_verify(const std::string& model_dir, int tp_size);
+int run_plan(const std::string& model_dir, int tp_size, int64_t batch, int64_t max_seq, double gpu_gib);
+
+/// "none" | "zstd[:level]" | "zstd-planes[:level]" -> codec and level. Error on anything else.
+void parse_compress(const std::string& s, Codec* codec, int* level);
+
+}  // namespace tpshard::cli

@@ -1,0 +1,78 @@
+// main.cpp: `tpshard` CLI entry: parse arguments (CLI11), dispatch to one subcommand, and turn
+// tpshard::Error into "error: ...\nhint: ..." with exit code 1 (usage errors: CLI11's code, 2 for bad values).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "format/error.h"
+#include "tools/tpshard/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace tpshard;
+  CLI::App app{"tpshard: convert Hugging Face checkpoints into per-rank tensor-parallel shards"};
+  app.set_version_flag("--version", tool_version());
+  app.require_subcommand(1);
+
+  ConvertOptions copt;
+  std::string compress = "none";
+  auto* convert = app.add_subcommand("convert", "HF checkpoint -> OUT/{manifest.json, tpN/rankR.tps}");
+  convert->add_option("hf_dir", copt.hf_dir, "Hugging Face model directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
+  convert->add_option("-o,--out", copt.out_dir, "output directory (must not exist unless --force)")->required();
+  convert->add_option("--tp", copt.tp_sizes, "tp sizes to produce, comma separated")->delimiter(',')->default_str("1");
+  convert->add_option("--dtype", copt.dtype, "keep|fp16|bf16|fp32")->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}))->default_str("keep");
+  convert->add_option("--compress", compress, "none|zstd[:level]|zstd-planes[:level] (per-tensor zstd, 2-D tensors)")->default_str("none");
+  convert->add_option("--threads", copt.threads, "worker threads (default: min(cores, 8))")->check(CLI::Range(0, 256));
+  convert->add_flag("--force", copt.force, "replace an existing output directory written by tpshard");
+  convert->add_flag("--allow-unused", copt.allow_unused, "skip (and list) source tensors the model does not use");
+  bool no_source_hash = false, quiet = false;
+  convert->add_flag("--no-source-hash", no_source_hash, "do not fingerprint the source files (manifest gets 0)");
+  convert->add_flag("-q,--quiet", quiet, "no progress line and no summary table");
+
+  std::string model_dir;
+  int tp = 0, rank = 0;
+  bool tensors = false;
+  auto* inspect = app.add_subcommand("inspect", "print the manifest and (with --tensors) the tensor table");
+  inspect->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
+  inspect->add_option("--tp", tp, "only this tp size");
+  inspect->add_option("--rank", rank, "tp_rank whose tensor table --tensors prints (default 0)");
+  inspect->add_flag("--tensors", tensors, "list every tensor");
+
+  auto* verify = app.add_subcommand("verify", "recompute every tensor and file hash");
+  verify->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
+  verify->add_option("--tp", tp, "only this tp size (default: all)");
+
+  int64_t batch = 1, max_seq = 2048;
+  double gpu_gib = 0;
+  auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace");
+  plan->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
+  plan->add_option("--tp", tp, "tp size")->required();
+  plan->add_option("--batch", batch, "sequences per batch")->required()->check(CLI::PositiveNumber);
+  plan->add_option("--max-seq", max_seq, "max tokens per sequence (prompt + generated)")->required()->check(CLI::PositiveNumber);
+  plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H200: 139)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*convert) {
+      cli::parse_compress(compress, &copt.codec, &copt.zstd_level);
+      copt.hash_source = !no_source_hash;
+      copt.progress = !quiet;
+      return cli::run_convert(copt);
+    }
+    if (*inspect) return cli::run_inspect(model_dir, tp, tensors, rank);
+    if (*verify) return cli::run_verify(model_dir, tp);
+    if (*plan) return cli::run_plan(model_dir, tp, batch, max_seq, gpu_gib);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
