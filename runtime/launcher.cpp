@@ -265,6 +265,8 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
   int first_failed = -1;
   int interrupted = 0;
   std::vector<size_t> exit_order;
+  bool grace_started = false;
+  Clock::time_point grace_end{};
   auto stop_all = [&](int sig) {
     for (auto& c : kids)
       if (!c.exited) kill(c.pid, sig);
@@ -308,11 +310,25 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
       c.stopped_by_us = stopping;
       exit_order.push_back(i);
       if (failed(st) && !stopping) {
-        first_failed = int(i);
-        stop_all(SIGTERM);
-        stopping = true;
-        stop_time = Clock::now();
+        if (WIFEXITED(st) && WEXITSTATUS(st) == kExitPeerFailed) {
+          // It stopped because another rank failed: give that rank a moment to exit with its own message.
+          if (!grace_started) {
+            grace_started = true;
+            grace_end = Clock::now() + std::chrono::seconds(3);
+            first_failed = int(i);
+          }
+        } else {
+          first_failed = int(i);
+          stop_all(SIGTERM);
+          stopping = true;
+          stop_time = Clock::now();
+        }
       }
+    }
+    if (grace_started && !stopping && Clock::now() > grace_end) {
+      stop_all(SIGTERM);
+      stopping = true;
+      stop_time = Clock::now();
     }
     if (stopping && Clock::now() - stop_time > std::chrono::seconds(5)) stop_all(SIGKILL);
   }
@@ -336,13 +352,16 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
       break;
     }
   }
-  std::string msg = "error: rank " + std::to_string(culprit->rank) + " of " + std::to_string(opts.tp_size) +
-                    " (local rank " + std::to_string(culprit->local_rank) + ", pid " + std::to_string(culprit->pid) +
-                    ") failed with " + describe_status(culprit->status);
-  if (!culprit->last_error.empty()) {
-    std::string e = culprit->last_error;
-    if (e.rfind("error: ", 0) == 0) e = e.substr(7);
-    msg += ": " + e;
+  std::string detail = culprit->last_error;
+  if (detail.rfind("error: ", 0) == 0) detail = detail.substr(7);
+  std::string msg;
+  if (WIFEXITED(culprit->status) && WEXITSTATUS(culprit->status) == kExitPeerFailed) {
+    // Only "a peer failed" here: the failing rank runs on another node; its message came through rank 0.
+    msg = "error: stopped because another rank failed" + (detail.empty() ? std::string() : ": " + detail);
+  } else {
+    msg = "error: rank " + std::to_string(culprit->rank) + " of " + std::to_string(opts.tp_size) + " (local rank " +
+          std::to_string(culprit->local_rank) + ", pid " + std::to_string(culprit->pid) + ") failed with " +
+          describe_status(culprit->status) + (detail.empty() ? std::string() : ": " + detail);
   }
   msg += "\n";
   if (culprit->last_error.find("\nhint:") == std::string::npos)

@@ -406,7 +406,8 @@ void Rendezvous::monitor_loop() {
         for (size_t i = 1; i < fds_.size(); ++i)
           if (fds_[i] >= 0 && int(i) != peer && !said_bye_[i]) send_frame(fds_[i], 'F', failure);
       }
-      failed_ = true;
+      // This rank already reported its own failure: it is on its way out with its own message.
+      if (failed_.exchange(true)) return;
       if (on_failure_) on_failure_(failure);
       return;
     }

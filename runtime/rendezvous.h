@@ -4,6 +4,7 @@
 // other rank learns it within a fraction of a second (so nobody waits in NCCL forever).
 // Does not own: process start (launcher.h), NCCL (runtime/cuda/nccl_comm.h).
 #pragma once
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -58,7 +59,7 @@ class Rendezvous {
   std::vector<bool> said_bye_;  ///< rank 0: peer r ended normally
   std::vector<std::string> hosts_;
   std::mutex send_mu_;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};  ///< this rank reported a failure (or saw one): no bye, no callback
   bool monitoring_ = false;
   int stop_pipe_[2] = {-1, -1};
   std::thread monitor_;

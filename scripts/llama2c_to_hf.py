@@ -208,7 +208,7 @@ def build_model(hdr, w):
         max_position_embeddings=hdr["seq_len"], rms_norm_eps=1e-5, rope_theta=10000.0,
         hidden_act="silu", tie_word_embeddings=hdr["shared"], bos_token_id=1,
         eos_token_id=2, pad_token_id=None, attention_bias=False, mlp_bias=False,
-        torch_dtype="float32")
+        dtype="float32")
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))
@@ -276,7 +276,7 @@ def main():
 
     # Reload what was written and check it.
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(args.out_dir, torch_dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(args.out_dir, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     tk = Tokenizer.from_file(os.path.join(args.out_dir, "tokenizer.json"))
     ok = True

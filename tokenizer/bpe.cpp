@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <cstdio>
 #include <queue>
+
+#include <xxhash.h>
 
 #include "format/error.h"
 #include "tokenizer/utf8.h"
@@ -89,6 +92,32 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
     if (it == vocab_.end())
       throw Error("tokenizer.json: model.unk_token '" + opts_.unk_token + "' is not in model.vocab", "fix the file");
     unk_id_ = it->second;
+  }
+  if (!opts_.byte_level) {
+    bool ok = !(opts_.fuse_unk && unk_id_ >= 0 && !opts_.byte_fallback);
+    if (opts_.byte_fallback)
+      for (int b = 0; b < 256; ++b) ok = ok && fallback_ids_[b] >= 0;
+    for (const auto& [key, m] : merges_) {
+      (void)m;
+      const auto left = static_cast<int32_t>(key >> 32), right = static_cast<int32_t>(key & 0xFFFFFFFFu);
+      for (int b = 0; b < 256 && ok && opts_.byte_fallback; ++b) ok = fallback_ids_[b] != left && fallback_ids_[b] != right;
+      if (!ok) break;
+    }
+    cut_words_ = ok;
+    if (ok) {
+      ascii_joined_.assign(128 * 128, false);
+      for (const auto& [tok, id] : vocab_) {
+        if (!utf8::is_valid(tok)) continue;
+        size_t i = 0;
+        uint32_t prev = utf8::next_cp(tok, i);
+        while (i < tok.size()) {
+          const uint32_t cur = utf8::next_cp(tok, i);
+          if (prev < 128 && cur < 128) ascii_joined_[prev * 128 + cur] = true;
+          else joined_pairs_.insert((static_cast<uint64_t>(prev) << 32) | cur);
+          prev = cur;
+        }
+      }
+    }
   }
 }
 
@@ -200,28 +229,20 @@ void BpeModel::merge_heap(std::vector<int32_t>& syms) const {
   syms.resize(w);
 }
 
-void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out, BpeWordCache* cache) const {
-  if (word.empty()) return;
+void BpeModel::encode_chunk(std::string_view word, std::vector<int32_t>& out, BpeWordCache* cache) const {
   const bool cacheable = cache && word.size() <= kMaxCachedWordBytes;
-  std::string key;
+  uint64_t hash = 0;
   if (cacheable) {
-    key.assign(word.data(), word.size());
-    const auto it = cache->words.find(key);
-    if (it != cache->words.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
+    hash = XXH3_64bits(word.data(), word.size()) | 1;
+    if (cache->find(word, hash, out)) return;
   }
-  std::vector<int32_t> syms;
+  thread_local std::vector<int32_t> syms;
+  syms.clear();
   bool done = false;
   if (opts_.ignore_merges) {
-    if (opts_.byte_level) {
-      const auto it = raw_vocab_.find(std::string(word));
-      if (it != raw_vocab_.end()) { syms.push_back(it->second); done = true; }
-    } else {
-      const auto it = vocab_.find(std::string(word));
-      if (it != vocab_.end()) { syms.push_back(it->second); done = true; }
-    }
+    const auto& map = opts_.byte_level ? raw_vocab_ : vocab_;
+    const auto it = map.find(std::string(word));
+    if (it != map.end()) { syms.push_back(it->second); done = true; }
   }
   if (!done) {
     initial_symbols(word, syms);
@@ -229,21 +250,90 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out, Bpe
     else merge_heap(syms);
   }
   out.insert(out.end(), syms.begin(), syms.end());
-  if (cacheable) {
-    if (cache->words.size() >= kMaxCacheEntries) cache->words.clear();
-    cache->words.emplace(std::move(key), std::move(syms));
+  if (cacheable) cache->insert(word, hash, syms.data(), syms.size());
+}
+
+bool BpeModel::joined(uint32_t a, uint32_t b) const {
+  if (a < 128 && b < 128) return ascii_joined_[a * 128 + b];
+  return joined_pairs_.count((static_cast<uint64_t>(a) << 32) | b) > 0;
+}
+
+void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out, BpeWordCache* cache) const {
+  if (word.empty()) return;
+  if (!cut_words_) {
+    encode_chunk(word, out, cache);
+    return;
   }
+  size_t begin = 0, i = 0;
+  uint32_t prev = utf8::next_cp(word, i);
+  while (i < word.size()) {
+    const size_t at = i;
+    const uint32_t cur = utf8::next_cp(word, i);
+    if (!joined(prev, cur)) {
+      encode_chunk(word.substr(begin, at - begin), out, cache);
+      begin = at;
+    }
+    prev = cur;
+  }
+  encode_chunk(word.substr(begin), out, cache);
 }
 
 BpeWordCache* BpeModel::thread_cache() const {
   // Keyed by a never-reused serial, so a cache cannot outlive its model's identity.
   thread_local std::vector<std::unique_ptr<BpeWordCache>> caches;
   for (auto& c : caches)
-    if (c->owner == serial_) return c.get();
+    if (c->owner() == serial_) return c.get();
   if (caches.size() >= kCachesPerThread) caches.erase(caches.begin());
-  caches.push_back(std::make_unique<BpeWordCache>());
-  caches.back()->owner = serial_;
+  caches.push_back(std::make_unique<BpeWordCache>(serial_));
   return caches.back().get();
+}
+
+bool BpeWordCache::find(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) return false;
+    if (s.hash == hash && s.key_len == word.size() && std::memcmp(keys_.data() + s.key_off, word.data(), word.size()) == 0) {
+      out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.ids_len);
+      return true;
+    }
+  }
+}
+
+void BpeWordCache::insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n) {
+  if (count_ >= kMaxCacheEntries || keys_.size() + word.size() > UINT32_MAX / 2) clear();
+  if ((count_ + 1) * 2 > slots_.size()) grow();
+  const size_t mask = slots_.size() - 1;
+  size_t i = hash & mask;
+  while (slots_[i].hash != 0) i = (i + 1) & mask;
+  Slot& s = slots_[i];
+  s.hash = hash;
+  s.key_off = static_cast<uint32_t>(keys_.size());
+  s.key_len = static_cast<uint32_t>(word.size());
+  s.ids_off = static_cast<uint32_t>(ids_.size());
+  s.ids_len = static_cast<uint32_t>(n);
+  keys_.append(word.data(), word.size());
+  ids_.insert(ids_.end(), ids, ids + n);
+  ++count_;
+}
+
+void BpeWordCache::clear() {
+  slots_.assign(1024, Slot{});
+  keys_.clear();
+  ids_.clear();
+  count_ = 0;
+}
+
+void BpeWordCache::grow() {
+  std::vector<Slot> old(slots_.size() * 2);
+  old.swap(slots_);
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.hash == 0) continue;
+    size_t i = s.hash & mask;
+    while (slots_[i].hash != 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
 }
 
 }  // namespace tpshard

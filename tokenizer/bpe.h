@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -23,10 +24,28 @@ struct BpeOptions {
   std::string unk_token;       ///< empty: unknown characters are dropped (as HF does without unk)
 };
 
-/// Per-thread cache of word -> ids for one BpeModel (words up to kMaxCachedWordBytes).
-struct BpeWordCache {
-  uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>> words;
+/// Per-thread cache of word -> ids for one BpeModel (words up to kMaxCachedWordBytes): open
+/// addressing (linear probing, power-of-two table) over two arenas, keyed by XXH3-64 of the word.
+class BpeWordCache {
+ public:
+  explicit BpeWordCache(uint64_t owner) : owner_(owner) { clear(); }
+  uint64_t owner() const { return owner_; }
+  /// On a hit, append the cached ids to out and return true.
+  bool find(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const;
+  void insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n);
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;  // 0 = empty (stored hashes have their low bit set)
+    uint32_t key_off = 0, key_len = 0, ids_off = 0, ids_len = 0;
+  };
+  void clear();
+  void grow();
+  uint64_t owner_;
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t count_ = 0;
 };
 
 class BpeModel {
@@ -36,7 +55,7 @@ class BpeModel {
   BpeModel(std::unordered_map<std::string, int32_t> vocab,
            const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts);
 
-  /// Append the ids of one word. Merging: repeatedly merge the adjacent pair of lowest rank
+  /// Append the ids of one word (cut first where no merge can cross, see cut_words_). Merging: repeatedly merge the adjacent pair of lowest rank
   /// (leftmost on ties), as HF's BPE::merge_word does (Sennrich et al. 2016 applied by rank).
   /// Short words: direct scan; long words: linked list + binary heap, O(n log n).
   void encode_word(std::string_view word, std::vector<int32_t>& out, BpeWordCache* cache) const;
@@ -60,6 +79,7 @@ class BpeModel {
   void initial_symbols(std::string_view word, std::vector<int32_t>& syms) const;
   void merge_small(std::vector<int32_t>& syms) const;
   void merge_heap(std::vector<int32_t>& syms) const;
+  void encode_chunk(std::string_view chunk, std::vector<int32_t>& out, BpeWordCache* cache) const;
 
   BpeOptions opts_;
   std::unordered_map<std::string, int32_t> vocab_;
@@ -71,6 +91,15 @@ class BpeModel {
   std::unordered_map<std::string, int32_t> raw_vocab_;  ///< byte_level && ignore_merges: raw bytes -> id
   int32_t unk_id_ = -1;
   uint64_t serial_ = 0;
+  /// Not byte_level: a word may be cut between adjacent characters a, b when no vocab token
+  /// contains "ab": no merge can then cross the cut, so the parts (cached separately) give the
+  /// same ids as the whole. Makes Llama 2 style input (no pre-tokenizer: one "word" per segment)
+  /// linear and cacheable. Off when a merge involves a <0xXX> token or unknown characters would
+  /// fuse into one unk.
+  bool cut_words_ = false;
+  std::unordered_set<uint64_t> joined_pairs_;  ///< (a << 32 | b) of adjacent chars in vocab tokens
+  std::vector<bool> ascii_joined_;             ///< same, for a, b < 128: [a * 128 + b]
+  bool joined(uint32_t a, uint32_t b) const;
 };
 
 }  // namespace tpshard

@@ -171,15 +171,17 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path
   return t;
 }
 
-void HfTokenizer::encode_plain(const std::string& text, bool at_start, std::vector<int32_t>& ids, BpeWordCache* cache) const {
+void HfTokenizer::encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& ids, BpeWordCache* cache) const {
   if (text.empty()) return;
   if (!pre_tokenizer_) {
     model_->encode_word(text, ids, cache);
     return;
   }
-  std::vector<std::string> pieces{text};
+  thread_local Pieces pieces;
+  pieces.buf.assign(text.data(), text.size());
+  pieces.spans.assign(1, {0, text.size()});
   pre_tokenizer_->split(pieces, at_start);
-  for (const auto& p : pieces) model_->encode_word(p, ids, cache);
+  for (size_t k = 0; k < pieces.spans.size(); ++k) model_->encode_word(pieces.piece(k), ids, cache);
 }
 
 std::vector<int32_t> HfTokenizer::encode(const std::string& text_in, bool add_special_tokens) const {
@@ -189,7 +191,8 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text_in, bool add_sp
   const std::string& text = valid ? text_in : sanitized;
 
   std::vector<int32_t> ids;
-  if (add_special_tokens) ids = prefix_ids_;
+  ids.reserve(text.size() / 3 + prefix_ids_.size() + suffix_ids_.size() + 1);
+  if (add_special_tokens) ids.insert(ids.end(), prefix_ids_.begin(), prefix_ids_.end());
   BpeWordCache* cache = model_->thread_cache();
   std::vector<TextSegment> raw_segs, norm_segs;
   if (raw_matcher_.empty()) raw_segs.push_back({0, text.size(), -1});
@@ -210,7 +213,7 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text_in, bool add_sp
     normalized_matcher_.split(s, norm_segs);
     for (const auto& ns : norm_segs) {
       if (ns.id >= 0) ids.push_back(ns.id);
-      else encode_plain(s.substr(ns.begin, ns.end - ns.begin), seg_at_start && ns.begin == 0, ids, cache);
+      else encode_plain(std::string_view(s).substr(ns.begin, ns.end - ns.begin), seg_at_start && ns.begin == 0, ids, cache);
     }
   }
   if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());

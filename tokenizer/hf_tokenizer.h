@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -36,7 +37,7 @@ class HfTokenizer : public Tokenizer {
 
  private:
   HfTokenizer() = default;
-  void encode_plain(const std::string& text, bool at_start, std::vector<int32_t>& ids, BpeWordCache* cache) const;
+  void encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& ids, BpeWordCache* cache) const;
 
   std::unique_ptr<BpeModel> model_;
   std::unique_ptr<Normalizer> normalizer_;

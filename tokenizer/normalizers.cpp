@@ -2,6 +2,7 @@
 #include "tokenizer/normalizers.h"
 
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -14,27 +15,46 @@
 namespace tpshard {
 namespace {
 
-bool is_ascii(const std::string& s) {
-  for (unsigned char c : s)
-    if (c >= 0x80) return false;
-  return true;
-}
-
 class UnicodeForm : public Normalizer {
  public:
   explicit UnicodeForm(int options) : options_(options) {}
+  // Only the non-ASCII runs (each with the ASCII character before it, which may compose with a
+  // following combining mark) go through utf8proc: ASCII is its own normal form in every form,
+  // and no canonical composition has an ASCII second character, so ASCII after a run is unaffected.
   void normalize(std::string& s) const override {
-    if (is_ascii(s)) return;  // every Unicode normal form of ASCII is itself
-    utf8proc_uint8_t* out = nullptr;
-    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                static_cast<utf8proc_ssize_t>(s.size()), &out,
-                                static_cast<utf8proc_option_t>(options_));
-    if (n < 0) return;  // cannot happen on sanitized input; leave the text as it is
-    s.assign(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-    std::free(out);
+    size_t i = 0;
+    while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80) ++i;
+    if (i == s.size()) return;
+    std::string out;
+    out.reserve(s.size() + s.size() / 8);
+    size_t done = 0;
+    while (i < s.size()) {
+      const size_t run_begin = i > done ? i - 1 : i;  // include the preceding ASCII character
+      size_t run_end = i;
+      while (run_end < s.size() && static_cast<unsigned char>(s[run_end]) >= 0x80) ++run_end;
+      out.append(s, done, run_begin - done);
+      map_run(std::string_view(s).substr(run_begin, run_end - run_begin), out);
+      done = run_end;
+      i = run_end;
+      while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80) ++i;
+    }
+    out.append(s, done, std::string::npos);
+    s.swap(out);
   }
 
  private:
+  void map_run(std::string_view run, std::string& out) const {
+    utf8proc_uint8_t* mapped = nullptr;
+    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()),
+                                static_cast<utf8proc_ssize_t>(run.size()), &mapped,
+                                static_cast<utf8proc_option_t>(options_));
+    if (n < 0) {  // cannot happen on sanitized input; keep the text as it is
+      out.append(run.data(), run.size());
+      return;
+    }
+    out.append(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+    std::free(mapped);
+  }
   int options_;
 };
 

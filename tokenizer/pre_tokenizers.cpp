@@ -3,7 +3,6 @@
 #include "tokenizer/pre_tokenizers.h"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -36,19 +35,22 @@ struct Span {
   bool is_match;
 };
 
-// Matches -> alternating (gap, match) spans covering s, then the behaviour, appended to out.
-void apply_behavior(const std::string& s, const std::vector<std::pair<size_t, size_t>>& matches, Behavior behavior,
-                    bool invert, std::vector<std::string>& out) {
-  std::vector<Span> spans;
+// Matches (relative to piece) -> alternating (gap, match) spans covering the piece, then the
+// behaviour; resulting non-empty spans, offset by base, are appended to out.
+void apply_behavior(size_t base, size_t len, const std::vector<std::pair<size_t, size_t>>& matches, Behavior behavior,
+                    bool invert, std::vector<std::pair<size_t, size_t>>& out) {
+  thread_local std::vector<Span> spans;
+  thread_local std::vector<std::pair<size_t, size_t>> res;
+  spans.clear();
+  res.clear();
   size_t pos = 0;
   for (const auto& [b, e] : matches) {
     if (b > pos) spans.push_back({pos, b, invert});
     spans.push_back({b, e, !invert});
     pos = e;
   }
-  if (pos < s.size()) spans.push_back({pos, s.size(), invert});
+  if (pos < len) spans.push_back({pos, len, invert});
 
-  std::vector<std::pair<size_t, size_t>> res;
   switch (behavior) {
     case Behavior::Isolated:
       for (const auto& sp : spans) res.emplace_back(sp.b, sp.e);
@@ -87,12 +89,11 @@ void apply_behavior(const std::string& s, const std::vector<std::pair<size_t, si
     }
   }
   for (const auto& [b, e] : res)
-    if (e > b) out.emplace_back(s, b, e - b);
+    if (e > b) out.emplace_back(base + b, base + e);
 }
 
 // Each character for which pred holds is one match.
-void char_matches(const std::string& s, const std::function<bool(uint32_t)>& pred,
-                  std::vector<std::pair<size_t, size_t>>& m) {
+void char_matches(std::string_view s, bool (*pred)(uint32_t), std::vector<std::pair<size_t, size_t>>& m) {
   m.clear();
   size_t i = 0;
   while (i < s.size()) {
@@ -101,22 +102,40 @@ void char_matches(const std::string& s, const std::function<bool(uint32_t)>& pre
   }
 }
 
+// Prepend `prefix` to every piece for which want(k, piece) holds, rebuilding the buffer.
+template <typename Want>
+void prepend_where(Pieces& p, const std::string& prefix, Want want) {
+  bool any = false;
+  for (size_t k = 0; k < p.spans.size() && !any; ++k) any = want(k, p.piece(k));
+  if (!any) return;
+  std::string buf;
+  buf.reserve(p.buf.size() + prefix.size() * p.spans.size());
+  for (size_t k = 0; k < p.spans.size(); ++k) {
+    const std::string_view piece = p.piece(k);
+    const size_t b = buf.size();
+    if (want(k, piece)) buf += prefix;
+    buf.append(piece.data(), piece.size());
+    p.spans[k] = {b, buf.size()};
+  }
+  p.buf.swap(buf);
+}
+
 class ByteLevel : public PreTokenizer {
  public:
   ByteLevel(bool add_prefix_space, bool use_regex)
       : add_prefix_space_(add_prefix_space), re_(use_regex ? std::make_unique<Regex>(kGpt2SplitPattern, "pre_tokenizer ByteLevel") : nullptr) {}
-  void split(std::vector<std::string>& pieces, bool) const override {
+  void split(Pieces& p, bool) const override {
     if (add_prefix_space_)
-      for (auto& p : pieces)
-        if (p.empty() || p[0] != ' ') p.insert(0, " ");
+      prepend_where(p, " ", [](size_t, std::string_view piece) { return piece.empty() || piece[0] != ' '; });
     if (!re_) return;
-    std::vector<std::string> out;
-    std::vector<std::pair<size_t, size_t>> m;
-    for (const auto& p : pieces) {
-      re_->find_all(p, m);
-      apply_behavior(p, m, Behavior::Isolated, false, out);
+    thread_local std::vector<std::pair<size_t, size_t>> m;
+    thread_local std::vector<std::pair<size_t, size_t>> out;
+    out.clear();
+    for (const auto& [b, e] : p.spans) {
+      re_->find_all(std::string_view(p.buf).substr(b, e - b), m);
+      apply_behavior(b, e - b, m, Behavior::Isolated, false, out);
     }
-    pieces.swap(out);
+    p.spans.swap(out);
   }
   bool is_byte_level() const override { return true; }
 
@@ -128,14 +147,15 @@ class ByteLevel : public PreTokenizer {
 class Split : public PreTokenizer {
  public:
   Split(const std::string& pattern, Behavior b, bool invert) : re_(pattern, "pre_tokenizer Split"), behavior_(b), invert_(invert) {}
-  void split(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    std::vector<std::pair<size_t, size_t>> m;
-    for (const auto& p : pieces) {
-      re_.find_all(p, m);
-      apply_behavior(p, m, behavior_, invert_, out);
+  void split(Pieces& p, bool) const override {
+    thread_local std::vector<std::pair<size_t, size_t>> m;
+    thread_local std::vector<std::pair<size_t, size_t>> out;
+    out.clear();
+    for (const auto& [b, e] : p.spans) {
+      re_.find_all(std::string_view(p.buf).substr(b, e - b), m);
+      apply_behavior(b, e - b, m, behavior_, invert_, out);
     }
-    pieces.swap(out);
+    p.spans.swap(out);
   }
 
  private:
@@ -146,19 +166,20 @@ class Split : public PreTokenizer {
 
 class CharSplit : public PreTokenizer {
  public:
-  CharSplit(std::function<bool(uint32_t)> pred, Behavior b) : pred_(std::move(pred)), behavior_(b) {}
-  void split(std::vector<std::string>& pieces, bool) const override {
-    std::vector<std::string> out;
-    std::vector<std::pair<size_t, size_t>> m;
-    for (const auto& p : pieces) {
-      char_matches(p, pred_, m);
-      apply_behavior(p, m, behavior_, false, out);
+  CharSplit(bool (*pred)(uint32_t), Behavior b) : pred_(pred), behavior_(b) {}
+  void split(Pieces& p, bool) const override {
+    thread_local std::vector<std::pair<size_t, size_t>> m;
+    thread_local std::vector<std::pair<size_t, size_t>> out;
+    out.clear();
+    for (const auto& [b, e] : p.spans) {
+      char_matches(std::string_view(p.buf).substr(b, e - b), pred_, m);
+      apply_behavior(b, e - b, m, behavior_, false, out);
     }
-    pieces.swap(out);
+    p.spans.swap(out);
   }
 
  private:
-  std::function<bool(uint32_t)> pred_;
+  bool (*pred_)(uint32_t);
   Behavior behavior_;
 };
 
@@ -167,27 +188,33 @@ class Metaspace : public PreTokenizer {
   enum class Prepend { Always, First, Never };
   Metaspace(std::string replacement, Prepend scheme, bool split)
       : rep_(std::move(replacement)), scheme_(scheme), split_(split) {}
-  void split(std::vector<std::string>& pieces, bool at_start) const override {
-    std::vector<std::string> out;
-    std::vector<std::pair<size_t, size_t>> m;
-    for (size_t k = 0; k < pieces.size(); ++k) {
-      std::string s;
-      for (char c : pieces[k]) {
-        if (c == ' ') s += rep_;
-        else s += c;
-      }
+  void split(Pieces& p, bool at_start) const override {
+    // Rewrite: spaces -> replacement, then the prefix where the scheme asks for it.
+    std::string buf;
+    buf.reserve(p.buf.size() + p.buf.size() / 4);
+    for (size_t k = 0; k < p.spans.size(); ++k) {
+      const std::string_view piece = p.piece(k);
+      const size_t b = buf.size();
+      const bool starts_with_rep = piece.substr(0, 1) == " " || piece.substr(0, rep_.size()) == rep_;
       const bool prepend = scheme_ == Prepend::Always || (scheme_ == Prepend::First && at_start && k == 0);
-      if (prepend && s.compare(0, rep_.size(), rep_) != 0) s.insert(0, rep_);
-      if (!split_) {
-        out.push_back(std::move(s));
-        continue;
+      if (prepend && !starts_with_rep) buf += rep_;
+      for (char c : piece) {
+        if (c == ' ') buf += rep_;
+        else buf += c;
       }
-      m.clear();
-      for (size_t pos = s.find(rep_); pos != std::string::npos; pos = s.find(rep_, pos + rep_.size()))
-        m.emplace_back(pos, pos + rep_.size());
-      apply_behavior(s, m, Behavior::MergedWithNext, false, out);
+      p.spans[k] = {b, buf.size()};
     }
-    pieces.swap(out);
+    p.buf.swap(buf);
+    if (!split_) return;
+    std::vector<std::pair<size_t, size_t>> m, out;
+    for (const auto& [b, e] : p.spans) {
+      const std::string_view s = std::string_view(p.buf).substr(b, e - b);
+      m.clear();
+      for (size_t pos = s.find(rep_); pos != std::string_view::npos; pos = s.find(rep_, pos + rep_.size()))
+        m.emplace_back(pos, pos + rep_.size());
+      apply_behavior(b, e - b, m, Behavior::MergedWithNext, false, out);
+    }
+    p.spans.swap(out);
   }
 
  private:
@@ -199,8 +226,8 @@ class Metaspace : public PreTokenizer {
 class Sequence : public PreTokenizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
-  void split(std::vector<std::string>& pieces, bool at_start) const override {
-    for (const auto& p : parts_) p->split(pieces, at_start);
+  void split(Pieces& p, bool at_start) const override {
+    for (const auto& part : parts_) part->split(p, at_start);
   }
   bool is_byte_level() const override {
     for (const auto& p : parts_)

@@ -5,18 +5,29 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 namespace tpshard {
 
+/// Pieces of text as byte spans [begin, end) into one buffer (no string per piece: the hot path
+/// of encode). Splitting pre-tokenizers only refine spans; Metaspace and ByteLevel's
+/// add_prefix_space rewrite the buffer.
+struct Pieces {
+  std::string buf;
+  std::vector<std::pair<size_t, size_t>> spans;
+  std::string_view piece(size_t k) const { return std::string_view(buf).substr(spans[k].first, spans[k].second - spans[k].first); }
+};
+
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  /// Split every piece of `pieces` further, in place. at_start: pieces[0] begins at offset 0 of
-  /// the user's text (matters for Metaspace prepend_scheme "first").
-  virtual void split(std::vector<std::string>& pieces, bool at_start) const = 0;
+  /// Split every piece further, in place. at_start: the first piece begins at offset 0 of the
+  /// user's text (matters for Metaspace prepend_scheme "first").
+  virtual void split(Pieces& pieces, bool at_start) const = 0;
   /// True when a ByteLevel pre-tokenizer is part of this one (the vocab is then byte-level).
   virtual bool is_byte_level() const { return false; }
 };

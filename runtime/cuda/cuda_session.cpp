@@ -120,6 +120,7 @@ CudaWorker::~CudaWorker() {
 
 void CudaWorker::report_failure(const std::string& message) {
   if (rendezvous_) rendezvous_->report_failure(message);
+  if (comm_) comm_->abort();  // the peers are stopping: never wait for them in ncclCommFinalize
 }
 
 int effective_max_seq_len(const SessionOptions& opts, const Manifest& m) {

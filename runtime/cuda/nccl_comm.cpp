@@ -60,6 +60,11 @@ void NcclCommunicator::abort() {
   if (comm_ && aborted_.compare_exchange_strong(expected, true)) ncclCommAbort(comm_);
 }
 
+void NcclCommunicator::check_alive() const {
+  TPS_CHECK(!aborted_.load(), "rank " + std::to_string(rank_) + ": the NCCL communicator was aborted",
+            "another rank failed or a collective timed out; see the first error above");
+}
+
 void NcclCommunicator::wait_ready(const char* what) {
   auto start = std::chrono::steady_clock::now();
   for (;;) {
@@ -86,21 +91,25 @@ void NcclCommunicator::wait_ready(const char* what) {
 }
 
 void NcclCommunicator::all_reduce_sum(void* buf, size_t count, DType dtype) {
+  check_alive();
   TPS_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_dtype(dtype), ncclSum, comm_, stream_));
   wait_ready("ncclAllReduce");
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  check_alive();
   TPS_NCCL_CHECK(ncclAllGather(send, recv, count, nccl_dtype(dtype), comm_, stream_));
   wait_ready("ncclAllGather");
 }
 
 void NcclCommunicator::broadcast(void* buf, size_t bytes, int root) {
+  check_alive();
   TPS_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
   wait_ready("ncclBroadcast");
 }
 
 void NcclCommunicator::synchronize() {
+  check_alive();
   auto start = std::chrono::steady_clock::now();
   for (;;) {
     cudaError_t q = cudaStreamQuery(stream_);
@@ -134,6 +143,7 @@ void NcclCommunicator::barrier() {
 }
 
 std::vector<uint8_t> NcclCommunicator::all_gather_host(const void* data, size_t bytes) {
+  check_alive();
   size_t need = bytes * size_t(size_ + 1);
   if (scratch_bytes_ < need) {
     if (scratch_) TPS_CUDA_CHECK(cudaFree(scratch_));

@@ -51,6 +51,8 @@ class NcclCommunicator : public Communicator {
  private:
   /// Poll ncclCommGetAsyncError until the communicator is no longer in progress (non-blocking mode).
   void wait_ready(const char* what);
+  /// Throws Error once abort() was called (the ncclComm_t is gone then).
+  void check_alive() const;
 
   int rank_ = 0;
   int size_ = 1;

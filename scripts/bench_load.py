@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""bench_load.py: how fast weights reach the GPU: tprun bench-load vs safetensors vs transformers.
+
+Runs ON the GPU machine (torch, transformers, safetensors installed; tpshard/tprun built elsewhere).
+  1. Writes random-weight Hugging Face checkpoints of real shapes: Pythia-1.4B (GPT-NeoX, fp16) and
+     Llama-2-7B (bf16) with --llama-layers layers (default 8 of 32, to stay within a few minutes; the
+     per-layer tensors have the real 7B shapes).
+  2. Converts each with `tpshard convert --tp 1,2`.
+  3. Warm page cache (every file read once first), best of --repeat loads, all in this one run:
+       tprun MODEL --tp N bench-load --no-runner   (per-rank load into one arena; tp 2: slowest rank)
+       tprun ... --no-verify                        (the cost of the XXH3 check)
+       safetensors.torch.load_file(f, device="cuda")
+       transformers AutoModelForCausalLM.from_pretrained(dir, device_map="cuda")
+     Cold cache (drop_caches) only when /proc/sys/vm/drop_caches is writable; the table says which.
+  4. Prints ONE markdown table. Times are of the load itself (CUDA context already up, as in
+     bench-load, which starts its clock after the context and NCCL exist); "wall" columns include
+     process start, context creation and (tp 2) NCCL init.
+Usage: python3 scripts/bench_load.py --bin BUILD/bin [--work /tmp/tpshard_bench] [--repeat 3]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def make_checkpoint(kind, out_dir, llama_layers):
+    """Random weights (normal * 0.02, norms = 1) with the parameter names and shapes transformers uses."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, GPTNeoXConfig, LlamaConfig
+
+    if kind == "pythia-1.4b":
+        dtype = torch.float16
+        cfg = GPTNeoXConfig(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192,
+                            vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048,
+                            use_parallel_residual=True, tie_word_embeddings=False, hidden_act="gelu")
+    else:
+        dtype = torch.bfloat16
+        cfg = LlamaConfig(hidden_size=4096, num_hidden_layers=llama_layers, num_attention_heads=32,
+                          num_key_value_heads=32, intermediate_size=11008, vocab_size=32000,
+                          max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    for attr in ("dtype", "torch_dtype"):
+        try:
+            setattr(cfg, attr, dtype)
+        except Exception:
+            pass
+    cfg.architectures = [type(cfg).__name__.replace("Config", "ForCausalLM")]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tensors = {}
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight") or "layernorm" in name or name.endswith("ln_f.weight"):
+            t = torch.ones(p.shape, dtype=dtype, device="cuda")
+        elif name.endswith(".bias"):
+            t = torch.zeros(p.shape, dtype=dtype, device="cuda")
+        else:
+            t = (torch.randn(p.shape, generator=gen, device="cuda", dtype=torch.float32) * 0.02).to(dtype)
+        tensors[name] = t.cpu().contiguous()
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    cfg.save_pretrained(out_dir)
+    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    del tensors, model
+    return dtype, nbytes
+
+
+def read_all(path):
+    """Bring a directory's files into the page cache."""
+    for root, _, files in os.walk(path):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                while fh.read(64 << 20):
+                    pass
+
+
+def try_drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def tprun_bench(bin_dir, model_dir, tp, repeat, extra=()):
+    cmd = [os.path.join(bin_dir, "tprun"), model_dir, "--tp", str(tp), "--device", "cuda", "bench-load",
+           "--no-runner", "--json", "--repeat", str(repeat), *extra]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    log(p.stdout)
+    return rows, wall
+
+
+def time_safetensors(path, repeat):
+    import torch
+    from safetensors.torch import load_file
+    best = 1e30
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        sd = load_file(path, device="cuda")
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+        del sd
+        torch.cuda.empty_cache()
+    return best
+
+
+def time_transformers(hf_dir, dtype, repeat):
+    import torch
+    from transformers import AutoModelForCausalLM
+    best = 1e30
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        try:
+            m = AutoModelForCausalLM.from_pretrained(hf_dir, device_map="cuda", dtype=dtype)
+        except TypeError:
+            m = AutoModelForCausalLM.from_pretrained(hf_dir, device_map="cuda", torch_dtype=dtype)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+        del m
+        torch.cuda.empty_cache()
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="directory with tpshard and tprun")
+    ap.add_argument("--work", default="/tmp/tpshard_bench")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--llama-layers", type=int, default=8)
+    ap.add_argument("--models", default="pythia-1.4b,llama-7b")
+    args = ap.parse_args()
+    import torch
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # context up before timing, as for bench-load
+    ngpu = torch.cuda.device_count()
+    tps = [1, 2] if ngpu >= 2 else [1]
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+    shutil.rmtree(args.work, ignore_errors=True)
+    rows = []  # (model, method, tp, seconds, gbps, wall, note)
+    cold_ok = None
+    for kind in args.models.split(","):
+        t0 = time.perf_counter()
+        hf = os.path.join(args.work, kind + "-hf")
+        out = os.path.join(args.work, kind + "-tps")
+        dtype, nbytes = make_checkpoint(kind, hf, args.llama_layers)
+        log(f"{kind}: wrote {nbytes / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s")
+        t1 = time.perf_counter()
+        conv = subprocess.run([os.path.join(args.bin, "tpshard"), "convert", hf, "-o", out, "--tp",
+                               ",".join(map(str, tps))], capture_output=True, text=True, timeout=600)
+        if conv.returncode != 0:
+            raise RuntimeError(f"tpshard convert failed:\n{conv.stderr[-3000:]}")
+        log(f"{kind}: converted in {time.perf_counter() - t1:.1f} s")
+        label = kind if kind != "llama-7b" else f"llama-7b ({args.llama_layers} of 32 layers)"
+        read_all(hf)
+        read_all(out)
+        for tp in tps:
+            for verify in (True, False):
+                extra = () if verify else ("--no-verify",)
+                rr, wall = tprun_bench(args.bin, out, tp, args.repeat, extra)
+                slow = max(r["load_s"] for r in rr)
+                total = sum(r["file_mib"] for r in rr) * (1 << 20)
+                rss = max(r["rss_peak_mib"] for r in rr)
+                note = ("hashes verified" if verify else "no hash check") + f"; peak RSS {rss:.0f} MiB/rank"
+                if tp > 1:
+                    note += f"; ranks {min(r['load_s'] for r in rr):.3f}-{slow:.3f} s"
+                rows.append((label, "tprun bench-load", tp, slow, total / slow / 1e9, wall, note))
+        st = time_safetensors(os.path.join(hf, "model.safetensors"), args.repeat)
+        rows.append((label, "safetensors load_file(device=cuda)", 1, st, nbytes / st / 1e9, None, "one process"))
+        tf = time_transformers(hf, dtype, max(1, min(2, args.repeat)))
+        rows.append((label, "transformers from_pretrained(device_map=cuda)", 1, tf, nbytes / tf / 1e9, None,
+                     "one process"))
+        if try_drop_caches():
+            cold_ok = True
+            rr, wall = tprun_bench(args.bin, out, 1, 1)
+            rows.append((label, "tprun bench-load, COLD cache", 1, rr[0]["load_s"],
+                         rr[0]["file_mib"] * (1 << 20) / rr[0]["load_s"] / 1e9, wall, "after drop_caches"))
+            try_drop_caches()
+            st = time_safetensors(os.path.join(hf, "model.safetensors"), 1)
+            rows.append((label, "safetensors, COLD cache", 1, st, nbytes / st / 1e9, None, "after drop_caches"))
+        else:
+            cold_ok = False
+        shutil.rmtree(hf, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+    print()
+    print(f"GPU: {torch.cuda.get_device_name(0)} x {ngpu}; warm page cache; best of {args.repeat} "
+          f"(transformers: best of {max(1, min(2, args.repeat))}); cold cache: "
+          + ("measured (drop_caches worked)" if cold_ok else "NOT measured (drop_caches not permitted here)"))
+    print("| model | method | tp | load s | GB/s | wall s (process) | notes |")
+    print("|---|---|---|---|---|---|---|")
+    for m, meth, tp, s, gbps, wall, note in rows:
+        print(f"| {m} | {meth} | {tp} | {s:.3f} | {gbps:.2f} | {'' if wall is None else f'{wall:.2f}'} | {note} |")
+
+
+if __name__ == "__main__":
+    main()

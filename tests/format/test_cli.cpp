@@ -1,0 +1,90 @@
+// test_cli.cpp: the tpshard binary end to end: exit codes and messages of convert / inspect /
+// verify (a flipped byte names the tensor and file) / plan; and plan_memory against hand-computed numbers.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "format/manifest.h"
+#include "format/memory_plan.h"
+#include "format/shard_file.h"
+#include "tiny_checkpoint.h"
+
+using namespace tpshard;
+using namespace tpshard::test;
+namespace fs = std::filesystem;
+
+TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") {
+  ScratchDir d;
+  LlamaSpec s;  // 2 layers, 8 heads, 2 KV heads, head_dim 4, hidden 16, inter 24, vocab 37, bf16
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --tp 1,2,4 --threads 2", log) == 0);
+  const std::string summary = read_text(log);
+  CHECK(summary.find("tp4/rank3.tps") != std::string::npos);
+  CHECK(summary.find("tpshard convert:") != std::string::npos);
+  // Existing OUT without --force: exit 1 with error and hint lines.
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out"), log) == 1);
+  CHECK(read_text(log).find("error: " + (d / "out") + ": already exists\nhint: pass --force") != std::string::npos);
+  // Not divisible: exit 1, nothing left.
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out3") + " --tp 3", log) == 1);
+  CHECK(read_text(log).find("num_attention_heads 8 is not divisible by tp_size 3") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "out3"));
+  // Usage errors: non-zero.
+  CHECK(run_tpshard("convert " + (d / "hf"), log) != 0);
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "o") + " --compress lz4", log) == 1);
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "o") + " --dtype int8", log) != 0);
+
+  CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --tensors --rank 1", log) == 0);
+  CHECK(read_text(log).find("blk.1.ffn_gate_up.weight") != std::string::npos);
+  CHECK(run_tpshard("inspect " + (d / "out") + " --tp 8", log) == 1);
+  CHECK(read_text(log).find("no shards for tp_size 8 (it has tp 1, 2, 4)") != std::string::npos);
+
+  CHECK(run_tpshard("verify " + (d / "out"), log) == 0);
+  CHECK(read_text(log).find("verified 7 shard file(s)") != std::string::npos);
+  // Flip one byte inside blk.1.attn_output.weight of tp2/rank1: verify names tensor and file.
+  const std::string shard = d / "out/tp2/rank1.tps";
+  uint64_t off;
+  {
+    const ShardReader r(shard);
+    off = r.header().data_offset + r.at("blk.1.attn_output.weight").file_offset + 3;
+  }
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(off));
+    char c;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(off));
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  CHECK(run_tpshard("verify " + (d / "out"), log) == 1);
+  const std::string v = read_text(log);
+  CHECK(v.find("error: " + shard + ": tensor blk.1.attn_output.weight: XXH3") != std::string::npos);
+  CHECK(run_tpshard("verify " + (d / "out") + " --tp 4", log) == 0);  // other tp sizes are intact
+
+  // kv_cache = 2 * 2 layers * 3 batch * 10 seq * 1 kv head per rank * 4 head_dim * 2 bytes = 960 B
+  CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10", log) == 0);
+  CHECK(read_text(log).find(" 960 B  (2 * layers") != std::string::npos);
+  CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem 0.01", log) == 1);
+  CHECK(read_text(log).find("does not fit") != std::string::npos);
+  CHECK(run_tpshard("verify " + (d / "nothing"), log) == 1);
+  CHECK(read_text(log).find("manifest.json: cannot open") != std::string::npos);
+}
+
+TEST_CASE("plan_memory: hand-computed per-rank numbers") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --tp 4 -q", d / "log") == 0);
+  const Manifest m = load_manifest(d / "out");
+  const MemoryPlan p = plan_memory(m, 4, 2, 8, d / "out");
+  // tp 4: heads/rank 2, kv heads/rank 1 (2 KV heads replicated), head_dim 4, ffn/rank 6, vocab 37 -> 40, 10/rank.
+  CHECK(p.kv_cache_bytes == 2ull * 2 * 2 * 8 * 1 * 4 * 2);
+  // T = 16 tokens; per token: 2*16*4 + 16*2 + (2+2)*4*2 + 2*4*2 + (12 + 6)*2 = 128 + 32 + 32 + 16 + 36 = 244
+  // scores: 2 heads * 8 * 8 * 4 = 512; logits: 2 * (10 + 40) * 4 = 400
+  CHECK(p.activation_bytes == 16ull * 244 + 512 + 400);
+  CHECK(p.weight_bytes == m.shards.at(4)[0].weight_bytes);
+  CHECK(p.workspace_bytes == kWorkspaceBytes);
+  CHECK(p.total_bytes() == p.weight_bytes + p.kv_cache_bytes + p.activation_bytes + p.workspace_bytes);
+  CHECK_THROWS_AS(plan_memory(m, 2, 1, 1, d / "out"), Error);
+  CHECK_THROWS_AS(plan_memory(m, 4, 0, 1, d / "out"), Error);
+}

@@ -1,0 +1,222 @@
+// test_model_config.cpp: parse_hf_config on real config.json files (tests/fixtures/configs) and on
+// hand-written old/new spellings; make_tp_layout divisibility, KV replication and vocab padding.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "format/error.h"
+#include "format/model_config.h"
+
+using namespace tpshard;
+using nlohmann::json;
+
+static json load(const std::string& name) {
+  std::ifstream f(std::string(TPSHARD_FIXTURES) + "/configs/" + name);
+  REQUIRE(f.good());
+  return json::parse(f);
+}
+
+static std::string error_of(const json& j) {
+  try {
+    parse_hf_config(j, "config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("RedPajama-INCITE-7B (GPT-NeoX, old spellings)") {
+  const ModelConfig c = parse_hf_config(load("redpajama-incite-7b-base.config.json"), "rp");
+  CHECK(c.arch == Arch::GptNeoX);
+  CHECK(c.hidden_size == 4096);
+  CHECK(c.num_attention_heads == 32);
+  CHECK(c.num_key_value_heads == 32);
+  CHECK(c.head_dim == 128);
+  CHECK(c.rotary_ndims == 128);  // rotary_pct 1.0
+  CHECK(c.rope_theta == 10000.0);
+  CHECK_FALSE(c.use_parallel_residual);
+  CHECK(c.norm == NormKind::LayerNorm);
+  CHECK(c.hidden_act == Activation::Gelu);
+  CHECK(c.attention_bias);
+  CHECK(c.mlp_bias);
+  CHECK_FALSE(c.gated_mlp);
+  CHECK(c.vocab_size == 50432);
+  CHECK(c.torch_dtype == "float16");
+  CHECK(c.eos_token_ids == std::vector<int64_t>{0});
+}
+
+TEST_CASE("Qwen2.5-Math-72B (Qwen2: q/k/v bias, GQA 64/8)") {
+  const ModelConfig c = parse_hf_config(load("qwen2.5-math-72b-instruct.config.json"), "qwen");
+  CHECK(c.arch == Arch::Llama);
+  CHECK(c.attention_bias);
+  CHECK_FALSE(c.attention_out_bias);
+  CHECK(c.num_key_value_heads == 8);
+  CHECK(c.head_dim == 128);
+  CHECK(c.norm_eps == 1e-6);
+  CHECK(c.intermediate_size == 29568);
+  CHECK(c.sliding_window == 0);  // use_sliding_window false
+  CHECK(c.torch_dtype == "bfloat16");
+  const TpLayout l8 = make_tp_layout(c, 8);
+  CHECK(l8.num_heads_per_rank == 8);
+  CHECK(l8.num_kv_heads_per_rank == 1);
+  CHECK_FALSE(l8.kv_heads_replicated);
+  CHECK(l8.intermediate_size_per_rank == 3696);
+  CHECK(l8.vocab_size_padded == 152064);
+}
+
+TEST_CASE("SmolLM2-135M (new 'dtype' key, tied, 9 heads / 3 KV heads)") {
+  const ModelConfig c = parse_hf_config(load("smollm2-135m.config.json"), "smol");
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.torch_dtype == "bfloat16");
+  CHECK(c.head_dim == 64);
+  CHECK(c.rope_theta == 100000.0);
+  CHECK(c.rope_type == RopeType::Default);
+  // tp 2 refused with the numbers, tp 3 accepted.
+  try {
+    make_tp_layout(c, 2);
+    FAIL("tp 2 must be refused");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("num_attention_heads 9 is not divisible by tp_size 2") != std::string::npos);
+    CHECK(e.hint().find("1, 3, 9") != std::string::npos);
+  }
+  const TpLayout l3 = make_tp_layout(c, 3);
+  CHECK(l3.num_heads_per_rank == 3);
+  CHECK(l3.num_kv_heads_per_rank == 1);
+  CHECK(l3.intermediate_size_per_rank == 512);
+  CHECK(l3.vocab_size_padded == 49152);
+  // tp 9: more ranks than KV heads -> each KV head replicated on 3 ranks.
+  const TpLayout l9 = make_tp_layout(c, 9);
+  CHECK(l9.kv_heads_replicated);
+  CHECK(l9.num_kv_heads_per_rank == 1);
+  CHECK(l9.first_kv_head(0, c) == 0);
+  CHECK(l9.first_kv_head(2, c) == 0);
+  CHECK(l9.first_kv_head(3, c) == 1);
+  CHECK(l9.first_kv_head(8, c) == 2);
+  CHECK(l9.vocab_size_padded == 49158);
+  CHECK(l9.vocab_size_per_rank == 5462);
+}
+
+TEST_CASE("TinyLlama and Mistral") {
+  const ModelConfig t = parse_hf_config(load("tinyllama-1.1b-chat-v1.0.config.json"), "tl");
+  CHECK(t.torch_dtype == "float32");  // "dtype" key (transformers >= 4.56)
+  CHECK(t.num_key_value_heads == 4);
+  CHECK(t.rotary_ndims == 64);
+  const TpLayout l8 = make_tp_layout(t, 8);
+  CHECK(l8.kv_heads_replicated);
+  CHECK(l8.first_kv_head(5, t) == 2);
+  const ModelConfig m = parse_hf_config(load("mistral-7b-v0.1.config.json"), "mi");
+  CHECK(m.architecture == "MistralForCausalLM");
+  CHECK(m.sliding_window == 4096);
+  CHECK_FALSE(m.attention_bias);
+}
+
+static json neox_base() {
+  return json{{"architectures", {"GPTNeoXForCausalLM"}}, {"model_type", "gpt_neox"}, {"hidden_size", 64},
+              {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100},
+              {"max_position_embeddings", 128}};
+}
+
+static json llama_base() {
+  return json{{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 64},
+              {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"num_attention_heads", 8},
+              {"num_key_value_heads", 2}, {"vocab_size", 100}, {"max_position_embeddings", 128}};
+}
+
+TEST_CASE("GPT-NeoX defaults and new spellings (partial_rotary_factor, rope_theta, rope_parameters)") {
+  json j = neox_base();
+  ModelConfig c = parse_hf_config(j, "c");
+  CHECK(c.intermediate_size == 256);  // 4 * hidden
+  CHECK(c.rotary_ndims == 4);         // 16 * 0.25
+  CHECK(c.use_parallel_residual);
+  j["partial_rotary_factor"] = 0.5;
+  j["rope_theta"] = 5000.0;
+  c = parse_hf_config(j, "c");
+  CHECK(c.rotary_ndims == 8);
+  CHECK(c.rope_theta == 5000.0);
+  j = neox_base();
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 20000.0}, {"partial_rotary_factor", 1.0}};
+  c = parse_hf_config(j, "c");
+  CHECK(c.rotary_ndims == 16);
+  CHECK(c.rope_theta == 20000.0);
+  j = neox_base();
+  j["rotary_pct"] = 0.25;
+  j["rotary_emb_base"] = 7.0;
+  j["hidden_act"] = "gelu_new";
+  c = parse_hf_config(j, "c");
+  CHECK(c.rope_theta == 7.0);
+  CHECK(c.hidden_act == Activation::GeluTanh);
+}
+
+TEST_CASE("rope_scaling: linear, llama3 (type and rope_type keys); unknown types are errors") {
+  json j = llama_base();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  ModelConfig c = parse_hf_config(j, "c");
+  CHECK(c.rope_type == RopeType::Linear);
+  CHECK(c.rope_factor == 2.0);
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  c = parse_hf_config(j, "c");
+  CHECK(c.rope_type == RopeType::Llama3);
+  CHECK(c.rope_factor == 32.0);
+  CHECK(c.rope_original_max_position_embeddings == 8192);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  CHECK(error_of(j).find("unsupported rope scaling type \"yarn\"") != std::string::npos);
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};
+  CHECK(error_of(j).find("\"dynamic\"") != std::string::npos);
+}
+
+TEST_CASE("config errors: unsupported architecture lists the supported ones; missing fields are named") {
+  json j = llama_base();
+  j["architectures"] = {"BertModel"};
+  const std::string e = error_of(j);
+  CHECK(e.find("unsupported architecture \"BertModel\"") != std::string::npos);
+  try {
+    parse_hf_config(j, "c");
+  } catch (const Error& err) {
+    CHECK(err.hint().find("GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM") != std::string::npos);
+  }
+  for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"}) {
+    json k = llama_base();
+    k.erase(field);
+    CHECK_MESSAGE(error_of(k).find(std::string("\"") + field + "\" is missing") != std::string::npos, field);
+  }
+  json a = llama_base();
+  a["hidden_act"] = "mish";
+  CHECK(error_of(a).find("unsupported hidden_act \"mish\"") != std::string::npos);
+}
+
+TEST_CASE("model_config_to_json / from_json round trip") {
+  json j = llama_base();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 2.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 4096}};
+  j["eos_token_id"] = {2, 7};
+  j["tie_word_embeddings"] = true;
+  j["head_dim"] = 16;  // != hidden / heads
+  const ModelConfig a = parse_hf_config(j, "c");
+  const ModelConfig b = model_config_from_json(model_config_to_json(a), "manifest.json");
+  CHECK(b.arch == a.arch);
+  CHECK(b.head_dim == 16);
+  CHECK(b.num_key_value_heads == 2);
+  CHECK(b.rope_type == RopeType::Llama3);
+  CHECK(b.rope_low_freq_factor == 2.0);
+  CHECK(b.rope_original_max_position_embeddings == 4096);
+  CHECK(b.eos_token_ids == std::vector<int64_t>{2, 7});
+  CHECK(b.tie_word_embeddings);
+  CHECK(b.rotary_ndims == a.rotary_ndims);
+  CHECK(model_config_to_json(b) == model_config_to_json(a));
+  const ModelConfig n = parse_hf_config(load("redpajama-incite-7b-base.config.json"), "rp");
+  CHECK(model_config_to_json(model_config_from_json(model_config_to_json(n), "m")) == model_config_to_json(n));
+}
+
+TEST_CASE("make_tp_layout: KV heads not evenly replicable and intermediate not divisible are refused") {
+  json j = llama_base();  // 8 heads, 2 KV heads
+  j["num_attention_heads"] = 12;
+  j["num_key_value_heads"] = 4;
+  j["hidden_size"] = 96;
+  const ModelConfig c = parse_hf_config(j, "c");
+  CHECK_THROWS_WITH_AS(make_tp_layout(c, 8), doctest::Contains("num_attention_heads 12 is not divisible by tp_size 8"), Error);
+  CHECK_THROWS_WITH_AS(make_tp_layout(c, 6), doctest::Contains("tp_size 6 is not a multiple of num_key_value_heads 4"), Error);
+  json k = llama_base();
+  k["intermediate_size"] = 90;
+  CHECK_THROWS_WITH_AS(make_tp_layout(parse_hf_config(k, "c"), 4), doctest::Contains("intermediate_size 90"), Error);
+}

@@ -1,0 +1,88 @@
+// test_util.h: helpers of the format tests: a scratch directory, a C++ safetensors writer (so the
+// tests make their own checkpoints, no Python), random data and running the tpshard binary.
+#pragma once
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "format/dtype.h"
+
+namespace tpshard::test {
+
+/// A fresh directory under the system temp dir, removed (recursively) at scope exit.
+struct ScratchDir {
+  std::filesystem::path path;
+  ScratchDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "tpshard_test_XXXXXX").string();
+    path = ::mkdtemp(t.data());
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& s) const { return (path / s).string(); }
+};
+
+/// One tensor to write: name, safetensors dtype string, shape, raw little-endian bytes.
+struct StEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+/// Write a safetensors file (header JSON padded with spaces to 8 bytes, tensors in name order).
+inline void write_safetensors(const std::string& path, const std::map<std::string, StEntry>& tensors) {
+  nlohmann::json h = nlohmann::json::object();
+  uint64_t off = 0;
+  for (const auto& [name, e] : tensors) {
+    h[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {off, off + e.bytes.size()}}};
+    off += e.bytes.size();
+  }
+  h["__metadata__"] = {{"format", "pt"}};
+  std::string hs = h.dump();
+  while (hs.size() % 8) hs += ' ';
+  std::ofstream f(path, std::ios::binary);
+  const uint64_t n = hs.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(hs.data(), static_cast<std::streamsize>(hs.size()));
+  for (const auto& [name, e] : tensors) f.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
+}
+
+/// Random values in [-1, 1) as `dt` (exactly representable, so a keep-dtype round trip is exact).
+inline StEntry random_entry(std::mt19937& rng, DType dt, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  StEntry e;
+  e.dtype = dt == DType::F32 ? "F32" : dt == DType::F16 ? "F16" : "BF16";
+  e.shape = std::move(shape);
+  e.bytes.resize(static_cast<size_t>(n) * dtype_size(dt));
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = u(rng);
+  convert_elements(v.data(), DType::F32, e.bytes.data(), dt, v.size(), "random");
+  return e;
+}
+
+inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+/// Run `tpshard ARGS` (stdout/stderr to `log`); returns the exit status.
+inline int run_tpshard(const std::string& args, const std::string& log) {
+  const std::string cmd = std::string(TPSHARD_BIN) + " " + args + " >" + log + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace tpshard::test

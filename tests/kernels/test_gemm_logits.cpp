@@ -1,0 +1,106 @@
+// test_gemm_logits.cpp: cuBLASLt linear (every dtype, odd shapes, f16 -> f32 out, beta = 1 accumulate),
+// vocab-parallel argmax with padding masked and ties, merge over ranks, and gather_rows.
+#include <doctest/doctest.h>
+
+#include "kernels/gemm.cuh"
+#include "kernels/logits.cuh"
+#include "tests/kernels/test_util.h"
+#include "tests/reference/reference.h"
+
+using namespace tpshard;
+using namespace tpshard::test;
+
+TEST_CASE("gemm: Y = X W^T (+ Y) over dtypes and shapes not multiples of the tile") {
+  std::mt19937 rng(7);
+  cuda::Gemm gemm;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (int n : {1, 7, 33}) {
+      for (int out : {1, 100, 257}) {
+        for (int in : {64, 80, 1000}) {
+          for (float beta : {0.f, 1.f}) {
+            const DType out_t = (beta == 0.f && t != DType::F32 && out == 257) ? DType::F32 : t;
+            const Vec x = random_vec(static_cast<size_t>(n) * in, -1, 1, t, rng);
+            const Vec w = random_vec(static_cast<size_t>(out) * in, -1, 1, t, rng);
+            const Vec y0 = random_vec(static_cast<size_t>(n) * out, -1, 1, out_t, rng);
+            Buf d_x = upload(x, t), d_w = upload(w, t), d_y = upload(y0, out_t);
+            cuda::GemmArgs a;
+            a.x = d_x->ptr;
+            a.w = d_w->ptr;
+            a.y = d_y->ptr;
+            a.n = n;
+            a.out = out;
+            a.in = in;
+            a.in_dtype = t;
+            a.out_dtype = out_t;
+            a.beta = beta;
+            gemm.linear(a, nullptr);
+            const Vec ref = ref::linear(x, w, y0, beta, n, out, in);
+            // sums of `in` products of magnitude <= 1: absolute error grows like sqrt(in) * eps
+            Tolerance tol = tol_for(out_t);
+            tol.atol *= 1 + in / 64.0;
+            if (t == DType::F32) tol = {1e-3, 1e-4, 1e-5};  // cuBLASLt may use a split-K reduction order
+            check_close(std::string("gemm ") + name_of(t) + "->" + name_of(out_t) + " n " + std::to_string(n) +
+                            " out " + std::to_string(out) + " in " + std::to_string(in) + " beta " +
+                            std::to_string(beta),
+                        download(d_y->ptr, ref.size(), out_t), ref, tol);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("vocab_argmax: padding masked, lowest id on ties, merged over ranks") {
+  // global vocab 1001 over 4 ranks: padded 1004, 251 per rank; rank 3 holds ids 753..1003, of which
+  // 1001..1003 are padding and must never win even with the largest value.
+  const int n = 3, tp = 4, vpr = 251, vocab = 1001;
+  std::mt19937 rng(8);
+  std::vector<Vec> logits(tp);
+  for (int r = 0; r < tp; ++r) logits[r] = random_vec(static_cast<size_t>(n) * vpr, -5, 5, DType::F32, rng);
+  logits[3][0 * vpr + 250] = 100.0;  // padding id 1003, row 0
+  logits[1][0 * vpr + 7] = 50.0;     // winner of row 0: id 258
+  logits[0][1 * vpr + 30] = 60.0;    // row 1 tie: ids 30 and 530 -> 30
+  logits[2][1 * vpr + 28] = 60.0;
+  logits[2][2 * vpr + 5] = 70.0;     // row 2 tie inside one rank: ids 507 and 509 -> 507
+  logits[2][2 * vpr + 7] = 70.0;
+  std::vector<cuda::ArgmaxPair> gathered(static_cast<size_t>(tp) * n);
+  for (int r = 0; r < tp; ++r) {
+    Buf d_l = upload(logits[r], DType::F32);
+    DeviceBuffer out(n * sizeof(cuda::ArgmaxPair));
+    cuda::ArgmaxParams p;
+    p.logits = d_l->as<float>();
+    p.out = out.as<cuda::ArgmaxPair>();
+    p.n = n;
+    p.vocab_per_rank = vpr;
+    p.vocab_begin = static_cast<int64_t>(r) * vpr;
+    p.vocab_size = vocab;
+    cuda::vocab_argmax(p, nullptr);
+    REQUIRE(cudaMemcpy(&gathered[static_cast<size_t>(r) * n], out.ptr, n * sizeof(cuda::ArgmaxPair),
+                       cudaMemcpyDeviceToHost) == cudaSuccess);
+    const std::vector<int32_t> ref = ref::argmax(logits[r], n, vpr, static_cast<int64_t>(r) * vpr, vocab);
+    for (int t = 0; t < n; ++t) {
+      CHECK(gathered[static_cast<size_t>(r) * n + t].index == ref[t]);
+      CHECK(gathered[static_cast<size_t>(r) * n + t].value == doctest::Approx(logits[r][t * vpr + (ref[t] - r * vpr)]));
+    }
+  }
+  std::vector<int32_t> best(n);
+  cuda::merge_argmax(gathered.data(), tp, n, best.data());
+  CHECK(best[0] == 258);
+  CHECK(best[1] == 30);
+  CHECK(best[2] == 507);
+}
+
+TEST_CASE("gather_rows: last-token rows") {
+  std::mt19937 rng(9);
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    const int rows = 10, width = 77;
+    const Vec src = random_vec(static_cast<size_t>(rows) * width, -1, 1, t, rng);
+    const std::vector<int32_t> pick = {9, 0, 4, 4};
+    Buf d_src = upload(src, t), d_pick = upload_i32(pick);
+    DeviceBuffer dst(pick.size() * width * 4);
+    cuda::gather_rows(d_src->ptr, dst.ptr, d_pick->as<int32_t>(), static_cast<int>(pick.size()), width, t, nullptr);
+    Vec ref;
+    for (int r : pick) ref.insert(ref.end(), src.begin() + r * width, src.begin() + (r + 1) * width);
+    check_close(std::string("gather_rows ") + name_of(t), download(dst.ptr, ref.size(), t), ref, {0, 0, 0});
+  }
+}

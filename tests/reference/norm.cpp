@@ -1,0 +1,33 @@
+// norm.cpp: reference residual add + LayerNorm / RMSNorm (kernels/norm.cu).
+#include <cmath>
+
+#include "tests/reference/reference.h"
+
+namespace tpshard::ref {
+
+Vec add_norm(Vec& residual, const Vec& add0, const Vec& bias0, const Vec& bias1, const Vec& weight, const Vec& bias,
+             NormKind kind, double eps, int n, int hidden) {
+  Vec out(static_cast<size_t>(n) * hidden);
+  for (int t = 0; t < n; ++t) {
+    double* x = &residual[static_cast<size_t>(t) * hidden];
+    for (int i = 0; i < hidden; ++i) {
+      if (!add0.empty()) x[i] += add0[static_cast<size_t>(t) * hidden + i];
+      if (!bias0.empty()) x[i] += bias0[i];
+      if (!bias1.empty()) x[i] += bias1[i];
+    }
+    double mean = 0;
+    if (kind == NormKind::LayerNorm) {
+      for (int i = 0; i < hidden; ++i) mean += x[i];
+      mean /= hidden;
+    }
+    double var = 0;  // LayerNorm: biased variance; RMSNorm: mean square (mean = 0)
+    for (int i = 0; i < hidden; ++i) var += (x[i] - mean) * (x[i] - mean);
+    var /= hidden;
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int i = 0; i < hidden; ++i)
+      out[static_cast<size_t>(t) * hidden + i] = (x[i] - mean) * rstd * weight[i] + (bias.empty() ? 0.0 : bias[i]);
+  }
+  return out;
+}
+
+}  // namespace tpshard::ref

@@ -1,0 +1,181 @@
+// test_generate.cpp: generation scheduling, stopping and sampling with the scripted FakeRunner:
+// batch vs alone invariance under continuous batching, seeded sampling, EOS, min_new_tokens,
+// stop strings (also across tokens, never streamed), max_new_tokens, prompt-length errors.
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "fakes.h"
+#include "format/error.h"
+#include "runtime/generate.h"
+
+using namespace tpshard;
+using namespace tpshard::testing;
+
+namespace {
+
+std::vector<GenerationRequest> mixed_requests(const SamplingParams& p) {
+  std::vector<GenerationRequest> r;
+  const std::vector<std::vector<int32_t>> prompts = {{1}, {1, 5, 6, 7, 8, 9}, {1, 3}, {1, 9, 9, 9, 2, 2, 2, 4, 4, 5, 6},
+                                                     {1, 4, 4}};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams pi = p;
+    pi.max_new_tokens = 5 + static_cast<int>(i) * 3;  // different lengths: slots free at different steps
+    r.push_back({"req" + std::to_string(i), prompts[i], pi});
+  }
+  return r;
+}
+
+std::vector<GenerationResult> run(const std::vector<GenerationRequest>& reqs, int max_batch,
+                                  FakeRunner::NextFn next = hash_next, FakeRunner** runner_out = nullptr) {
+  static FakeTokenizer tok;
+  static std::vector<std::unique_ptr<FakeRunner>> keep;
+  keep.push_back(std::make_unique<FakeRunner>(max_batch, 64, next));
+  if (runner_out) *runner_out = keep.back().get();
+  return generate(*keep.back(), tok, reqs);
+}
+
+}  // namespace
+
+TEST_CASE("greedy results do not depend on batching (continuous batching reuses slots)") {
+  SamplingParams p;
+  const auto reqs = mixed_requests(p);
+  FakeRunner* batched = nullptr;
+  const auto all = run(reqs, 2, hash_next, &batched);  // 5 requests through 2 slots
+  CHECK(batched->max_chunks_seen == 2);
+  REQUIRE(all.size() == reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto alone = run({reqs[i]}, 1);
+    CHECK(all[i].id == reqs[i].id);
+    CHECK(all[i].output_ids == alone[0].output_ids);
+    CHECK(all[i].output_ids.size() == static_cast<size_t>(reqs[i].params.max_new_tokens));
+    CHECK(all[i].finish_reason == "length");
+    CHECK(all[i].prompt_tokens == static_cast<int>(reqs[i].prompt_ids.size()));
+    // greedy = the runner's rule applied to the growing history
+    std::vector<int32_t> h = reqs[i].prompt_ids;
+    for (int32_t t : all[i].output_ids) {
+      CHECK(t == hash_next(h));
+      h.push_back(t);
+    }
+  }
+}
+
+TEST_CASE("seeded sampling is reproducible and independent of batching") {
+  SamplingParams p;
+  p.temperature = 1.5f;
+  p.top_k = 8;
+  p.top_p = 0.95f;
+  p.seed = 1234;
+  const auto reqs = mixed_requests(p);
+  const auto a = run(reqs, 5), b = run(reqs, 2), c = run(reqs, 1);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    CHECK(a[i].output_ids == b[i].output_ids);
+    CHECK(a[i].output_ids == c[i].output_ids);
+  }
+  // Sampling really samples (differs from greedy somewhere), and another seed gives other tokens.
+  SamplingParams g;
+  const auto greedy = run(mixed_requests(g), 5);
+  auto other = reqs;
+  for (auto& r : other) r.params.seed = 99;
+  const auto d = run(other, 5);
+  bool differs_from_greedy = false, differs_by_seed = false;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    differs_from_greedy = differs_from_greedy || a[i].output_ids != greedy[i].output_ids;
+    differs_by_seed = differs_by_seed || a[i].output_ids != d[i].output_ids;
+  }
+  CHECK(differs_from_greedy);
+  CHECK(differs_by_seed);
+}
+
+TEST_CASE("EOS stops a sequence (kept in output_ids, not in text); min_new_tokens masks it") {
+  // EOS is the argmax once the history has 4 tokens; before that 'c' (id 4).
+  auto next = [](const std::vector<int32_t>& h) { return h.size() >= 4 ? 0 : 4; };
+  SamplingParams p;
+  p.max_new_tokens = 10;
+  auto r = run({{"a", {1, 2}, p}}, 1, next);
+  CHECK(r[0].output_ids == std::vector<int32_t>{4, 4, 0});
+  CHECK(r[0].text == "cc");
+  CHECK(r[0].finish_reason == "eos");
+
+  p.min_new_tokens = 5;  // EOS masked: the second best (id 1 = distance 1 from EOS) wins while masked
+  r = run({{"a", {1, 2}, p}}, 1, next);
+  REQUIRE(r[0].output_ids.size() == 6);
+  CHECK(r[0].output_ids == std::vector<int32_t>{4, 4, 1, 1, 1, 0});
+  CHECK(r[0].finish_reason == "eos");
+
+  p.min_new_tokens = 0;
+  p.ignore_eos = true;
+  r = run({{"a", {1, 2}, p}}, 1, next);
+  CHECK(r[0].output_ids.size() == 10);
+  CHECK(r[0].finish_reason == "length");
+}
+
+TEST_CASE("stop strings end generation, are excluded from text and never streamed") {
+  // Tokens cycle b c d e a b c ... (history length 1 -> 'b').
+  auto next = [](const std::vector<int32_t>& h) { return 2 + static_cast<int32_t>(h.size() % 5); };
+  SamplingParams p;
+  p.max_new_tokens = 20;
+  p.stop = {"zz", "ea"};  // "ea" spans two tokens
+  FakeTokenizer tok;
+  FakeRunner runner(1, 64, next);
+  std::string streamed;
+  GenerateCallbacks cb;
+  cb.on_text = [&](size_t, const std::string& s) { streamed += s; };
+  int done = 0;
+  cb.on_done = [&](size_t i, const GenerationResult& res) {
+    CHECK(i == 0);
+    CHECK(res.finish_reason == "stop");
+    ++done;
+  };
+  const auto r = generate(runner, tok, {{"s", {1}, p}}, cb);
+  CHECK(r[0].text == "bcd");
+  CHECK(r[0].output_ids == std::vector<int32_t>{3, 4, 5, 6, 2});
+  CHECK(r[0].finish_reason == "stop");
+  CHECK(streamed == "bcd");
+  CHECK(done == 1);
+
+  p.stop = {"cdx"};  // a prefix that never completes is held back, then released
+  streamed.clear();
+  FakeRunner runner2(1, 64, next);
+  cb.on_done = nullptr;
+  p.max_new_tokens = 4;
+  const auto r2 = generate(runner2, tok, {{"s", {1}, p}}, cb);
+  CHECK(r2[0].text == "bcde");
+  CHECK(streamed == "bcde");
+  CHECK(r2[0].finish_reason == "length");
+}
+
+TEST_CASE("repetition penalty moves away from a repeated token") {
+  auto next = [](const std::vector<int32_t>&) { return 5; };
+  SamplingParams p;
+  p.max_new_tokens = 3;
+  CHECK(run({{"a", {1}, p}}, 1, next)[0].output_ids == std::vector<int32_t>{5, 5, 5});
+  p.repetition_penalty = 2.0f;  // 10 / 2 = 5 < 9 - 1 + wobble of id 6
+  const auto r = run({{"a", {1}, p}}, 1, next)[0].output_ids;
+  CHECK(r[0] == 5);
+  CHECK(r[1] == 6);
+}
+
+TEST_CASE("max_new_tokens 0 and prompt length errors") {
+  SamplingParams p;
+  p.max_new_tokens = 0;
+  auto r = run({{"z", {1, 2, 3}, p}}, 1);
+  CHECK(r[0].output_ids.empty());
+  CHECK(r[0].finish_reason == "length");
+
+  FakeTokenizer tok;
+  FakeRunner small(1, 8, hash_next);
+  p.max_new_tokens = 4;
+  std::vector<int32_t> long_prompt(9, 3);
+  try {
+    generate(small, tok, {{"too-long", long_prompt, p}});
+    FAIL("expected an Error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("too-long") != std::string::npos);
+    CHECK(std::string(e.what()).find("--max-seq-len 8") != std::string::npos);
+  }
+  // 5 prompt + 4 new - 1 = 8 positions fit exactly; 5 new do not.
+  CHECK(generate(small, tok, {{"fits", std::vector<int32_t>(5, 3), p}})[0].output_ids.size() == 4);
+  p.max_new_tokens = 5;
+  CHECK_THROWS_AS(generate(small, tok, {{"x", std::vector<int32_t>(5, 3), p}}), Error);
+}

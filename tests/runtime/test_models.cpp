@@ -1,0 +1,185 @@
+// test_models.cpp: whole models on the CPU backend. The HF fixtures (tests/fixtures/*) are converted
+// by the tpshard binary into the build directory, then: last-position logits of a batch of prompts of
+// different lengths vs transformers (fp32; max |ours - hf| / max |hf| <= 1e-4), greedy tokens vs
+// transformers, tp 1/2/4 invariance, batch vs alone invariance, and stories260K's published greedy run.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "fakes.h"
+#include "runtime/generate.h"
+#include "runtime/session.h"
+
+using namespace tpshard;
+
+namespace {
+
+const char* kTpSizes[] = {"1", "2", "4"};
+
+/// Convert tests/fixtures/NAME into the build dir once per test run; returns the model dir.
+std::string converted(const std::string& name) {
+  static std::map<std::string, std::string> done;
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  auto it = done.find(name);
+  if (it != done.end()) return it->second;
+  std::filesystem::create_directories(TPSHARD_TEST_OUT_DIR);
+  const std::string out = std::string(TPSHARD_TEST_OUT_DIR) + "/" + name;
+  const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR + "/" + name +
+                          " -o " + out + " --tp 1,2,4 --force -q";
+  INFO("command: " << cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  done[name] = out;
+  return out;
+}
+
+nlohmann::json reference(const std::string& name) {
+  std::ifstream f(std::string(TPSHARD_FIXTURES_DIR) + "/" + name + "/reference.json");
+  REQUIRE(f.good());
+  return nlohmann::json::parse(f);
+}
+
+SessionOptions cpu_session(const std::string& dir, int tp, int max_batch) {
+  SessionOptions o;
+  o.model_dir = dir;
+  o.tp_size = tp;
+  o.device = Device::Cpu;
+  o.max_batch = max_batch;
+  o.max_seq_len = 256;
+  o.quiet = true;
+  o.cpu_threads = 1;
+  return o;
+}
+
+/// Last-position logits [prompts][vocab] of all prompts in ONE forward (one chunk per prompt).
+std::vector<std::vector<float>> batch_logits(const std::string& dir, int tp,
+                                             const std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<std::vector<float>> out;
+  run_on_ranks(cpu_session(dir, tp, static_cast<int>(prompts.size())), [&](RankContext& ctx) {
+    std::vector<SeqChunk> chunks;
+    for (size_t i = 0; i < prompts.size(); ++i) chunks.push_back({static_cast<int>(i), 0, prompts[i]});
+    const int64_t V = ctx.runner->config().vocab_size;
+    std::vector<float> logits(chunks.size() * V);
+    std::vector<int32_t> argmax(chunks.size());
+    ctx.runner->forward(chunks, logits.data(), argmax.data());
+    for (size_t i = 0; i < chunks.size(); ++i)  // argmax output agrees with the logits
+      CHECK(argmax[i] == std::max_element(logits.begin() + i * V, logits.begin() + (i + 1) * V) - (logits.begin() + i * V));
+    if (ctx.is_output_rank())
+      for (size_t i = 0; i < chunks.size(); ++i) out.emplace_back(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+  });
+  return out;
+}
+
+std::vector<std::vector<int32_t>> greedy(const std::string& dir, int tp, const std::vector<std::vector<int32_t>>& prompts,
+                                         int new_tokens, int max_batch) {
+  std::vector<std::vector<int32_t>> out;
+  testing::FakeTokenizer fake;
+  run_on_ranks(cpu_session(dir, tp, max_batch), [&](RankContext& ctx) {
+    std::vector<GenerationRequest> reqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams p;
+      p.max_new_tokens = new_tokens;
+      p.ignore_eos = true;  // the references are 16 tokens each, whatever they contain
+      reqs.push_back({std::to_string(i), prompts[i], p});
+    }
+    // Text is not checked here; the fixtures without a tokenizer get the fake one.
+    const Tokenizer& tok = ctx.tokenizer ? *ctx.tokenizer : static_cast<const Tokenizer&>(fake);
+    const auto res = generate(*ctx.runner, tok, reqs);
+    if (ctx.is_output_rank())
+      for (const auto& r : res) out.push_back(r.output_ids);
+  });
+  return out;
+}
+
+/// max |a - b| / max |b|
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(static_cast<double>(a[i]) - b[i]));
+    den = std::max(den, std::abs(static_cast<double>(b[i])));
+  }
+  return num / den;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+void check_against_hf(const std::string& name) {
+  const nlohmann::json ref = reference(name);
+  const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const auto hf_logits = ref["last_logits"].get<std::vector<std::vector<float>>>();
+  const auto hf_greedy = ref["greedy"].get<std::vector<std::vector<int32_t>>>();
+  const std::string dir = converted(name);
+  std::vector<std::vector<float>> tp1;
+  for (const char* tps : kTpSizes) {
+    const int tp = std::atoi(tps);
+    CAPTURE(name);
+    CAPTURE(tp);
+    const auto logits = batch_logits(dir, tp, prompts);
+    REQUIRE(logits.size() == prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      const double err = rel_err(logits[i], hf_logits[i]);
+      MESSAGE(name << " tp " << tp << " prompt " << i << ": max rel err vs HF " << err);
+      CHECK(err <= 1e-4);
+      if (tp == 1) continue;
+      CHECK(max_abs_diff(logits[i], tp1[i]) <= 1e-5);  // tp invariance
+    }
+    if (tp == 1) tp1 = logits;
+    const int n_new = static_cast<int>(hf_greedy[0].size());
+    CHECK(greedy(dir, tp, prompts, n_new, 2) == hf_greedy);  // 4 prompts through 2 slots
+  }
+}
+
+}  // namespace
+
+TEST_CASE("GPT-NeoX, parallel residual, partial rotary, gelu: CPU backend vs transformers at tp 1, 2, 4") {
+  check_against_hf("tiny-gpt-neox-par");
+}
+TEST_CASE("GPT-NeoX, sequential residual, full rotary, gelu_fast: vs transformers at tp 1, 2, 4") {
+  check_against_hf("tiny-gpt-neox-seq");
+}
+TEST_CASE("Llama, GQA 8/2 (KV heads replicated at tp 4), tied embeddings: vs transformers at tp 1, 2, 4") {
+  check_against_hf("tiny-llama");
+}
+TEST_CASE("Qwen2, q/k/v bias, untied: vs transformers at tp 1, 2, 4") { check_against_hf("tiny-qwen2"); }
+TEST_CASE("Llama 3 rope scaling: vs transformers at tp 1, 2, 4") { check_against_hf("tiny-llama3-rope"); }
+TEST_CASE("stories260K prompts: vs transformers at tp 1, 2, 4") { check_against_hf("stories260K"); }
+
+TEST_CASE("a prompt gives the same logits alone and in a batch") {
+  const nlohmann::json ref = reference("tiny-llama");
+  const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const std::string dir = converted("tiny-llama");
+  for (int tp : {1, 2}) {
+    const auto batched = batch_logits(dir, tp, prompts);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto alone = batch_logits(dir, tp, {prompts[i]});
+      CHECK(max_abs_diff(alone[0], batched[i]) <= 1e-6);
+    }
+  }
+}
+
+TEST_CASE("stories260K: greedy 200 tokens from BOS reproduce llama2.c's published run at tp 1, 2, 4") {
+  std::ifstream f(std::string(TPSHARD_FIXTURES_DIR) + "/stories260K/expected_greedy200_ids.txt");
+  REQUIRE(f.good());
+  const auto expected = nlohmann::json::parse(f).get<std::vector<int32_t>>();  // BOS + 199 tokens
+  REQUIRE(expected.size() == 200);
+  const std::string dir = converted("stories260K");
+  for (int tp : {1, 2, 4}) {
+    CAPTURE(tp);
+    const auto out = greedy(dir, tp, {{1}}, 199, 1);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0] == std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  }
+}

@@ -1,0 +1,130 @@
+// test_session_errors.cpp: run_on_ranks failure paths on the CPU backend: a rank that throws does not
+// deadlock the others and its error is the one reported; tp size not in the manifest; missing,
+// truncated and corrupted shards; a manifest from another format version.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+#include "format/shard_file.h"
+#include "runtime/session.h"
+
+using namespace tpshard;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A fresh converted copy of tiny-llama (tp 1 and 2) that a test may damage.
+std::string scratch_model(const std::string& tag) {
+  const std::string out = std::string(TPSHARD_TEST_OUT_DIR) + "/damaged-" + tag;
+  fs::create_directories(TPSHARD_TEST_OUT_DIR);
+  const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR +
+                          "/tiny-llama -o " + out + " --tp 1,2 --force -q";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return out;
+}
+
+SessionOptions opts(const std::string& dir, int tp) {
+  SessionOptions o;
+  o.model_dir = dir;
+  o.tp_size = tp;
+  o.device = Device::Cpu;
+  o.max_seq_len = 32;
+  o.quiet = true;
+  return o;
+}
+
+std::string error_of(const SessionOptions& o, const std::function<void(RankContext&)>& fn = [](RankContext&) {}) {
+  try {
+    run_on_ranks(o, fn);
+  } catch (const Error& e) {
+    return std::string(e.what()) + " | hint: " + e.hint();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("an exception on one rank stops the others (no deadlock) and is the error reported") {
+  const std::string dir = scratch_model("throw");
+  const std::string msg = error_of(opts(dir, 2), [](RankContext& ctx) {
+    if (ctx.tp_rank == 1) throw Error("rank one exploded", "none");
+    float x = 1;
+    for (int i = 0; i < 3; ++i) ctx.comm->all_reduce_sum(&x, 1, DType::F32);  // rank 0 waits for rank 1
+  });
+  CHECK(msg.find("rank one exploded") != std::string::npos);
+}
+
+TEST_CASE("tp size missing from the manifest is refused") {
+  const std::string dir = scratch_model("tp");
+  const std::string msg = error_of(opts(dir, 4));
+  CHECK(!msg.empty());
+  MESSAGE(msg);
+}
+
+TEST_CASE("missing, truncated and corrupted shards are refused, naming the file") {
+  const std::string dir = scratch_model("shards");
+  const std::string rank1 = dir + "/tp2/rank1.tps";
+  REQUIRE(fs::exists(rank1));
+  fs::rename(rank1, rank1 + ".bak");
+  std::string msg = error_of(opts(dir, 2));
+  CHECK(msg.find("rank1.tps") != std::string::npos);
+  CHECK(msg.find("missing") != std::string::npos);
+  fs::rename(rank1 + ".bak", rank1);
+  CHECK(error_of(opts(dir, 2)).empty());
+
+  // Truncated: size differs from the manifest.
+  const auto size = fs::file_size(rank1);
+  fs::resize_file(rank1, size - 100);
+  msg = error_of(opts(dir, 2));
+  CHECK(msg.find("rank1.tps") != std::string::npos);
+
+  // Corrupted: same size, one byte of the first tensor flipped -> tensor hash mismatch.
+  const std::string rank0 = dir + "/tp1/rank0.tps";
+  uint64_t data_offset = 0;
+  {
+    ShardReader r(rank0);
+    data_offset = r.header().data_offset + r.tensors().front().file_offset;
+  }
+  {
+    std::fstream f(rank0, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(data_offset));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(data_offset));
+    f.write(&c, 1);
+  }
+  msg = error_of(opts(dir, 1));
+  CHECK(msg.find("rank0.tps") != std::string::npos);
+  MESSAGE(msg);
+}
+
+TEST_CASE("a manifest of another format version is refused") {
+  const std::string dir = scratch_model("version");
+  nlohmann::json m;
+  {
+    std::ifstream f(dir + "/manifest.json");
+    m = nlohmann::json::parse(f);
+  }
+  m["format_version"] = 999;
+  {
+    std::ofstream f(dir + "/manifest.json");
+    f << m.dump(2);
+  }
+  const std::string msg = error_of(opts(dir, 1));
+  CHECK(msg.find("manifest.json") != std::string::npos);
+  MESSAGE(msg);
+}
+
+TEST_CASE("--max-seq-len beyond max_position_embeddings is refused") {
+  const std::string dir = scratch_model("seq");
+  SessionOptions o = opts(dir, 1);
+  o.max_seq_len = 100000;
+  CHECK(error_of(o).find("max_position_embeddings") != std::string::npos);
+}
