@@ -98,8 +98,8 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   progress.finish();
 
   if (writer_rank) {
+    rewrite_jsonl_in_order(opts.output_path, keys);  // still holding the writer's lock
     writer.reset();
-    rewrite_jsonl_in_order(opts.output_path, keys);
   }
   return report;
 }

@@ -2,6 +2,7 @@
 #include "eval/resumable_jsonl.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,14 +64,22 @@ JsonlContents read_jsonl_results(const std::string& path) {
 }
 
 ResumableJsonlWriter::ResumableJsonlWriter(const std::string& path) : path_(path) {
-  JsonlContents existing = read_jsonl_results(path);
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error(path + ": cannot open for appending: " + errno_text(), "check the directory exists and is writable");
-  if (existing.torn_bytes > 0) {
-    if (::ftruncate(fd_, static_cast<off_t>(existing.complete_bytes)) != 0)
-      throw Error(path + ": cannot cut the torn last line: " + errno_text(), "remove the last line by hand");
-    ::fsync(fd_);
-    truncated_bytes_ = existing.torn_bytes;
+  try {
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+      throw Error(path + ": another job is writing this file", "wait for it to finish or stop it, then rerun to resume");
+    const JsonlContents existing = read_jsonl_results(path);  // read under the lock: nobody else appends
+    if (existing.torn_bytes > 0) {
+      if (::ftruncate(fd_, static_cast<off_t>(existing.complete_bytes)) != 0)
+        throw Error(path + ": cannot cut the torn last line: " + errno_text(), "remove the last line by hand");
+      ::fsync(fd_);
+      truncated_bytes_ = existing.torn_bytes;
+    }
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
   }
 }
 

@@ -29,8 +29,9 @@ JsonlContents read_jsonl_results(const std::string& path);
 /// A results file opened for appending. Only the writer rank constructs one (SPMD: tp_rank 0).
 class ResumableJsonlWriter {
  public:
-  /// Opens (creates) PATH; when it ends in a torn line, truncates it to the last '\n' and sets
-  /// truncated_bytes(). Throws Error naming the file when it cannot be opened.
+  /// Opens (creates) PATH and takes an exclusive flock on it (released on destruction); when it ends in
+  /// a torn line, truncates it to the last '\n' and sets truncated_bytes(). Throws Error naming the file
+  /// when it cannot be opened or another process holds the lock (two jobs on one output).
   explicit ResumableJsonlWriter(const std::string& path);
   ~ResumableJsonlWriter();
   ResumableJsonlWriter(const ResumableJsonlWriter&) = delete;

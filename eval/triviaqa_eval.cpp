@@ -45,8 +45,10 @@ PredictionScores score_predictions_file(const std::string& path, const std::vect
   JsonlContents c = read_jsonl_results(path);
   PredictionScores s;
   double em = 0, f1 = 0;
+  std::unordered_set<std::string> seen;
   for (size_t i = 0; i < c.lines.size(); ++i) {
     if (!wanted.empty() && wanted.count(c.keys[i]) == 0) continue;
+    if (!seen.insert(c.keys[i]).second) continue;  // an id written twice counts once (first line)
     json j = json::parse(c.lines[i]);
     auto pred = j.find("prediction");
     auto answers = j.find("answers");

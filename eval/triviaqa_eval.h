@@ -40,6 +40,7 @@ struct PredictionScores {
 
 /// Recompute EM/F1 from a predictions file: each line's "prediction" against its "answers" (official
 /// normalization, best over answers). ids: id_key()s to score (others ignored); empty: every line.
+/// An id that occurs on several lines is scored once, from its first line.
 /// Throws Error naming FILE:LINE for a line without "prediction" / "answers".
 PredictionScores score_predictions_file(const std::string& path, const std::vector<std::string>& ids = {});
 

@@ -71,6 +71,7 @@ class Generator {
 };
 
 void Generator::validate() const {
+  TPS_CHECK(runner_.max_batch() >= 1, "generate: the runner has no kv_cache slots", "pass --max-batch 1 or more");
   const int64_t max_seq = runner_.max_seq_len();
   for (const GenerationRequest& r : requests_) {
     const int64_t p = static_cast<int64_t>(r.prompt_ids.size());

@@ -92,6 +92,10 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
       // Errors raised because another rank aborted the group are consequences, not causes.
       if (!group->aborted() && !first_error) first_error = std::current_exception();
       group->abort("tp_rank " + std::to_string(rank) + " failed: " + e.what());
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!group->aborted() && !first_error) first_error = std::current_exception();
+      group->abort("tp_rank " + std::to_string(rank) + " failed");
     }
   };
   std::vector<std::thread> ranks;

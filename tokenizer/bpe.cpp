@@ -97,11 +97,12 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
     bool ok = !(opts_.fuse_unk && unk_id_ >= 0 && !opts_.byte_fallback);
     if (opts_.byte_fallback)
       for (int b = 0; b < 256; ++b) ok = ok && fallback_ids_[b] >= 0;
-    for (const auto& [key, m] : merges_) {
-      (void)m;
-      const auto left = static_cast<int32_t>(key >> 32), right = static_cast<int32_t>(key & 0xFFFFFFFFu);
-      for (int b = 0; b < 256 && ok && opts_.byte_fallback; ++b) ok = fallback_ids_[b] != left && fallback_ids_[b] != right;
-      if (!ok) break;
+    if (ok && opts_.byte_fallback) {
+      std::unordered_set<int32_t> fallback(std::begin(fallback_ids_), std::end(fallback_ids_));
+      for (const auto& kv : merges_) {
+        const auto left = static_cast<int32_t>(kv.first >> 32), right = static_cast<int32_t>(kv.first & 0xFFFFFFFFu);
+        if (fallback.count(left) || fallback.count(right)) { ok = false; break; }
+      }
     }
     cut_words_ = ok;
     if (ok) {

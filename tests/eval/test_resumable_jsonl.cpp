@@ -54,6 +54,13 @@ TEST_CASE("a missing file reads as empty; a torn last line is ignored, then cut 
   CHECK(slurp(p) == "{\"id\":\"a\",\"x\":1}\n\n{\"id\":2,\"x\":2}\n{\"id\":\"c\",\"x\":3}\n{\"id\":\"d\",\"x\":4}\n");
   ResumableJsonlWriter again(p);
   CHECK(again.truncated_bytes() == 0);
+  // A second job on the same output is refused while the first holds it.
+  try {
+    ResumableJsonlWriter second(p);
+    FAIL("expected an Error");
+  } catch (const tpshard::Error& e) {
+    CHECK(std::string(e.what()) == p + ": another job is writing this file");
+  }
 }
 
 TEST_CASE("a complete line that is not a results object is an error naming the line") {

@@ -38,7 +38,8 @@ Failure convert_fails(const std::string& hf, const ScratchDir& d, std::vector<in
   CHECK_MESSAGE(!f.what.empty(), "conversion was expected to fail");
   for (const auto& e : fs::directory_iterator(d.path)) {
     const std::string n = e.path().filename().string();
-    CHECK_MESSAGE(n.rfind("out", 0) != 0, "left behind: " + n);
+    const std::string left = "left behind: " + n;
+    CHECK_MESSAGE(n.rfind("out", 0) != 0, left);
   }
   return f;
 }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "format/error.h"
 #include "format/manifest.h"
 #include "format/memory_plan.h"
 #include "format/shard_file.h"

@@ -1,0 +1,269 @@
+// bench_generate: time prefill and decode of the CUDA runner on a converted model, or check it end to
+// end against committed references. One process, one thread per tp rank (GPU r), NCCL between them.
+//   bench_generate MODEL --tp 2 --batch 48 --prompt-len 128 --new-tokens 128        -> one JSON line
+//   bench_generate MODEL --check-reference tests/fixtures/tiny-llama/reference.json  -> PASS/FAIL lines
+//   bench_generate MODEL --check-greedy tests/fixtures/stories260K/expected_greedy200_ids.txt
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+#include "format/manifest.h"
+#include "format/shard_file.h"
+#include "runtime/cuda/cuda_runner.h"
+#include "runtime/cuda/nccl_comm.h"
+#include "runtime/cuda/weight_arena.h"
+
+using namespace tpshard;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string model;
+  int tp = 1;
+  int batch = 1, prompt_len = 32, new_tokens = 128;
+  int max_seq_len = 0;
+  bool graphs = true;
+  std::string check_reference, check_greedy;
+  double atol = 1e-3, rtol = 1e-3;  ///< last_logits: |gpu - ref| <= atol + rtol * max|ref| per prompt
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Device-to-device copy bandwidth (read + write bytes per second) over 1 GiB, the HBM ceiling we report.
+double measure_copy_gbps() {
+  const size_t bytes = 1ull << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e0);
+  for (int i = 0; i < 10; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes * 10 / (ms / 1e3) / 1e9;
+}
+
+/// Everything rank r does; rank 0 prints. Returns non-zero when a check failed.
+int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank, std::mutex& print_mu) {
+  if (cudaSetDevice(rank) != cudaSuccess) throw Error("bench_generate: no GPU " + std::to_string(rank), "use --tp <= GPUs");
+  const double copy_gbps = rank == 0 && a.check_reference.empty() && a.check_greedy.empty() ? measure_copy_gbps() : 0;
+  const ManifestShard& sh = shards_for(m, a.tp, a.model)[rank];
+  ShardReader reader(a.model + "/" + sh.file);
+  cuda::LoadReport rep;
+  cuda::WeightArena arena(reader, cuda::LoadOptions{}, &rep);
+  cuda::NcclCommunicator comm(id, rank, a.tp);
+  cuda::CudaRunnerOptions o;
+  o.use_cuda_graphs = a.graphs;
+  int fails = 0;
+  auto say = [&](const std::string& s) {
+    if (rank != 0) return;
+    std::lock_guard<std::mutex> g(print_mu);
+    std::printf("%s\n", s.c_str());
+    std::fflush(stdout);
+  };
+
+  if (!a.check_reference.empty()) {
+    std::ifstream f(a.check_reference);
+    const nlohmann::json ref = nlohmann::json::parse(f);
+    const auto prompts = ref.at("prompts").get<std::vector<std::vector<int32_t>>>();
+    const auto last = ref.at("last_logits").get<std::vector<std::vector<double>>>();
+    const auto greedy = ref.at("greedy").get<std::vector<std::vector<int32_t>>>();
+    const int n = static_cast<int>(prompts.size());
+    o.max_batch = n;
+    o.max_seq_len = a.max_seq_len > 0 ? a.max_seq_len : 128;
+    auto runner = cuda::make_cuda_runner(m, rank, a.tp, arena, comm, o);
+    const int64_t vocab = m.model.vocab_size;
+    std::vector<SeqChunk> chunks(n);
+    for (int i = 0; i < n; ++i) chunks[i] = {i, 0, prompts[i]};
+    std::vector<float> logits(static_cast<size_t>(n) * vocab);
+    std::vector<int32_t> next(n);
+    runner->forward(chunks, logits.data(), next.data());  // all prompts packed in one prefill step
+    for (int i = 0; i < n; ++i) {
+      double max_ref = 0, max_err = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        max_ref = std::max(max_ref, std::fabs(last[i][v]));
+        max_err = std::max(max_err, std::fabs(logits[i * vocab + v] - last[i][v]));
+      }
+      const bool ok = max_err <= a.atol + a.rtol * max_ref;
+      fails += !ok;
+      say(std::string(ok ? "PASS" : "FAIL") + " last_logits prompt " + std::to_string(i) + ": max abs err " +
+          std::to_string(max_err) + " (max |ref| " + std::to_string(max_ref) + ")");
+    }
+    // greedy: batched decode of all prompts (CUDA graph bucket), compared token by token
+    std::vector<std::vector<int32_t>> got(n);
+    for (int i = 0; i < n; ++i) got[i].push_back(next[i]);
+    const size_t steps = greedy[0].size();
+    for (size_t s = 1; s < steps; ++s) {
+      for (int i = 0; i < n; ++i) chunks[i] = {i, static_cast<int>(prompts[i].size() + s - 1), {got[i].back()}};
+      runner->forward(chunks, nullptr, next.data());
+      for (int i = 0; i < n; ++i) got[i].push_back(next[i]);
+    }
+    for (int i = 0; i < n; ++i) {
+      const bool ok = got[i] == greedy[i];
+      fails += !ok;
+      std::string s;
+      for (int32_t t : got[i]) s += std::to_string(t) + " ";
+      say(std::string(ok ? "PASS" : "FAIL") + " greedy prompt " + std::to_string(i) + ": " + s);
+    }
+    return fails;
+  }
+
+  if (!a.check_greedy.empty()) {
+    // whitespace- or JSON-list-separated ids ("[1, 403, ...]" or "1 403 ...")
+    std::ifstream f(a.check_greedy);
+    std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    for (char& ch : text)
+      if (!std::isdigit(static_cast<unsigned char>(ch))) ch = ' ';
+    std::istringstream in(text);
+    std::vector<int32_t> expect{std::istream_iterator<int32_t>(in), std::istream_iterator<int32_t>()};
+    TPS_CHECK(expect.size() >= 2, "bench_generate: " + a.check_greedy + " holds fewer than 2 ids", "pass the ids file");
+    o.max_batch = 1;
+    o.max_seq_len = static_cast<int>(expect.size()) + 1;
+    auto runner = cuda::make_cuda_runner(m, rank, a.tp, arena, comm, o);
+    std::vector<int32_t> got = {expect[0]};  // BOS
+    int32_t next = 0;
+    for (size_t s = 0; s + 1 < expect.size(); ++s) {
+      std::vector<SeqChunk> c = {{0, static_cast<int>(s), {got.back()}}};
+      runner->forward(c, nullptr, &next);
+      got.push_back(next);
+    }
+    size_t same = 0;
+    while (same < got.size() && got[same] == expect[same]) ++same;
+    const bool ok = same == expect.size();
+    say(std::string(ok ? "PASS" : "FAIL") + " greedy ids: " + std::to_string(same) + " of " + std::to_string(expect.size()) +
+        " identical (tp " + std::to_string(a.tp) + ")");
+    return ok ? 0 : 1;
+  }
+
+  // benchmark
+  o.max_batch = a.batch;
+  o.max_seq_len = a.max_seq_len > 0 ? a.max_seq_len : a.prompt_len + a.new_tokens;
+  auto runner = cuda::make_cuda_runner(m, rank, a.tp, arena, comm, o);
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.model.vocab_size - 1));
+  std::vector<SeqChunk> prompts(a.batch);
+  for (int i = 0; i < a.batch; ++i) {
+    prompts[i].slot = i;
+    for (int k = 0; k < a.prompt_len; ++k) prompts[i].tokens.push_back(tok(rng));
+  }
+  double prefill_s = 0, decode_s = 0;
+  for (int round = 0; round < 2; ++round) {  // round 0 warms up (cuBLASLt plans, graph capture)
+    std::vector<int32_t> next(a.batch);
+    auto t0 = Clock::now();
+    runner->forward(prompts, nullptr, next.data());
+    prefill_s = seconds_since(t0);
+    std::vector<SeqChunk> step(a.batch);
+    t0 = Clock::now();
+    for (int s = 1; s < a.new_tokens; ++s) {
+      for (int i = 0; i < a.batch; ++i) step[i] = {i, a.prompt_len + s - 1, {next[i]}};
+      runner->forward(step, nullptr, next.data());
+    }
+    decode_s = seconds_since(t0);
+  }
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  const int steps = std::max(1, a.new_tokens - 1);
+  nlohmann::json j;
+  j["tp"] = a.tp;
+  j["dtype"] = dtype_name(m.dtype);
+  j["batch"] = a.batch;
+  j["prompt_len"] = a.prompt_len;
+  j["new_tokens"] = a.new_tokens;
+  j["prefill_tok_s"] = a.batch * a.prompt_len / prefill_s;
+  j["decode_tok_s"] = a.batch * steps / decode_s;
+  j["ms_per_step"] = 1e3 * decode_s / steps;
+  j["weight_bytes_per_rank"] = rep.arena_bytes;
+  j["effective_gbps"] = rep.arena_bytes * (steps / decode_s) / 1e9;
+  j["copy_gbps"] = copy_gbps;
+  j["peak_mem_gib"] = (total_b - free_b) / double(1ull << 30);
+  j["graphs"] = a.graphs;
+  say(j.dump());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("bench_generate: " + k + " needs a value", "see the usage in main.cpp");
+      return argv[++i];
+    };
+    if (k == "--tp") a.tp = std::stoi(val());
+    else if (k == "--batch") a.batch = std::stoi(val());
+    else if (k == "--prompt-len") a.prompt_len = std::stoi(val());
+    else if (k == "--new-tokens") a.new_tokens = std::stoi(val());
+    else if (k == "--max-seq-len") a.max_seq_len = std::stoi(val());
+    else if (k == "--no-graphs") a.graphs = false;
+    else if (k == "--check-reference") a.check_reference = val();
+    else if (k == "--check-greedy") a.check_greedy = val();
+    else if (k == "--atol") a.atol = std::stod(val());
+    else if (k == "--rtol") a.rtol = std::stod(val());
+    else if (a.model.empty()) a.model = k;
+    else {
+      std::fprintf(stderr, "error: unknown argument %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (a.model.empty()) {
+    std::fprintf(stderr, "usage: bench_generate MODEL [--tp N] [--batch B --prompt-len P --new-tokens N] "
+                         "[--check-reference FILE] [--check-greedy FILE] [--no-graphs]\n");
+    return 2;
+  }
+  try {
+    const Manifest m = load_manifest(a.model);
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) throw Error("bench_generate: ncclGetUniqueId failed", "check the NCCL install");
+    std::vector<int> rc(a.tp, 0);
+    std::vector<std::string> err(a.tp);
+    std::mutex mu;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < a.tp; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          rc[r] = run_rank(a, m, id, r, mu);
+        } catch (const Error& e) {
+          err[r] = std::string(e.what()) + (e.hint().empty() ? "" : "\nhint: " + e.hint());
+          rc[r] = 1;
+        } catch (const std::exception& e) {
+          err[r] = e.what();
+          rc[r] = 1;
+        }
+      });
+    for (auto& t : threads) t.join();
+    int worst = 0;
+    for (int r = 0; r < a.tp; ++r) {
+      if (!err[r].empty()) std::fprintf(stderr, "error: rank %d: %s\n", r, err[r].c_str());
+      worst = std::max(worst, rc[r]);
+    }
+    return worst ? 1 : 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\nhint: %s\n", e.what(), e.hint().c_str());
+    return 1;
+  }
+}

@@ -1,0 +1,80 @@
+// cmd_tokenize.cpp: `tprun MODEL_DIR tokenize --text "..." [--no-special]` prints the ids on one line,
+// space separated; `tprun MODEL_DIR detokenize --ids 1,2,3 [--skip-special]` prints the text.
+// Only the tokenizer files of MODEL_DIR are read (no weights, no ranks).
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "format/error.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/tprun/commands.h"
+
+namespace tpshard::tprun {
+namespace {
+
+std::vector<int32_t> parse_id_list(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TPS_CHECK(!item.empty() && used == item.size() && v >= 0 && v <= INT32_MAX,
+              "detokenize --ids: \"" + item + "\" is not a token id", "pass comma-separated ids, e.g. --ids 1,15043,3186");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TPS_CHECK(static_cast<bool>(in), "tokenize --file: cannot open " + path, "check the path");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& app, GlobalOptions& g) {
+  struct Opts {
+    std::string text, file, ids;
+    bool no_special = false, skip_special = false;
+  };
+  auto o = std::make_shared<Opts>();
+
+  CLI::App* tok = app.add_subcommand("tokenize", "print the token ids of a text (one line, space separated)");
+  auto* text_opt = tok->add_option("--text", o->text, "the text (UTF-8; invalid bytes become U+FFFD)");
+  auto* file_opt = tok->add_option("--file", o->file, "read the text from this file instead");
+  text_opt->excludes(file_opt);
+  tok->add_flag("--no-special", o->no_special, "do not add the post-processor's special tokens (e.g. BOS)");
+  tok->callback([&g, o, text_opt, file_opt] {
+    TPS_CHECK(text_opt->count() + file_opt->count() == 1, "tokenize: pass --text or --file", "e.g. --text \"Hello world\"");
+    const auto tokenizer = Tokenizer::load(g.session.model_dir);
+    const std::string text = file_opt->count() ? read_file(o->file) : o->text;
+    const std::vector<int32_t> ids = tokenizer->encode(text, !o->no_special);
+    std::string line;
+    for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + std::to_string(ids[k]);
+    std::printf("%s\n", line.c_str());
+  });
+
+  CLI::App* detok = app.add_subcommand("detokenize", "print the text of comma-separated token ids");
+  detok->add_option("--ids", o->ids, "comma-separated token ids, e.g. 1,15043,3186")->required();
+  detok->add_flag("--skip-special", o->skip_special, "leave out special tokens (BOS, EOS, ...)");
+  detok->callback([&g, o] {
+    const auto tokenizer = Tokenizer::load(g.session.model_dir);
+    const std::string text = tokenizer->decode(parse_id_list(o->ids), o->skip_special);
+    std::printf("%s\n", text.c_str());
+  });
+}
+
+}  // namespace tpshard::tprun
