@@ -40,7 +40,7 @@ run_logged() {  # run_logged NAME CMD...: runs, appends output to the log, retur
 # Shared libraries the binaries need that the loader does not find (e.g. libnccl.so.2 / libcublasLt.so.13
 # only inside the Python wheels): add the directories that hold them to LD_LIBRARY_PATH.
 for lib in $(ldd "$BIN/tprun" 2>/dev/null | awk '/not found/ {print $1}'); do
-  for d in /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+  for d in "$BUILD/lib" /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
            $(python3 -c 'import sys, glob; print(" ".join(sorted({d for p in sys.path for d in glob.glob(p + "/nvidia/*/lib")})))' 2>/dev/null); do
     if [ -e "$d/$lib" ]; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
   done
@@ -228,8 +228,105 @@ fi
 
 # ============================ kernels and model (issue 7) ============================
 # --- kernels and model (issue 7) ---
-# (the GPU-kernels engineer appends the kernel tests, model checks and bench_generate here; use
-#  result PASS|FAIL|SKIP "name" "detail", run_logged, $BIN, $REPO, $WORK, $OUT, $NGPU; logs go under $OUT)
+# Kernel tests, then the CUDA runner end to end (bench_generate: one process, a thread per rank) on the
+# committed fixtures: last-position logits vs the Hugging Face references and greedy tokens, at tp 1 and 2;
+# stories260K's published 200 greedy ids; tprun --device cuda vs --device cpu logits; the generation
+# benchmark (scripts/bench_generate.py; SKIP_BENCH=1 skips it). Logs: $OUT/kernels_model.log.
+KLOG=$OUT/kernels_model.log
+: > "$KLOG"
+k_result() {  # like result, and keep the command output in $KLOG
+  cat "$WORK/out.txt" "$WORK/err.txt" >> "$KLOG" 2>/dev/null
+  result "$@"
+}
+if [ -x "$BIN/test_kernels" ]; then
+  if run_logged test_kernels "$BIN/test_kernels"; then
+    k_result PASS "test_kernels" "$(grep -E 'test cases' "$WORK/out.txt" | tail -1)"
+  else
+    k_result FAIL "test_kernels" "$(grep -E 'ERROR|test cases' "$WORK/out.txt" | head -3 | tr '\n' ' ')"
+  fi
+else
+  result FAIL "test_kernels" "$BIN/test_kernels missing"
+fi
+BG=$BIN/bench_generate
+if [ ! -x "$BG" ]; then
+  result FAIL "bench_generate" "$BG missing (tools/CMakeLists.txt needs add_subdirectory(bench_generate) when TPSHARD_HAVE_CUDA)"
+else
+  FIX=$REPO/tests/fixtures
+  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-llama3-rope tiny-llama-bf16 stories260K; do
+    MD=$WORK/k_$m
+    if ! run_logged "convert $m" "$BIN/tpshard" convert "$FIX/$m" -o "$MD" --tp 1,2 -q; then
+      k_result FAIL "convert $m"; continue
+    fi
+    TOL=""; [ "$m" = tiny-llama-bf16 ] && TOL="--atol 0.05 --rtol 0.02"
+    for TP in 1 2; do
+      [ "$TP" -le "$NGPU" ] || continue
+      # shellcheck disable=SC2086
+      if run_logged "cuda runner $m tp $TP" timeout 120 "$BG" "$MD" --tp $TP --check-reference "$FIX/$m/reference.json" $TOL &&
+         ! grep -q FAIL "$WORK/out.txt"; then
+        k_result PASS "cuda runner $m tp $TP: logits + greedy vs HF" "$(grep -c PASS "$WORK/out.txt") checks"
+      else
+        k_result FAIL "cuda runner $m tp $TP: logits + greedy vs HF" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
+      fi
+    done
+  done
+  # reduced-precision copies of f32 fixtures: logits within fp16 / bf16 tolerance (greedy may differ by design)
+  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02"; do
+    set -- $spec
+    MD=$WORK/k_$1_$2
+    run_logged "convert $1 $2" "$BIN/tpshard" convert "$FIX/$1" -o "$MD" --tp 1,2 --dtype $2 -q || { k_result FAIL "convert $1 --dtype $2"; continue; }
+    for TP in 1 2; do
+      [ "$TP" -le "$NGPU" ] || continue
+      if run_logged "cuda runner $1 $2 tp $TP" timeout 120 "$BG" "$MD" --tp $TP --no-greedy --atol $3 --rtol $4 \
+           --check-reference "$FIX/$1/reference.json" && ! grep -q FAIL "$WORK/out.txt"; then
+        k_result PASS "cuda runner $1 as $2 tp $TP: logits vs f32 HF within atol $3 + rtol $4 x max|ref|"
+      else
+        k_result FAIL "cuda runner $1 as $2 tp $TP" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
+      fi
+    done
+  done
+  # stories260K: the 200 greedy ids published with the model, identical at tp 1, tp 2 and without CUDA graphs
+  for opt in "--tp 1" "--tp 2" "--tp 1 --no-graphs"; do
+    set -- $opt
+    [ "$2" -le "$NGPU" ] || continue
+    # shellcheck disable=SC2086
+    if run_logged "greedy200 $opt" timeout 120 "$BG" "$WORK/k_stories260K" $opt --check-greedy "$FIX/stories260K/expected_greedy200_ids.txt" &&
+       grep -q "^PASS" "$WORK/out.txt"; then
+      k_result PASS "stories260K greedy 200 ids ($opt)" "$(cat "$WORK/out.txt")"
+    else
+      k_result FAIL "stories260K greedy 200 ids ($opt)" "$(cat "$WORK/out.txt") $(tail -1 "$WORK/err.txt")"
+    fi
+  done
+fi
+# tprun: the CUDA backend's logits vs the CPU backend's (same binary, same shard files)
+if [ -x "$BIN/tprun" ] && [ -d "$WORK/k_tiny-gpt-neox-par" ]; then
+  IDS=193,411,293,143,817,13,369,802,915,936,517
+  for TP in 1 2; do
+    [ "$TP" -le "$NGPU" ] || continue
+    "$BIN/tprun" "$WORK/k_tiny-gpt-neox-par" --tp $TP --device cpu logits --ids $IDS > "$WORK/cpu.json" 2>> "$KLOG"
+    "$BIN/tprun" "$WORK/k_tiny-gpt-neox-par" --tp $TP --device cuda logits --ids $IDS > "$WORK/cuda.json" 2>> "$KLOG"
+    D=$(python3 -c "
+import json, sys
+a = json.load(open(sys.argv[1]))['logits']; b = json.load(open(sys.argv[2]))['logits']
+assert len(a) == len(b), (len(a), len(b))
+print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/cuda.json" 2>&1)
+    if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-3 else 1)" "$D" 2>/dev/null; then
+      result PASS "tprun logits --device cuda vs cpu (tiny-gpt-neox-par f32, tp $TP)" "max abs diff $D"
+    else
+      result FAIL "tprun logits --device cuda vs cpu (tiny-gpt-neox-par f32, tp $TP)" "$D"
+    fi
+  done
+fi
+# generation benchmark: ours vs transformers, one table (a few minutes)
+if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$BG" ]; then
+  if PYTHONUNBUFFERED=1 timeout 480 python3 "$REPO/scripts/bench_generate.py" --bin "$BIN" --work "$WORK/bench_gen" \
+       > "$OUT/bench_generate.log" 2>&1; then
+    result PASS "scripts/bench_generate.py" "table in $OUT/bench_generate.log"
+    grep '^|' "$OUT/bench_generate.log"
+  else
+    result FAIL "scripts/bench_generate.py" "$(tail -3 "$OUT/bench_generate.log" | tr '\n' ' ')"
+  fi
+  rm -rf "$WORK/bench_gen"
+fi
 
 # ============================ summary ============================
 echo "gpu_check: $FAILED check(s) failed; log: $LOG" | tee -a "$LOG"

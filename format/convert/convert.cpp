@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -161,6 +162,7 @@ struct Job {
 
 ConvertResult convert_checkpoint(const ConvertOptions& o) {
   ConvertResult res;
+  const auto t0 = std::chrono::steady_clock::now();
   // 1. Validate everything before writing anything.
   if (o.tp_sizes.empty()) throw Error("no tp sizes given", "pass --tp, e.g. --tp 1,2,4,8");
   std::vector<int> tps = o.tp_sizes;
@@ -272,6 +274,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
       for (const StTensor* st : sources[i]) ck.drop_pages(*st);
     }
     res.seconds = p.seconds();
+    res.output_bytes = total_bytes;
   }
   for (auto& w : writers) w->finish();
 
@@ -315,6 +318,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
   save_manifest(m, tmp.path());
   check_interrupt();
   tmp.commit(o.out_dir, o.force);
+  res.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }
 

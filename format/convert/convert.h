@@ -38,7 +38,9 @@ struct ConvertResult {
   std::vector<ShardStats> shards;
   std::vector<std::string> ignored;   ///< source tensors skipped (known buffers, tied lm_head, --allow-unused)
   uint64_t source_bytes = 0;
-  double seconds = 0;
+  uint64_t output_bytes = 0;          ///< raw bytes streamed into shard files (all tp sizes, all passes)
+  double seconds = 0;                 ///< the conversion phase (without source/shard hashing)
+  double total_seconds = 0;           ///< everything
 };
 
 /// Run the conversion. Throws Error (naming the file and the fix) on any problem; nothing is left at

@@ -109,5 +109,6 @@ TEST_CASE("attention_num_splits: one split when tokens x heads fill the GPU, mor
   CHECK(cuda::attention_num_splits(512, 16, 2048, 16) == 1);
   CHECK(cuda::attention_num_splits(1, 8, 2048, 16) > 1);
   CHECK(cuda::attention_num_splits(1, 8, 2048, 16) <= 16);
-  CHECK(cuda::attention_num_splits(1, 8, 100, 16) == 1);  // context shorter than one tile
+  CHECK(cuda::attention_num_splits(1, 8, 20, 16) == 1);   // context shorter than two minimum splits
+  CHECK(cuda::attention_num_splits(1, 8, 100, 16) == 6);  // at least 16 keys per split
 }

@@ -52,15 +52,12 @@ int run_convert(const ConvertOptions& opt) {
       std::printf(r.ignored.size() > 6 ? " ...\n" : "\n");
     }
   }
-  std::fprintf(stderr, "tpshard convert: %s -> %s: %s source, %s %s, tp %s in %.1fs (%.2f GB/s)\n", opt.hf_dir.c_str(),
-               opt.out_dir.c_str(), human_bytes(r.source_bytes).c_str(), r.manifest.model.architecture.c_str(),
-               dtype_name(r.manifest.dtype),
-               [&] {
-                 std::string t;
-                 for (const auto& [size, _] : r.manifest.shards) t += (t.empty() ? "" : ",") + std::to_string(size);
-                 return t;
-               }().c_str(),
-               r.seconds, r.seconds > 0 ? static_cast<double>(r.source_bytes) / r.seconds / 1e9 : 0.0);
+  std::string tps;
+  for (const auto& [size, _] : r.manifest.shards) tps += (tps.empty() ? "" : ",") + std::to_string(size);
+  std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, tp %s: %s source -> %s of shards in %.1fs (convert %.1fs, %.2f GB/s)\n",
+               opt.hf_dir.c_str(), opt.out_dir.c_str(), r.manifest.model.architecture.c_str(), dtype_name(r.manifest.dtype),
+               tps.c_str(), human_bytes(r.source_bytes).c_str(), human_bytes(r.output_bytes).c_str(), r.total_seconds, r.seconds,
+               r.seconds > 0 ? static_cast<double>(r.output_bytes) / r.seconds / 1e9 : 0.0);
   return 0;
 }
 
