@@ -61,10 +61,14 @@ bool is_word_char(char32_t c) {
   }
 }
 
-// Unicode Cased (approximated by the cased letter categories).
+// Unicode Cased: the cased letter categories, characters with a case mapping (e.g. U+2163 ROMAN
+// NUMERAL FOUR, category Nl), and the two Other_Lowercase letters of Latin-1 (U+00AA, U+00BA).
 bool is_cased(char32_t c) {
+  if (c == 0xAA || c == 0xBA) return true;
   utf8proc_category_t cat = category(c);
-  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+  const auto cp = static_cast<utf8proc_int32_t>(c);
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT ||
+         utf8proc_isupper(cp) || utf8proc_islower(cp);
 }
 
 // Unicode Case_Ignorable: Mn Me Cf Lm Sk, plus Word_Break MidLetter / MidNumLet / Single_Quote.

@@ -65,10 +65,12 @@ void Progress::advance(size_t items, int64_t tokens) {
 
 void Progress::finish() {
   if (!enabled_) return;
+  if (!tty_ && printed_done_ == done_) return;  // the last plain line already shows the end
   print(true);
 }
 
 void Progress::print(bool final_line) {
+  printed_done_ = done_;
   std::string status = status_text();
   if (tty_) {
     constexpr int kWidth = 30;

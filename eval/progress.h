@@ -31,6 +31,7 @@ class Progress {
 
   std::string label_;
   size_t total_, already_done_, done_;
+  size_t printed_done_ = static_cast<size_t>(-1);  ///< done_ at the last print
   int64_t tokens_ = 0;
   bool enabled_, tty_;
   double interval_s_;

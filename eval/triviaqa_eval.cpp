@@ -33,7 +33,8 @@ void write_text_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 std::string default_predictions_path(const std::string& data_path) {
-  std::string base = data_path.substr(data_path.find_last_of('/') == std::string::npos ? 0 : data_path.find_last_of('/') + 1);
+  const size_t slash = data_path.find_last_of('/');
+  std::string base = slash == std::string::npos ? data_path : data_path.substr(slash + 1);
   size_t dot = base.find('.');
   if (dot != std::string::npos && dot > 0) base = base.substr(0, dot);
   if (base.empty()) base = "triviaqa";

@@ -63,8 +63,6 @@ inline void check_launch(const char* kernel) {
                 "run with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the faulting kernel");
 }
 
-inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
-
 }  // namespace tpshard::cuda
 
 /// TPS_DISPATCH_DTYPE(dtype, T, ...): run the body with T = float / __half / __nv_bfloat16.

@@ -191,7 +191,9 @@ void Generator::take_token(Active& a, const float* logits_row, int32_t argmax) {
     return;
   }
   const size_t old_size = a.text.size();
-  a.text += a.decoder->push(token);
+  // Models may have more embedding rows than the tokenizer has tokens (e.g. Pythia: 50304 vs 50277);
+  // such ids have no text.
+  if (token < tok_.vocab_size()) a.text += a.decoder->push(token);
   const size_t stop_at = find_stop_string(a.text, old_size, p.stop);
   if (stop_at != std::string::npos) {
     a.text.resize(stop_at);

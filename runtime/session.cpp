@@ -37,6 +37,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_if_present(const std::string& dir) {
 }
 
 void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
+  TPS_CHECK(opts.nnodes == 1, "--nnodes " + std::to_string(opts.nnodes) + ": the CPU backend runs on one node",
+            "drop --nnodes/--node-rank/--master-addr, or use --device cuda");
   const Manifest manifest = load_manifest(opts.model_dir);
   const std::vector<ManifestShard>& shards = shards_for(manifest, opts.tp_size, opts.model_dir);
   const ModelConfig& config = manifest.model;

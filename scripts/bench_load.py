@@ -30,6 +30,9 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+GEN_DEVICE = os.environ.get("BENCH_GEN_DEVICE", "cuda")  # where random weights are drawn ("cpu" to test the script)
+
+
 def make_checkpoint(kind, out_dir, llama_layers):
     """Random weights (normal * 0.02, norms = 1) with the parameter names and shapes transformers uses."""
     import torch
@@ -54,15 +57,15 @@ def make_checkpoint(kind, out_dir, llama_layers):
     cfg.architectures = [type(cfg).__name__.replace("Config", "ForCausalLM")]
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=GEN_DEVICE).manual_seed(0)
     tensors = {}
     for name, p in model.named_parameters():
         if name.endswith("norm.weight") or "layernorm" in name or name.endswith("ln_f.weight"):
-            t = torch.ones(p.shape, dtype=dtype, device="cuda")
+            t = torch.ones(p.shape, dtype=dtype, device=GEN_DEVICE)
         elif name.endswith(".bias"):
-            t = torch.zeros(p.shape, dtype=dtype, device="cuda")
+            t = torch.zeros(p.shape, dtype=dtype, device=GEN_DEVICE)
         else:
-            t = (torch.randn(p.shape, generator=gen, device="cuda", dtype=torch.float32) * 0.02).to(dtype)
+            t = (torch.randn(p.shape, generator=gen, device=GEN_DEVICE, dtype=torch.float32) * 0.02).to(dtype)
         tensors[name] = t.cpu().contiguous()
     os.makedirs(out_dir, exist_ok=True)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})

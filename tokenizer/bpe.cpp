@@ -50,7 +50,10 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
   id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
   for (const auto& [tok, id] : vocab_) id_to_token_[static_cast<size_t>(id)] = tok;
 
-  merges_.reserve(merges.size() * 2);
+  size_t table_size = 16;
+  merge_shift_ = 60;
+  while (table_size < merges.size() * 2) { table_size *= 2; --merge_shift_; }
+  merge_table_.assign(table_size, MergeSlot{});
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
     const auto ia = vocab_.find(a), ib = vocab_.find(b), ic = vocab_.find(a + b);
@@ -59,7 +62,7 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
                       "') uses a token that is not in model.vocab",
                   "the file is corrupt or truncated; re-download tokenizer.json");
     // emplace keeps the first (lowest) rank if a pair repeats, as HF does.
-    merges_.emplace(pair_key(ia->second, ib->second), Merge{static_cast<int32_t>(r), ic->second});
+    add_merge(pair_key(ia->second, ib->second), Merge{static_cast<int32_t>(r), ic->second});
   }
 
   std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
@@ -99,8 +102,9 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
       for (int b = 0; b < 256; ++b) ok = ok && fallback_ids_[b] >= 0;
     if (ok && opts_.byte_fallback) {
       std::unordered_set<int32_t> fallback(std::begin(fallback_ids_), std::end(fallback_ids_));
-      for (const auto& kv : merges_) {
-        const auto left = static_cast<int32_t>(kv.first >> 32), right = static_cast<int32_t>(kv.first & 0xFFFFFFFFu);
+      for (const auto& slot : merge_table_) {
+        if (slot.key == ~uint64_t{0}) continue;
+        const auto left = static_cast<int32_t>(slot.key >> 32), right = static_cast<int32_t>(slot.key & 0xFFFFFFFFu);
         if (fallback.count(left) || fallback.count(right)) { ok = false; break; }
       }
     }
@@ -135,9 +139,25 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
   return &t;
 }
 
+void BpeModel::add_merge(uint64_t key, Merge m) {
+  const size_t mask = merge_table_.size() - 1;
+  for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;; i = (i + 1) & mask) {
+    if (merge_table_[i].key == key) return;  // a repeated pair keeps its first (lowest) rank, as HF does
+    if (merge_table_[i].key == ~uint64_t{0}) {
+      merge_table_[i] = MergeSlot{key, m};
+      return;
+    }
+  }
+}
+
 const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
-  const auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = merge_table_.size() - 1;
+  for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;; i = (i + 1) & mask) {
+    const MergeSlot& s = merge_table_[i];
+    if (s.key == key) return &s.merge;
+    if (s.key == ~uint64_t{0}) return nullptr;
+  }
 }
 
 void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& syms) const {
@@ -181,17 +201,32 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& syms
 }
 
 void BpeModel::merge_small(std::vector<int32_t>& syms) const {
-  while (syms.size() > 1) {
-    int32_t best_rank = INT32_MAX, best_id = -1;
-    size_t best_pos = 0;
-    for (size_t i = 0; i + 1 < syms.size(); ++i) {
-      const Merge* m = find_merge(syms[i], syms[i + 1]);
-      if (m && m->rank < best_rank) { best_rank = m->rank; best_id = m->new_id; best_pos = i; }
+  // rank[i]: rank of the pair (syms[i], syms[i+1]), INT32_MAX when they do not merge. Only the
+  // two pairs next to a merge change, so each step costs O(n) compares and two lookups.
+  int32_t rank[kSmallWord], new_id[kSmallWord];
+  size_t n = syms.size();
+  auto fill = [&](size_t i) {
+    const Merge* m = find_merge(syms[i], syms[i + 1]);
+    rank[i] = m ? m->rank : INT32_MAX;
+    new_id[i] = m ? m->new_id : -1;
+  };
+  for (size_t i = 0; i + 1 < n; ++i) fill(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i)
+      if (rank[i] < rank[best]) best = i;
+    if (rank[best] == INT32_MAX) break;
+    syms[best] = new_id[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      syms[i] = syms[i + 1];
+      rank[i] = rank[i + 1];
+      new_id[i] = new_id[i + 1];
     }
-    if (best_id < 0) return;
-    syms[best_pos] = best_id;
-    syms.erase(syms.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+    --n;
+    if (best + 1 < n) fill(best);
+    if (best > 0) fill(best - 1);
   }
+  syms.resize(n);
 }
 
 void BpeModel::merge_heap(std::vector<int32_t>& syms) const {

@@ -84,7 +84,14 @@ class BpeModel {
   BpeOptions opts_;
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  /// (left id, right id) -> merge; open addressing, linear probing, power-of-two size, key ~0 = empty.
+  struct MergeSlot {
+    uint64_t key = ~uint64_t{0};
+    Merge merge{0, 0};
+  };
+  std::vector<MergeSlot> merge_table_;
+  uint32_t merge_shift_ = 64;
+  void add_merge(uint64_t key, Merge m);
   int32_t byte_ids_[256];            ///< byte_level: id of each single byte; -1 if absent
   int32_t fallback_ids_[256];        ///< byte_fallback: id of <0xXX>; -1 if absent
   std::unordered_map<uint32_t, int32_t> char_ids_;  ///< not byte_level: single-character tokens

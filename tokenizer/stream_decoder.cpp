@@ -14,7 +14,13 @@ StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special_tokens) : t
 
 std::string StreamDecoder::push(int32_t id) {
   ids_.push_back(id);
-  const std::string text = tok_.decode(ids_, skip_special_);  // throws on an unknown id
+  std::string text;
+  try {
+    text = tok_.decode(ids_, skip_special_);
+  } catch (...) {
+    ids_.pop_back();  // an unknown id leaves the stream as it was, then the Error propagates
+    throw;
+  }
   // Hold back while the text has not grown past the context or ends in an incomplete character
   // (decoders turn a partial UTF-8 sequence into U+FFFD).
   if (text.size() <= emitted_bytes_ || ends_with_replacement(text)) return {};

@@ -45,6 +45,7 @@ class Tokenizer {
 class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& tok, bool skip_special_tokens = true);
+  /// Throws Error (like decode) for an id outside the vocabulary; the stream is then unchanged.
   std::string push(int32_t id);
   std::string flush();  ///< whatever is left (incomplete UTF-8 becomes U+FFFD)
 

@@ -51,9 +51,11 @@ class CudaRunner : public ModelRunner {
     stream_ = nccl->stream();
     layout_ = make_tp_layout(config_, tp_size);
     weights_ = bind_weights(weights, config_, layout_);
+    weight_bytes_ = weights.bytes();
     max_rows_ = bucket_for(opts.max_batch);
     const long long cap = static_cast<long long>(opts.max_batch) * opts.max_seq_len;
-    const int max_tokens = static_cast<int>(std::max<long long>(max_rows_, std::min<long long>(kMaxStepTokens, cap)));
+    const long long step = opts.max_step_tokens > 0 ? opts.max_step_tokens : kMaxStepTokens;
+    const int max_tokens = static_cast<int>(std::max<long long>(max_rows_, std::min(step, cap)));
     model_ = std::make_unique<Transformer>(config_, layout_, tp_rank, weights_, comm, stream_, max_tokens, max_rows_,
                                            opts.max_batch + 1, opts.max_seq_len);
     const size_t vpr = layout_.vocab_size_per_rank;
@@ -77,6 +79,8 @@ class CudaRunner : public ModelRunner {
   const ModelConfig& config() const override { return config_; }
   int max_batch() const override { return opts_.max_batch; }
   int max_seq_len() const override { return opts_.max_seq_len; }
+  uint64_t weight_bytes() const override { return weight_bytes_; }
+  uint64_t kv_cache_bytes() const override { return model_->kv_cache_bytes(); }
 
   void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) override {
     validate(chunks);
@@ -92,7 +96,7 @@ class CudaRunner : public ModelRunner {
     std::vector<int> row_chunk;  // chunk index of each logits row of this step
     auto flush = [&] {
       if (n == 0) return;
-      model_->upload_meta(n, static_cast<int>(row_chunk.size()));
+      model_->upload_meta();
       model_->run(model_->meta_device(n, static_cast<int>(row_chunk.size())));
       collect(row_chunk, logits, argmax);
       n = 0;
@@ -150,7 +154,7 @@ class CudaRunner : public ModelRunner {
       meta[2 * max_tokens + i] = real ? chunks[i].start_pos : 0;
       meta[3 * max_tokens + i] = i;
     }
-    model_->upload_meta(b, b);
+    model_->upload_meta();
     const StepMeta m = model_->meta_device(b, b);
     auto it = graphs_.find(b);
     if (it != graphs_.end()) {
@@ -197,6 +201,10 @@ class CudaRunner : public ModelRunner {
   /// (>= row_chunk.size() when a decode bucket was padded).
   void collect(const std::vector<int>& row_chunk, float* logits, int32_t* argmax, int rows = -1) {
     const int r = rows < 0 ? static_cast<int>(row_chunk.size()) : rows;
+    if (r == 0) {  // a middle piece of a long prompt: nothing to gather (same on every rank), but the
+      nccl_->synchronize();  // pinned metadata buffer may only be rewritten once its copy has run
+      return;
+    }
     const size_t vpr = layout_.vocab_size_per_rank;
     const int64_t vocab = config_.vocab_size;
     if (argmax) {
@@ -245,6 +253,7 @@ class CudaRunner : public ModelRunner {
   TpLayout layout_;
   ModelWeights weights_;
   int max_rows_ = 1;
+  uint64_t weight_bytes_ = 0;
   std::unique_ptr<Transformer> model_;
   float* gathered_logits_ = nullptr;
   ArgmaxPair* gathered_pairs_ = nullptr;

@@ -13,6 +13,7 @@ struct CudaRunnerOptions {
   int max_batch = 8;
   int max_seq_len = 2048;
   bool use_cuda_graphs = true;  ///< capture decode steps per batch-size bucket
+  int max_step_tokens = 4096;   ///< tokens per GPU step (workspace size); a longer forward runs in several steps
 };
 
 /// Build the runner for this rank. `comm` is the NCCL communicator (its stream is the compute stream);

@@ -110,6 +110,7 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
     TPS_NCCL_CHECK(ncclGetUniqueId(&id));
   }
   comm_ = std::make_unique<NcclCommunicator>(id, env_.rank, env_.world_size, timeout);
+  comm_->barrier();  // the first collective sets up NCCL's connections and buffers: count them as NCCL's
   TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_nccl, &marks_.total));
 }
 

@@ -185,11 +185,20 @@ class Loader {
                     "this file system does not support O_DIRECT; drop --direct-io");
       fd = direct_fd;
     }
-    ring_ = std::make_unique<PinnedRing>(opts_.ring_buffers, buf_bytes);
+    // Small shards: no buffer larger than the largest piece of work, no more buffers than pieces.
+    uint64_t largest = 0;
+    for (const WorkItem& w : items_) {
+      const TensorRecord& t = tensors[w.tensor];
+      largest = std::max<uint64_t>(largest, t.codec == Codec::None ? w.bytes : t.raw_bytes);
+    }
+    const size_t ring_bytes = size_t(std::min<uint64_t>(buf_bytes, ((largest + kPage - 1) & ~(kPage - 1)) + 2 * kPage));
+    const size_t ring_count = std::max<size_t>(1, std::min(opts_.ring_buffers, items_.size()));
+    ring_ = std::make_unique<PinnedRing>(ring_count, std::max<size_t>(ring_bytes, 4 * kPage));
+    rep_.pinned_bytes = ring_count * ring_->bytes();
     if (max_planes > 0) TPS_CUDA_CHECK(cudaMalloc(&planes_scratch_, max_planes));
     rep_.setup_seconds += seconds_since(t_setup);
 
-    int threads = std::max(1, std::min<int>(opts_.reader_threads, int(opts_.ring_buffers)));
+    int threads = std::max(1, std::min<int>(opts_.reader_threads, int(ring_count)));
     threads = std::min<int>(threads, std::max<int>(1, int(items_.size())));
     rep_.reader_threads = threads;
     std::vector<std::thread> pool;
@@ -438,7 +447,6 @@ WeightArena::WeightArena(const ShardReader& shard, const LoadOptions& opts, Load
   }
   for (const auto& t : shard.tensors()) records_.emplace(t.name, t);
   rep.arena_bytes = bytes_;
-  rep.pinned_bytes = opts.ring_buffers * opts.ring_buffer_bytes;
   rep.seconds = seconds_since(t0);
 }
 

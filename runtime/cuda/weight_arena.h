@@ -23,7 +23,7 @@ struct LoadReport {
   double seconds = 0;
   uint64_t file_bytes = 0;     ///< data-section bytes read
   uint64_t arena_bytes = 0;    ///< device bytes of weights
-  size_t pinned_bytes = 0;     ///< host ring size
+  size_t pinned_bytes = 0;     ///< host ring size actually allocated (smaller than the options for small shards)
   // Added by the loader (additive): where the time went, summed over reader threads (seconds).
   double read_seconds = 0;        ///< pread / O_DIRECT reads
   double hash_seconds = 0;        ///< XXH3 of the stored bytes

@@ -157,6 +157,12 @@ TEST_CASE("triviaqa eval: --shots-from, --limit") {
   CHECK_THROWS_AS(run_triviaqa_eval(ctx, o), Error);
 }
 
+TEST_CASE("default predictions path") {
+  CHECK(default_predictions_path("/data/triviaqa/validation.hf.jsonl") == "validation.predictions.jsonl");
+  CHECK(default_predictions_path("qa.json") == "qa.predictions.jsonl");
+  CHECK(default_predictions_path("dir/") == "triviaqa.predictions.jsonl");
+}
+
 TEST_CASE("generate --input/--output: lines, default ids, per-line options, bad records") {
   test::ByteTokenizer tok;
   test::FakeRunner runner(2);

@@ -102,4 +102,5 @@ TEST_CASE("progress: counts, rates and durations") {
   CHECK(text.rfind("job: resuming, 4 of 10 already done\njob: 6/10  ", 0) == 0);  // not a terminal: plain lines
   CHECK(text.find("job: 10/10  ") != std::string::npos);
   CHECK(text.find("ETA 0s\n") != std::string::npos);
+  CHECK(text.find("job: 10/10") == text.rfind("job: 10/10"));  // finish() does not repeat the last line
 }

@@ -31,6 +31,10 @@ TEST_CASE("normalize_answer: Unicode as Python str.lower / re / str.split do it"
   CHECK(normalize_answer("\xCE\x9F\xCE\x94\xCE\x9F\xCE\xA3") == "\xCE\xBF\xCE\xB4\xCE\xBF\xCF\x82");  // ΟΔΟΣ -> οδος (final sigma)
   CHECK(normalize_answer("\xCE\xA3\xCE\x91\xCE\xA3.") == "\xCF\x83\xCE\xB1\xCF\x82");  // ΣΑΣ. -> σας
   CHECK(normalize_answer("\xCE\xA9mega") == "\xCF\x89mega");                      // Ωmega -> ωmega
+  // U+2163 (Roman numeral four, category Nl) is cased, so the sigma before it is not final: eⅣΣ -> eⅳς,
+  // but ΣⅣ -> σⅳ.
+  CHECK(normalize_answer("e\xE2\x85\xA3\xCE\xA3") == "e\xE2\x85\xB3\xCF\x82");
+  CHECK(normalize_answer("e\xCE\xA3\xE2\x85\xA3") == "e\xCF\x83\xE2\x85\xB3");
   CHECK(normalize_answer("\xC3\x9F") == "\xC3\x9F");                               // ß unchanged by lower()
   // U+2018/U+2019 are removed like ASCII punctuation; U+201C/U+201D and U+00A1 are not.
   CHECK(normalize_answer("\xE2\x80\x98Quoted\xE2\x80\x99 \xE2\x80\x9C" "double\xE2\x80\x9D") ==

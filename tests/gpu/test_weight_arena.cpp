@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -131,7 +132,8 @@ TEST_CASE("arena bytes equal the file's data section exactly (uncompressed)") {
       CHECK(std::memcmp(host.data(), data.data(), host.size()) == 0);
       check_tensors(a, host, ts);
       CHECK(rep.arena_bytes == a.bytes());
-      CHECK(rep.pinned_bytes == 4 * ring_bytes);
+      CHECK(rep.pinned_bytes <= 4 * ring_bytes);  // bounded by the ring options
+      CHECK(rep.pinned_bytes >= 4 * std::min<size_t>(ring_bytes, 600000));  // the largest tensor fits in one buffer
       CHECK(rep.reader_threads == readers);
       CHECK(a.find("no.such.tensor") == nullptr);
       CHECK_THROWS_AS(a.at("no.such.tensor"), Error);

@@ -4,7 +4,8 @@
 //   bench_generate MODEL --check-reference tests/fixtures/tiny-llama/reference.json  -> PASS/FAIL lines
 //   bench_generate MODEL --check-greedy tests/fixtures/stories260K/expected_greedy200_ids.txt
 // Options: --no-graphs (eager decode), --no-greedy (logits only), --atol/--rtol (last_logits tolerance:
-// |gpu - ref| <= atol + rtol * max|ref| for every logit of a prompt), --max-seq-len.
+// |gpu - ref| <= atol + rtol * max|ref| for every logit of a prompt), --max-seq-len, --max-step-tokens
+// (a small value makes the runner split prompts across several GPU steps).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -41,6 +42,7 @@ struct Args {
   int tp = 1;
   int batch = 1, prompt_len = 32, new_tokens = 128;
   int max_seq_len = 0;
+  int max_step_tokens = 0;  ///< 0: the runner's default
   bool graphs = true;
   bool greedy = true;  ///< --check-reference also compares greedy tokens (off for reduced-precision copies)
   std::string check_reference, check_greedy;
@@ -80,6 +82,7 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
   cuda::NcclCommunicator comm(id, rank, a.tp);
   cuda::CudaRunnerOptions o;
   o.use_cuda_graphs = a.graphs;
+  if (a.max_step_tokens > 0) o.max_step_tokens = a.max_step_tokens;
   int fails = 0;
   auto say = [&](const std::string& s) {
     if (rank != 0) return;
@@ -224,6 +227,7 @@ int main(int argc, char** argv) {
     else if (k == "--max-seq-len") a.max_seq_len = std::stoi(val());
     else if (k == "--no-graphs") a.graphs = false;
     else if (k == "--no-greedy") a.greedy = false;
+    else if (k == "--max-step-tokens") a.max_step_tokens = std::stoi(val());
     else if (k == "--check-reference") a.check_reference = val();
     else if (k == "--check-greedy") a.check_greedy = val();
     else if (k == "--atol") a.atol = std::stod(val());

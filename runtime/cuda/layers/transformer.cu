@@ -88,9 +88,7 @@ StepMeta Transformer::meta_device(int n, int n_rows) const {
   return m;
 }
 
-void Transformer::upload_meta(int n, int n_rows) {
-  (void)n;
-  (void)n_rows;
+void Transformer::upload_meta() {
   TPS_CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, 4 * static_cast<size_t>(max_tokens_) * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream_));
 }

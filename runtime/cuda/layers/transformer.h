@@ -40,7 +40,7 @@ class Transformer {
   /// Host-visible staging (pinned) and device copy of the StepMeta arrays: 4 x max_tokens int32.
   int32_t* meta_host() const { return meta_host_; }
   StepMeta meta_device(int n, int n_rows) const;
-  void upload_meta(int n, int n_rows);  ///< enqueue meta_host -> device (4 x max_tokens int32 layout)
+  void upload_meta();  ///< enqueue meta_host -> device (layout: tokens | slots | positions | last_rows, max_tokens each)
 
   /// Enqueue the whole forward of one step: after it, logits_local() holds [n_rows, vocab_pr] f32 and
   /// argmax_local() holds [n_rows] (value, global id) pairs of this rank's vocabulary range.
@@ -50,6 +50,7 @@ class Transformer {
   int max_tokens() const { return max_tokens_; }
   int max_rows() const { return max_rows_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
+  size_t kv_cache_bytes() const { return kv_.bytes(); }
 
  private:
   struct Pending {  ///< residual adds deferred into the next add_norm
