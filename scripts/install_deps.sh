@@ -13,7 +13,10 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq $missing
 fi
-# Python: only what the scripts used by the quickstart and the tests need (no torch).
-python3 -c "import numpy, safetensors" 2>/dev/null || \
-  python3 -m pip install -q numpy safetensors 2>/dev/null || \
-  python3 -m pip install -q --break-system-packages numpy safetensors
+# Python: only what the scripts used by the quickstart and the tests need (no torch). gguf and ml_dtypes are
+# for scripts/smollm2_to_hf.py (GGUF dequantization, bf16 safetensors from numpy). Skipped when importable;
+# ReaderField.contents is the gguf API that script uses (older gguf lacks it).
+PY_PKGS="numpy safetensors gguf ml_dtypes"
+python3 -c "import numpy, safetensors, ml_dtypes, gguf; gguf.ReaderField.contents" 2>/dev/null || \
+  python3 -m pip install -q -U $PY_PKGS 2>/dev/null || \
+  python3 -m pip install -q -U --break-system-packages $PY_PKGS

@@ -105,7 +105,8 @@ TEST_CASE("kv_cache_append + attention: packed sequences of different lengths, G
   }
 }
 
-TEST_CASE("attention_num_splits: one split when tokens x heads fill the GPU, more for small decode batches") {
+TEST_CASE("attention_num_splits: one split when tokens x heads fill the GPU, more for small decode batches" *
+          doctest::test_suite("host")) {
   CHECK(cuda::attention_num_splits(512, 16, 2048, 16) == 1);
   CHECK(cuda::attention_num_splits(1, 8, 2048, 16) > 1);
   CHECK(cuda::attention_num_splits(1, 8, 2048, 16) <= 16);

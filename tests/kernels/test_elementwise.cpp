@@ -128,7 +128,7 @@ TEST_CASE("rotary: full and partial rotary, head_dim 64/80/128, GQA rows") {
   }
 }
 
-TEST_CASE("rope_inv_freq: llama3 scaling matches transformers' _compute_llama3_parameters") {
+TEST_CASE("rope_inv_freq: llama3 scaling matches transformers' _compute_llama3_parameters" * doctest::test_suite("host")) {
   // Values printed by transformers 5.x ROPE_INIT_FUNCTIONS["llama3"] for head_dim 128, theta 500000,
   // factor 8, low 1, high 4, original 8192 (Llama-3.1-8B): indices 0, 20, 40, 63.
   ModelConfig c;
@@ -143,6 +143,20 @@ TEST_CASE("rope_inv_freq: llama3 scaling matches transformers' _compute_llama3_p
   REQUIRE(f.size() == 64);
   const std::pair<int, double> expected[] = {{0, 1.000000000e+00}, {20, 1.656044088e-02}, {40, 3.428102355e-05}, {63, 3.068925878e-07}};
   for (auto [i, v] : expected) CHECK(std::fabs(f[i] - v) <= 2e-6 * v);
+}
+
+TEST_CASE("rope_inv_freq: default and linear scaling" * doctest::test_suite("host")) {
+  ModelConfig c;
+  c.rotary_ndims = 32;  // e.g. GPT-NeoX head_dim 128 with rotary_pct 0.25
+  c.rope_theta = 10000.0;
+  const std::vector<float> f = cuda::rope_inv_freq(c);
+  const std::vector<double> r = ref::inv_freq_default(10000.0, 32);
+  REQUIRE(f.size() == 16);
+  for (size_t i = 0; i < f.size(); ++i) CHECK(std::fabs(f[i] - r[i]) <= 1e-7 * r[i]);
+  c.rope_type = RopeType::Linear;
+  c.rope_factor = 4.0;  // linear: positions / factor, i.e. inv_freq / factor
+  const std::vector<float> g = cuda::rope_inv_freq(c);
+  for (size_t i = 0; i < g.size(); ++i) CHECK(std::fabs(g[i] - r[i] / 4.0) <= 1e-7 * r[i]);
 }
 
 TEST_CASE("activation: gelu, gelu_tanh, silu, relu; gated and plain; with bias") {

@@ -90,6 +90,19 @@ TEST_CASE("vocab_argmax: padding masked, lowest id on ties, merged over ranks") 
   CHECK(best[2] == 507);
 }
 
+TEST_CASE("merge_argmax: largest value over ranks, lowest id on ties, ranks without valid columns ignored" *
+          doctest::test_suite("host")) {
+  // [tp 3, n 3]: rank 2 holds only vocab padding (index -1)
+  const cuda::ArgmaxPair g[] = {{1.f, 4}, {7.f, 2}, {-1.f, 0},
+                                {3.f, 12}, {7.f, 11}, {-2.f, 10},
+                                {9.f, -1}, {9.f, -1}, {9.f, -1}};
+  int32_t out[3] = {-7, -7, -7};
+  cuda::merge_argmax(g, 3, 3, out);
+  CHECK(out[0] == 12);
+  CHECK(out[1] == 2);   // tie 7.0: ids 2 and 11 -> 2
+  CHECK(out[2] == 0);
+}
+
 TEST_CASE("gather_rows: last-token rows") {
   std::mt19937 rng(9);
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
