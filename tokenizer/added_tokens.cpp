@@ -8,8 +8,6 @@
 namespace tpshard {
 namespace {
 
-bool is_word_char(uint32_t cp) { return cp == '_' || utf8::is_alnum(cp); }
-
 // Code point just before byte offset pos (pos > 0), and the offset where it starts.
 uint32_t cp_before(std::string_view s, size_t pos, size_t& start) {
   start = pos - 1;
@@ -72,9 +70,9 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<TextSegment>& o
     pos = stop;  // a rejected match still consumes its text, as aho-corasick find_iter does
     if (tok.single_word) {
       size_t cs = 0;
-      const bool word_before = start > 0 && is_word_char(cp_before(text, start, cs));
+      const bool word_before = start > 0 && utf8::is_word_char(cp_before(text, start, cs));
       size_t i = stop;
-      const bool word_after = stop < text.size() && is_word_char(utf8::next_cp(text, i));
+      const bool word_after = stop < text.size() && utf8::is_word_char(utf8::next_cp(text, i));
       if (word_before || word_after) continue;
     }
     if (start < done) continue;  // overlaps whitespace a previous rstrip absorbed

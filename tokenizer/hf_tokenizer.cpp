@@ -102,9 +102,11 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path
     t->model_ = make_model(j.at("model"), t->pre_tokenizer_ && t->pre_tokenizer_->is_byte_level(), json_path);
     parse_post_processor(j.value("post_processor", json()), json_path, t->prefix_ids_, t->suffix_ids_);
   } catch (const Error& e) {
+    // Component errors say "tokenizer.json: ..." or name the component; report the real path.
     const std::string what = e.what();
     if (what.rfind("tokenizer.json:", 0) == 0) throw Error(json_path + what.substr(14), e.hint());
-    throw;
+    if (what.rfind(json_path, 0) == 0) throw;
+    throw Error(json_path + ": " + what, e.hint());
   } catch (const json::exception& e) {
     throw Error(json_path + ": unexpected layout (" + e.what() + ")", "is this a Hugging Face tokenizer.json?");
   }

@@ -146,14 +146,24 @@ bool is_whitespace(uint32_t cp) {
 }
 
 bool is_alnum(uint32_t cp) {
+  if (cp < 128) return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
   const auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
   return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
          (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
 }
 
 bool is_numeric(uint32_t cp) {
+  if (cp < 128) return cp >= '0' && cp <= '9';
   const auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
   return c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
+}
+
+bool is_word_char(uint32_t cp) {
+  if (cp < 128) return cp == '_' || is_alnum(cp);
+  if (cp == 0x200C || cp == 0x200D) return true;
+  const auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ND) || c == UTF8PROC_CATEGORY_NL ||
+         c == UTF8PROC_CATEGORY_PC;
 }
 
 }  // namespace tpshard::utf8

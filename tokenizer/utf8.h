@@ -38,5 +38,7 @@ int cp_to_byte(uint32_t cp);
 bool is_whitespace(uint32_t cp);
 bool is_alnum(uint32_t cp);
 bool is_numeric(uint32_t cp);  ///< general category N* (Rust char::is_numeric), used by Digits
+/// Rust regex \w (Unicode): letters, marks, Nd, Nl, Pc (incl. '_'), ZWNJ/ZWJ; used by single_word.
+bool is_word_char(uint32_t cp);
 
 }  // namespace tpshard::utf8

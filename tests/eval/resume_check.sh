@@ -8,6 +8,7 @@ set -euo pipefail
 tprun=$1 model=$2 device=$3 tp=$4 kill_at=${5:-32} copies=${6:-40}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 # A larger question set: COPIES copies of the 32 sample questions, ids made unique.
 for c in $(seq 1 "$copies"); do
   sed "s/\"question_id\": \"lf_\([0-9]*\)\"/\"question_id\": \"c${c}_\1\"/" \

@@ -102,3 +102,30 @@ TEST_CASE("bad records: stop names file and line; skip warns and keeps the rest"
   CHECK_THROWS_AS(parse_bad_record_policy("ignore"), tpshard::Error);
   CHECK_THROWS_AS(load_triviaqa(kDir + "no_such_file.jsonl"), tpshard::Error);
 }
+
+TEST_CASE("a JSON array of HF records, and a bad record inside the original layout's Data list") {
+  std::string arr = write_temp("array.json",
+                               "[{\"question\": \"Q1?\", \"question_id\": \"a\", \"answer\": {\"value\": \"A1\"}},\n"
+                               " {\"question\": \"Q2?\", \"question_id\": \"b\", \"answer\": {\"aliases\": [\"A2\", \"a2\"]}}]\n");
+  auto r = load_triviaqa(arr);
+  REQUIRE(r.records.size() == 2);
+  CHECK(r.records[1].id == "b");
+  CHECK(r.records[1].answer == "A2");
+  CHECK(r.records[1].ground_truths == std::vector<std::string>{"A2"});  // "a2" normalizes the same
+  CHECK(r.records[1].source == arr + ": [1]");
+
+  std::string orig = write_temp("orig.json",
+                                "{\"Data\": [{\"Question\": \"Q?\", \"QuestionId\": \"x\", \"Answer\": "
+                                "{\"Value\": \"V\", \"NormalizedAliases\": [\"v\"], \"HumanAnswers\": [\"Vee\"]}},"
+                                " {\"Question\": 7, \"QuestionId\": \"y\", \"Answer\": {\"Value\": \"W\"}}], \"Version\": 1.0}");
+  try {
+    load_triviaqa(orig);
+    FAIL("expected an Error");
+  } catch (const tpshard::Error& e) {
+    CHECK(std::string(e.what()) == orig + ": Data[1]: field 'question' is number, expected a string");
+  }
+  auto skipped = load_triviaqa(orig, BadRecordPolicy::Skip);
+  REQUIRE(skipped.records.size() == 1);
+  CHECK(skipped.records[0].ground_truths == std::vector<std::string>{"v", "Vee"});
+  CHECK(skipped.warnings.size() == 1);
+}

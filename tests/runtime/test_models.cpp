@@ -158,6 +158,12 @@ TEST_CASE("Llama, GQA 8/2 (KV heads replicated at tp 4), tied embeddings: vs tra
 TEST_CASE("Qwen2, q/k/v bias, untied: vs transformers at tp 1, 2, 4") { check_against_hf("tiny-qwen2"); }
 TEST_CASE("Llama 3 rope scaling: vs transformers at tp 1, 2, 4") { check_against_hf("tiny-llama3-rope"); }
 TEST_CASE("stories260K prompts: vs transformers at tp 1, 2, 4") { check_against_hf("stories260K"); }
+TEST_CASE("bf16 weights (widened to f32 when loaded): vs transformers at tp 1, 2, 4") {
+  check_against_hf("tiny-llama-bf16");
+}
+TEST_CASE("checkpoint in several safetensors files: vs transformers at tp 1, 2, 4") {
+  check_against_hf("tiny-llama-sharded");
+}
 
 TEST_CASE("a prompt gives the same logits alone and in a batch") {
   const nlohmann::json ref = reference("tiny-llama");

@@ -162,7 +162,7 @@ TEST_CASE("1 MB inputs: bounded time, no quadratic slow-down") {
       const double t_big = seconds(*t, ours ? big[k] : small[k], ids_big);
       MESSAGE("encode x: " << t_small << " s, 4x: " << t_big << " s (CPU)");
       if (ours) CHECK(t_big < 5.0);
-      CHECK(t_big < 11.0 * t_small + 0.1);  // 4x the input: linear ~4x (n log n a bit more), quadratic ~16x
+      CHECK(t_big < 12.0 * t_small + 0.1);  // 4x the input: linear ~4x (n log n, caches: up to ~8x), quadratic ~16x
       const std::string& input = ours ? big[k] : small[k];
       CHECK(ids_big.size() > input.size() / 16);
       CHECK(t->decode(ids_big).size() + 1 >= input.size());
@@ -223,6 +223,18 @@ TEST_CASE("unsupported components: Error naming the component type") {
     } catch (const tpshard::Error& e) {
       CHECK(std::string(e.what()).find("'" + type + "'") != std::string::npos);
       CHECK(std::string(e.what()).find("tokenizer.json") != std::string::npos);
+    }
+    std::filesystem::remove_all(dir);
+  }
+  // A split pattern PCRE2 cannot compile: Error naming the file and the component.
+  {
+    const std::string dir = write_tokenizer_json(
+        "badregex", minimal_json("pre_tokenizer", R"({"type":"Split","pattern":{"Regex":"(unclosed"},"behavior":"Isolated"})"));
+    try {
+      tpshard::Tokenizer::load(dir);
+      FAIL("a broken regex was accepted");
+    } catch (const tpshard::Error& e) {
+      CHECK(std::string(e.what()).find("tokenizer.json: pre_tokenizer Split: regex does not compile") != std::string::npos);
     }
     std::filesystem::remove_all(dir);
   }

@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+# seed_scenario.py: the seed scenarios of issues 9 and 10 (GPT-NeoX-20B at tp 4/8, a Llama-70B-class
+# shape at tp 8), optionally scaled down in layers and width so they run on CPUs or a small GPU box.
+# Owns: making a random-weight HF checkpoint of the shape, converting it, building 48 TriviaQA-shaped
+# 5-shot prompts, running `tprun generate` per tp size, and printing ONE table with the checks.
+# Does not own: any C++ (it only calls the `tpshard` and `tprun` binaries). See docs/SEED_SCENARIOS.md.
+"""Run a seed scenario and print one table.
+
+Example (CPU, scaled):
+  python3 scripts/seed_scenario.py --shape neox20b --scale-layers 2 --scale-width 6 \
+      --tp 1,2,4,8 --device cpu --batch 48 --new-tokens 10 --workdir /tmp/seed-neox \
+      --tpshard build-rt/bin/tpshard --tprun build-rt/bin/tprun
+
+Measures per tp size: weight bytes per rank (manifest), kv_cache bytes per rank and prefill/decode
+rates (tprun's summary line), peak RSS (/usr/bin/time -v; on the CPU backend ranks are threads of one
+process, so this is the whole process), and on --device cuda the per-GPU peak memory (nvidia-smi
+sampling). Checks: ranks' weight bytes within 1%, weight bytes per rank halving from tp N to 2N,
+greedy outputs identical across tp sizes, and (cuda) peak <= weights/N + kv_cache + 1 GiB.
+Exit status 0 when every check passes, 1 otherwise.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Full shapes from the issues. neox20b: EleutherAI/gpt-neox-20b config.json. llama70b: Llama-3-70B
+# class (80 layers, hidden 8192, 64 heads, 8 KV heads, intermediate 28672, vocab 128256, bf16).
+SHAPES = {
+    "neox20b": dict(arch="gpt_neox", layers=44, hidden=6144, heads=64, kv_heads=64, intermediate=24576,
+                    vocab=50432, dtype="float16", tokenizer="tests/fixtures/tokenizers/gpt-neox-20b"),
+    "llama70b": dict(arch="llama", layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672,
+                     vocab=128256, dtype="bfloat16", tokenizer="tests/fixtures/tokenizers/llama2"),
+}
+TRIVIAQA = REPO / "tests/fixtures/triviaqa/validation_sample.hf_layout.jsonl"
+MIN_HEAD_DIM = 16
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+
+def log(msg):
+    print(f"[seed] {msg}", file=sys.stderr, flush=True)
+
+
+def scaled_shape(args):
+    """The shape to run: the full one, divided by --scale-width, with explicit overrides last."""
+    s = dict(SHAPES[args.shape])
+    notes = []
+    f = args.scale_width
+    if f != 1:
+        s["hidden"] = int(s["hidden"] / f)
+        s["intermediate"] = int(s["intermediate"] / f)
+        ratio = s["heads"] // s["kv_heads"]
+        if s["hidden"] // s["heads"] < MIN_HEAD_DIM:
+            heads = s["hidden"] // MIN_HEAD_DIM
+            notes.append(f"heads scaled {s['heads']} -> {heads} to keep head_dim >= {MIN_HEAD_DIM}")
+            s["heads"] = heads
+        s["kv_heads"] = max(1, s["heads"] // ratio)
+    if args.scale_layers:
+        s["layers"] = args.scale_layers
+    for key in ("hidden", "heads", "kv_heads", "intermediate", "vocab"):
+        v = getattr(args, key)
+        if v:
+            s[key] = v
+    if s["hidden"] % s["heads"] or s["heads"] % s["kv_heads"]:
+        sys.exit(f"shape: hidden {s['hidden']} / heads {s['heads']} / kv_heads {s['kv_heads']} do not divide")
+    if s["arch"] == "gpt_neox":
+        s["kv_heads"] = s["heads"]
+    s["notes"] = notes
+    return s
+
+
+def hf_config(s):
+    if s["arch"] == "gpt_neox":
+        from transformers import GPTNeoXConfig
+        return GPTNeoXConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                             num_attention_heads=s["heads"], intermediate_size=s["intermediate"],
+                             rotary_pct=0.25, rotary_emb_base=10000, max_position_embeddings=2048,
+                             use_parallel_residual=True, tie_word_embeddings=False, layer_norm_eps=1e-5,
+                             bos_token_id=0, eos_token_id=0, dtype=s["dtype"])
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                       num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
+                       intermediate_size=s["intermediate"], max_position_embeddings=8192, rope_theta=500000.0,
+                       rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                       dtype=s["dtype"])
+
+
+def make_checkpoint(s, out: Path, seed: int):
+    """Random-weight HF checkpoint: meta-device init, to_empty, normal_(0, 0.02) per tensor, norms ~1."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    stamp = out / "seed_shape.json"
+    key = {k: s[k] for k in ("arch", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "dtype")}
+    key["seed"] = seed
+    if stamp.exists() and json.loads(stamp.read_text()) == key:
+        log(f"checkpoint {out} already made for this shape; reusing it")
+        return
+    if out.exists():
+        shutil.rmtree(out)
+    t0 = time.time()
+    dtype = getattr(torch, s["dtype"])
+    cfg = hf_config(s)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    model = model.to_empty(device="cpu")
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("layernorm.weight"):
+                if name.endswith("bias"):
+                    p.zero_()
+                else:  # norm weights near 1 so activations keep their scale
+                    p.normal_(1.0, 0.05, generator=gen)
+            else:
+                flat = p.view(-1)
+                for i in range(0, flat.numel(), 1 << 24):  # 16M-element chunks keep fp32 temporaries small
+                    chunk = flat[i:i + (1 << 24)]
+                    chunk.copy_(torch.empty(chunk.numel(), dtype=torch.float32).normal_(0.0, 0.02, generator=gen))
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="4GB")
+    tok_dir = REPO / s["tokenizer"]
+    for f in ("tokenizer.json", "tokenizer.model"):
+        if (tok_dir / f).exists():
+            shutil.copy(tok_dir / f, out / f)
+    stamp.write_text(json.dumps(key))
+    n = sum(p.numel() for p in model.parameters())
+    log(f"checkpoint: {n / 1e6:.1f} M parameters ({s['dtype']}) in {time.time() - t0:.1f} s -> {out}")
+
+
+def convert(args, hf: Path, out: Path, tps):
+    stamp = out / "seed_convert.json"
+    key = {"tp": tps, "hf": (hf / "seed_shape.json").read_text()}
+    if stamp.exists() and json.loads(stamp.read_text()) == key:
+        log(f"converted model {out} is up to date; reusing it")
+        return
+    cmd = [args.tpshard, "convert", str(hf), "-o", str(out), "--tp", ",".join(map(str, tps)), "--force", "-q"]
+    log(" ".join(cmd))
+    t0 = time.time()
+    subprocess.run(cmd, check=True)
+    stamp.write_text(json.dumps(key))
+    log(f"convert: {time.time() - t0:.1f} s")
+
+
+def build_prompts(n):
+    """n TriviaQA-shaped prompts: 5 shots + one question, same text layout as eval/fewshot_prompt.cpp."""
+    items = [json.loads(l) for l in TRIVIAQA.read_text().splitlines() if l.strip()]
+    prompts = []
+    for i in range(n):
+        q = items[i % len(items)]
+        shots = [items[(i + 1 + 3 * k) % len(items)] for k in range(5)]
+        p = "".join(f"Question: {s['question']}\nAnswer: {s['answer']['value']}\n\n" for s in shots)
+        prompts.append(p + f"Question: {q['question']}\nAnswer:")
+    return prompts
+
+
+def max_prompt_tokens(tok_dir: Path, prompts):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    return max(len(e.ids) for e in tok.encode_batch(prompts)) + 1  # + BOS
+
+
+class GpuMemSampler:
+    """Samples nvidia-smi memory.used per GPU every 0.2 s; peak minus the idle baseline per GPU."""
+
+    def __init__(self):
+        self.base = self._read()
+        self.peak = list(self.base)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def _read():
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=True).stdout
+        return [int(x) * MIB for x in out.split()]
+
+    def _loop(self):
+        while not self._stop.wait(0.2):
+            for i, v in enumerate(self._read()):
+                self.peak[i] = max(self.peak[i], v)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def peaks(self, n):
+        return [p - b for p, b in zip(self.peak[:n], self.base[:n])]
+
+
+SUMMARY_RE = re.compile(
+    r"prefill (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| decode (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| per rank "
+    r"\(tp (\d+), (\w+)\): weights ([\d.]+|n/a) ?(?:MiB)?, kv_cache ([\d.]+|n/a) ?(?:MiB)? \| peak RSS ([\d.]+) MiB")
+BLOCK_RE = re.compile(r"^--- \[(\d+)\] \((\w*)\) ---$", re.M)
+
+
+def parse_outputs(stdout, n):
+    """tprun generate prints, for several prompts, '--- [i] (finish) ---' then the text of each."""
+    marks = list(BLOCK_RE.finditer(stdout))
+    texts = {}
+    for k, m in enumerate(marks):
+        end = marks[k + 1].start() if k + 1 < len(marks) else len(stdout)
+        texts[int(m.group(1))] = stdout[m.end() + 1:end].rstrip("\n")
+    return [texts.get(i) for i in range(n)]
+
+
+def run_tp(args, model: Path, tp, prompts, max_seq):
+    # /usr/bin/time -v gives this run's peak RSS (ranks are threads on the CPU backend, so it is the
+    # whole process); a bare machine without it reports no RSS here (bench-load has per-rank RSS on CUDA).
+    timer = ["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []
+    cmd = timer + [args.tprun, str(model), "--tp", str(tp), "--device", args.device,
+           "--max-batch", str(args.batch), "--max-seq-len", str(max_seq)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    cmd += ["generate", "--max-new-tokens", str(args.new_tokens), "--ignore-eos"]
+    for p in prompts:
+        cmd += ["--prompt", p]
+    log(f"tp {tp}: {' '.join(cmd[:cmd.index('generate') + 5])} ... ({len(prompts)} prompts)")
+    sampler = GpuMemSampler() if args.device == "cuda" else None
+    t0 = time.time()
+    if sampler:
+        with sampler:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+    else:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.time() - t0
+    (args.workdir / f"tp{tp}.stdout.txt").write_text(r.stdout)
+    (args.workdir / f"tp{tp}.stderr.txt").write_text(r.stderr)
+    if r.returncode != 0:
+        log(f"tp {tp}: tprun failed (exit {r.returncode}); last stderr lines:\n" + "\n".join(r.stderr.splitlines()[-8:]))
+        return {"tp": tp, "failed": True, "wall_s": wall}
+    m = SUMMARY_RE.search(r.stderr)
+    res = {"tp": tp, "failed": m is None, "wall_s": wall, "texts": parse_outputs(r.stdout, len(prompts))}
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr)
+    res["peak_rss"] = int(rss.group(1)) * 1024 if rss else None
+    if m:
+        g = m.groups()
+        res.update(prefill_tokens=int(g[0]), prefill_s=float(g[1]), prefill_tps=float(g[2]),
+                   decode_tokens=int(g[3]), decode_s=float(g[4]), decode_tps=float(g[5]),
+                   kv_cache=None if g[9] == "n/a" else float(g[9]) * MIB)
+        # Everything that is not prefill or decode: manifest, tokenizer, shard loading, thread start.
+        res["load_s"] = wall - res["prefill_s"] - res["decode_s"]
+        res["decode_step_ms"] = 1000 * res["decode_s"] / max(1, args.new_tokens - 1)
+    else:
+        log(f"tp {tp}: no summary line in tprun's stderr (see {args.workdir}/tp{tp}.stderr.txt)")
+    if sampler:
+        res["gpu_peak"] = sampler.peaks(tp)
+    return res
+
+
+def run_bench_load(args, model: Path, tp, max_seq):
+    """CUDA: `tprun bench-load --json`, one JSON object per rank (load_s, rss_peak_mib, weights_mib, ...)."""
+    cmd = [args.tprun, str(model), "--tp", str(tp), "--device", "cuda", "--max-batch", str(args.batch),
+           "--max-seq-len", str(max_seq), "bench-load", "--json"]
+    log(f"tp {tp}: {' '.join(cmd)}")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    (args.workdir / f"tp{tp}.bench_load.txt").write_text(r.stdout + r.stderr)
+    if r.returncode != 0:
+        log(f"tp {tp}: bench-load failed (exit {r.returncode}):\n" + "\n".join(r.stderr.splitlines()[-8:]))
+        return None
+    ranks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    return sorted(ranks, key=lambda x: x["rank"]) or None
+
+
+def fmt_mib(b):
+    return "-" if b is None else f"{b / MIB:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    ap.add_argument("--scale-layers", type=int, default=0, help="number of layers (default: the full shape's)")
+    ap.add_argument("--scale-width", type=float, default=1.0,
+                    help="divide hidden and intermediate by F; heads shrink only to keep head_dim >= 16")
+    ap.add_argument("--hidden", type=int, default=0, help="override hidden_size")
+    ap.add_argument("--heads", type=int, default=0, help="override num_attention_heads")
+    ap.add_argument("--kv-heads", type=int, default=0, help="override num_key_value_heads (llama)")
+    ap.add_argument("--intermediate", type=int, default=0, help="override intermediate_size")
+    ap.add_argument("--vocab", type=int, default=0, help="override vocab_size")
+    ap.add_argument("--tp", default="1,2,4,8", help="comma-separated tp sizes")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--batch", type=int, default=48)
+    ap.add_argument("--new-tokens", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0, help="CPU: tprun --threads (threads per rank)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--tpshard", default=str(REPO / "build-rt/bin/tpshard"))
+    ap.add_argument("--tprun", default=str(REPO / "build-rt/bin/tprun"))
+    args = ap.parse_args()
+    tps = sorted({int(x) for x in args.tp.split(",")})
+    args.workdir.mkdir(parents=True, exist_ok=True)
+
+    s = scaled_shape(args)
+    for n in s["notes"]:
+        log(n)
+    hf, model = args.workdir / "hf", args.workdir / "converted"
+    make_checkpoint(s, hf, args.seed)
+    convert(args, hf, model, tps)
+    manifest = json.loads((model / "manifest.json").read_text())
+
+    prompts = build_prompts(args.batch)
+    max_seq = max_prompt_tokens(REPO / s["tokenizer"], prompts) + args.new_tokens
+    max_seq = (max_seq + 63) // 64 * 64
+    log(f"{len(prompts)} prompts, longest {max_seq - args.new_tokens} tokens or fewer; max_seq_len {max_seq}")
+
+    results = [run_tp(args, model, tp, prompts, max_seq) for tp in tps]
+    if args.device == "cuda":
+        for r in results:
+            r["bench"] = run_bench_load(args, model, r["tp"], max_seq)
+
+    # ---- the table ----
+    shape = f"{args.shape} L{s['layers']} h{s['hidden']} H{s['heads']} KV{s['kv_heads']} I{s['intermediate']} V{s['vocab']}"
+    print(f"\nshape: {shape} ({s['dtype']}), device {args.device}, batch {args.batch}, "
+          f"new tokens {args.new_tokens} (greedy, --ignore-eos), max_seq_len {max_seq}")
+    cols = ["tp", "weights/rank MiB", "rank spread %", "kv_cache/rank MiB", "peak RSS MiB", "gpu peak MiB",
+            "load s", "prefill tok/s", "decode tok/s", "ms/decode step", "same as tp1"]
+    rows, checks = [], []
+    ref = next((r for r in results if not r["failed"]), None)
+    per_rank = {}
+    for r in results:
+        tp = r["tp"]
+        wb = [sh["weight_bytes"] for sh in manifest["tp"][str(tp)]]
+        per_rank[tp] = max(wb)
+        spread = 100.0 * (max(wb) - min(wb)) / max(wb)
+        checks.append((f"tp {tp}: ranks' weight bytes within 1% ({spread:.3f}%)", spread <= 1.0))
+        if r["failed"]:
+            rows.append([str(tp), fmt_mib(max(wb)), f"{spread:.3f}"] + ["FAILED"] + ["-"] * 7)
+            checks.append((f"tp {tp}: tprun ran and printed its summary", False))
+            continue
+        same = "-"
+        if ref is not None and r is not ref:
+            n_same = sum(a == b for a, b in zip(r["texts"], ref["texts"]))
+            same = f"{n_same}/{len(prompts)}"
+            checks.append((f"tp {tp}: greedy outputs identical to tp {ref['tp']} ({same})", n_same == len(prompts)))
+        gpu = "-"
+        if r.get("gpu_peak"):
+            gpu = "/".join(f"{p / MIB:.0f}" for p in r["gpu_peak"])
+            bound = max(wb) + (r["kv_cache"] or 0) + GIB
+            checks.append((f"tp {tp}: per-GPU peak <= weights + kv_cache + 1 GiB ({bound / MIB:.0f} MiB)",
+                           max(r["gpu_peak"]) <= bound))
+            pk = r["gpu_peak"]
+            checks.append((f"tp {tp}: GPUs' peaks within 1%", (max(pk) - min(pk)) <= 0.01 * max(pk)))
+        load = f"{r.get('load_s', 0):.2f}"
+        rss = fmt_mib(r["peak_rss"])
+        bench = r.get("bench")
+        if bench:  # CUDA: per-rank numbers from bench-load replace the process-level estimates
+            load = "/".join(f"{b['load_s']:.2f}" for b in bench)
+            rss = "/".join(f"{b['rss_peak_mib']:.0f}" for b in bench)
+            ring_mib = 4 * 64  # bench-load's default ring: 4 x 64 MiB pinned buffers
+            checks.append((f"tp {tp}: host peak RSS per rank <= 256 MiB + ring {ring_mib} MiB "
+                           f"(max {max(b['rss_peak_mib'] for b in bench):.0f})",
+                           max(b["rss_peak_mib"] for b in bench) <= 256 + ring_mib))
+            tot = [b["device_total_mib"] for b in bench]
+            checks.append((f"tp {tp}: bench-load device totals within 1% across ranks "
+                           f"({min(tot):.0f}..{max(tot):.0f} MiB)", max(tot) - min(tot) <= 0.01 * max(tot)))
+        rows.append([str(tp), fmt_mib(max(wb)), f"{spread:.3f}", fmt_mib(r.get("kv_cache")), rss,
+                     gpu, load, f"{r.get('prefill_tps', 0):.1f}",
+                     f"{r.get('decode_tps', 0):.1f}", f"{r.get('decode_step_ms', 0):.1f}", same])
+    for a, b in zip(tps, tps[1:]):
+        if b == 2 * a and a >= 2:
+            ratio = per_rank[b] / per_rank[a]
+            # Norms and biases are replicated, so the ratio is a little above 0.5; 0.52 allows for them.
+            checks.append((f"weights/rank tp {a} -> tp {b}: ratio {ratio:.4f} (<= 0.52)", ratio <= 0.52))
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    print("| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print("| " + " | ".join(v.rjust(w) for v, w in zip(row, widths)) + " |")
+    print("\nchecks:")
+    for text, ok in checks:
+        print(f"  [{'PASS' if ok else 'FAIL'}] {text}")
+    if ref is not None:
+        print(f"\nsample output (tp {ref['tp']}, prompt 0): {ref['texts'][0]!r}")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
