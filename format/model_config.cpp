@@ -112,7 +112,18 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
 
 }  // namespace
 
+static ModelConfig parse_hf_config_impl(const json& j, const std::string& path);
+
 ModelConfig parse_hf_config(const json& j, const std::string& path) {
+  try {
+    return parse_hf_config_impl(j, path);
+  } catch (const json::exception& e) {
+    // A field of the wrong JSON type (e.g. "hidden_act": 3): name the file, never crash.
+    throw Error(path + ": unexpected value type: " + e.what(), "fix config.json (compare with the model's original config)");
+  }
+}
+
+static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) {
   if (!j.is_object()) throw Error(path + ": not a JSON object", "point tpshard at a Hugging Face model directory");
   ModelConfig c;
   if (!has(j, "architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||

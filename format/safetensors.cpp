@@ -22,6 +22,7 @@ namespace tpshard {
 
 namespace {
 
+constexpr uint64_t kMaxHeaderBytes = 100000000;  // same limit as the safetensors reference reader
 const char* kBadFile = "the safetensors file is corrupt or truncated: download it again";
 
 /// Byte size of a safetensors dtype, or 0 when unknown.
@@ -49,6 +50,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw Error(path + ": mmap failed: " + std::strerror(errno), "");
     }
     const uint64_t n = layout::get_le<uint64_t>(map_);
+    if (n > kMaxHeaderBytes)
+      throw Error(path + ": header length " + std::to_string(n) + " exceeds the safetensors limit of 100 MB", kBadFile);
     if (n > size_ - 8)
       throw Error(path + ": header length " + std::to_string(n) + " is beyond the end of the file (" + std::to_string(size_) + " bytes)", kBadFile);
     const uint64_t data_start = 8 + n, data_size = size_ - data_start;

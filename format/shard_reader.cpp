@@ -152,7 +152,10 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
       for (int d = 0; d < ndim; ++d) {
         const int64_t g = t.global_shape[d], l = t.local_shape[d];
         if (g < 0 || l < 0) throw Error(W + ": negative dimension", kCorruptHint);
-        const bool ok = d == t.split_axis ? (g == l * static_cast<int64_t>(header_.tp_size)) : g == l;
+        int64_t scaled = 0;
+        const bool ok = d == t.split_axis
+                            ? (!__builtin_mul_overflow(l, static_cast<int64_t>(header_.tp_size), &scaled) && g == scaled)
+                            : g == l;
         if (!ok) throw Error(W + ": global and local shapes disagree on axis " + std::to_string(d), kCorruptHint);
         if (!mul_ok(numel, static_cast<uint64_t>(l), &numel)) throw Error(W + ": element count overflows", kCorruptHint);
       }

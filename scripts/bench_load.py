@@ -49,9 +49,10 @@ def make_checkpoint(kind, out_dir, llama_layers):
         cfg = LlamaConfig(hidden_size=4096, num_hidden_layers=llama_layers, num_attention_heads=32,
                           num_key_value_heads=32, intermediate_size=11008, vocab_size=32000,
                           max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False)
-    for attr in ("dtype", "torch_dtype"):
+    for attr in ("dtype", "torch_dtype"):  # transformers 5 spells it dtype; 4.x torch_dtype
         try:
             setattr(cfg, attr, dtype)
+            break
         except Exception:
             pass
     cfg.architectures = [type(cfg).__name__.replace("Config", "ForCausalLM")]
@@ -157,6 +158,12 @@ def main():
 
     shutil.rmtree(args.work, ignore_errors=True)
     rows = []  # (model, method, tp, seconds, gbps, wall, note)
+
+    class Rows(list):
+        def append(self, r):  # also log each row as it is measured (survives a timeout)
+            log("row:", r)
+            super().append(r)
+    rows = Rows()
     cold_ok = None
     for kind in args.models.split(","):
         t0 = time.perf_counter()

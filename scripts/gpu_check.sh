@@ -219,8 +219,8 @@ done
 
 # --- load benchmark: tprun bench-load vs safetensors vs transformers (random-weight, real shapes)
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  if PYTHONUNBUFFERED=1 timeout 420 python3 "$REPO/scripts/bench_load.py" --bin "$BIN" --work "$WORK/bench" \
-       > "$OUT/bench_load.log" 2>&1; then
+  if PYTHONUNBUFFERED=1 timeout "${BENCH_LOAD_TIMEOUT:-420}" python3 "$REPO/scripts/bench_load.py" --bin "$BIN" \
+       --work "$WORK/bench" ${BENCH_LOAD_ARGS:-} > "$OUT/bench_load.log" 2>&1; then
     result PASS "scripts/bench_load.py" "table in $OUT/bench_load.log"
     sed -n '/^| model/,$p' "$OUT/bench_load.log"
   else

@@ -22,7 +22,7 @@ std::unique_ptr<SpmTokenizer> SpmTokenizer::from_file(const std::string& model_p
                 "is this a SentencePiece tokenizer.model? re-download it");
   const int n = t->sp_->GetPieceSize();
   for (int id = 0; id < n; ++id) {
-    if (!t->sp_->IsControl(id)) continue;
+    if (!t->sp_->IsControl(id) && !t->sp_->IsUnknown(id)) continue;
     AddedToken tok;
     tok.id = id;
     tok.content = t->sp_->IdToPiece(id);

@@ -1,6 +1,7 @@
 // spm_tokenizer.h: a Tokenizer over a SentencePiece tokenizer.model through libsentencepiece, for
-// model dirs that have no tokenizer.json. Control pieces ("<s>", "</s>") written in the text are
-// matched as special tokens (as transformers' LlamaTokenizer does); everything else is spm's own.
+// model dirs that have no tokenizer.json. Control and unknown pieces ("<s>", "</s>", "<unk>")
+// written in the text are matched as special tokens (as transformers' LlamaTokenizer does);
+// everything else is spm's own.
 #pragma once
 #include <memory>
 #include <string>

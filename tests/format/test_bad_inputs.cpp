@@ -97,7 +97,11 @@ TEST_CASE("truncated safetensors / header length beyond the file") {
   const uint64_t huge = 1ull << 40;
   std::memcpy(c.data(), &huge, 8);
   spit(st, c);
-  CHECK(has(convert_fails(hf, d).what, "header length 1099511627776 is beyond the end of the file"));
+  CHECK(has(convert_fails(hf, d).what, "header length 1099511627776 exceeds the safetensors limit of 100 MB"));
+  const uint64_t past = b.size();  // under the limit, but beyond the end of the file
+  std::memcpy(c.data(), &past, 8);
+  spit(st, c);
+  CHECK(has(convert_fails(hf, d).what, "is beyond the end of the file"));
   auto j = b;
   j[8] = '[';
   spit(st, j);
@@ -289,4 +293,24 @@ TEST_CASE("output directory: existing OUT refused without force; force replaces 
     CHECK(has(e.what(), "cannot create the temporary directory"));
     CHECK(has(e.hint(), "is writable"));
   }
+}
+
+TEST_CASE("narrowing overflow (f32 70000 -> fp16) is an error naming the tensor; nothing left") {
+  ScratchDir d;
+  LlamaSpec s;
+  s.dtype = DType::F32;
+  TinyModel m = make_llama(s);
+  const float big = 70000.0f;
+  std::memcpy(m.st["model.layers.1.mlp.down_proj.weight"].bytes.data() + 4 * 5, &big, 4);
+  m.save(d / "hf");
+  ConvertOptions o;
+  o.hf_dir = d / "hf";
+  o.out_dir = d / "out";
+  o.dtype = "fp16";
+  o.progress = false;
+  CHECK_THROWS_WITH_AS(convert_checkpoint(o), doctest::Contains("model.layers.1.mlp.down_proj.weight: element 5 = 70000"), Error);
+  for (const auto& e : fs::directory_iterator(d.path)) CHECK(e.path().filename().string().rfind("out", 0) != 0);
+  o.dtype = "bf16";  // same range as f32: fine
+  convert_checkpoint(o);
+  CHECK(fs::exists(d / "out/manifest.json"));
 }

@@ -60,6 +60,28 @@ void check_reference(const tpshard::Tokenizer& tok, const std::string& name, boo
     ++checked;
   }
   CHECK(checked > 0);
+
+  // Random strings over an edge-case alphabet (make_reference.py fuzz_texts): ids with special
+  // tokens, and decode of those ids (null in the file: decode gives the input back).
+  if (!reference().at("fuzz").contains(name)) return;
+  const auto& fuzz = reference().at("fuzz").at(name);
+  const auto& fuzz_hex = reference().at("fuzz_hex");
+  REQUIRE(fuzz.size() == fuzz_hex.size());
+  size_t mismatches = 0;
+  for (size_t i = 0; i < fuzz.size(); ++i) {
+    const std::string text = from_hex(fuzz_hex[i].get<std::string>());
+    const auto ids = fuzz[i].at("ids").get<std::vector<int32_t>>();
+    const std::string expected_text = fuzz[i].at("decoded").is_null() ? text : fuzz[i].at("decoded").get<std::string>();
+    const auto got = tok.encode(text, true);
+    const bool ok = got == ids && tok.decode(ids, false) == expected_text;
+    if (!ok && ++mismatches <= 3) {
+      CAPTURE(name);
+      CAPTURE(text);
+      CHECK(got == ids);
+      CHECK(tok.decode(ids, false) == expected_text);
+    }
+  }
+  CHECK(mismatches == 0);
 }
 
 }  // namespace
@@ -79,6 +101,22 @@ TEST_CASE("reference: Llama 2 tokenizer.json") {
 TEST_CASE("reference: Llama 2 tokenizer.model through sentencepiece") {
   auto tok = tpshard::SpmTokenizer::from_file(fixture("llama2/tokenizer.model"), tpshard::TokenizerSideConfig{});
   check_reference(*tok, "llama2-sentencepiece", false);
+}
+
+TEST_CASE("Llama 2: tokenizer.model (sentencepiece) agrees with tokenizer.json on the fuzz texts") {
+  auto spm = tpshard::SpmTokenizer::from_file(fixture("llama2/tokenizer.model"), tpshard::TokenizerSideConfig{});
+  const auto& fuzz = reference().at("fuzz").at("llama2");
+  const auto& fuzz_hex = reference().at("fuzz_hex");
+  size_t mismatches = 0;
+  for (size_t i = 0; i < fuzz.size(); ++i) {
+    const std::string text = from_hex(fuzz_hex[i].get<std::string>());
+    const auto ids = fuzz[i].at("ids").get<std::vector<int32_t>>();
+    if (spm->encode(text, true) != ids && ++mismatches <= 3) {
+      CAPTURE(text);
+      CHECK(spm->encode(text, true) == ids);
+    }
+  }
+  CHECK(mismatches == 0);
 }
 
 TEST_CASE("reference: synthetic byte-level (NFKC, Split regex, ignore_merges, added-token flags, template)") {
