@@ -12,6 +12,7 @@
 #include <set>
 
 #include "format/error.h"
+#include "format/hash.h"
 #include "runtime/sampling.h"
 #include "runtime/stop_strings.h"
 
@@ -23,6 +24,12 @@ namespace {
 constexpr int64_t kMaxPrefillTokens = 2048;
 
 using Clock = std::chrono::steady_clock;
+
+/// The RNG stream of a request: keyed by its id when it has one, so a resumed or re-batched job draws
+/// the same samples for the same request; by its index otherwise.
+uint64_t rng_stream(const GenerationRequest& r, size_t index) {
+  return r.id.empty() ? index : xxh3_64(r.id.data(), r.id.size());
+}
 
 struct Active {
   size_t req = 0;           ///< index into requests
@@ -183,7 +190,7 @@ void Generator::take_token(Active& a, const float* logits_row, int32_t argmax) {
     if (static_cast<int>(a.output.size()) < p.min_new_tokens)
       for (int32_t id : eos_)
         if (id >= 0 && id < vocab_) row[id] = -INFINITY;
-    token = sample_token(row.data(), vocab_, p, counter_uniform(p.seed, a.req, a.output.size()));
+    token = sample_token(row.data(), vocab_, p, counter_uniform(p.seed, rng_stream(r, a.req), a.output.size()));
   }
   a.output.push_back(token);
   if (!p.ignore_eos && eos_.count(token)) {

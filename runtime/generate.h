@@ -21,7 +21,7 @@ struct SamplingParams {
   float top_p = 1.0f;                ///< 1 = off
   float min_p = 0.0f;                ///< 0 = off
   float repetition_penalty = 1.0f;   ///< 1 = off (CTRL paper, as in HF RepetitionPenaltyLogitsProcessor)
-  uint64_t seed = 0;                 ///< per-request RNG stream = f(seed, request index)
+  uint64_t seed = 0;                 ///< per-request RNG stream = f(seed, request id (or index when the id is empty), step)
   std::vector<std::string> stop;     ///< stop strings: generation ends when the text contains one (excluded from output)
   bool ignore_eos = false;
 };
@@ -55,7 +55,8 @@ struct GenerateCallbacks {
 
 /// Generate for all requests, at most runner.max_batch() at a time (a finished request's slot is
 /// reused by the next: continuous batching). Results are in request order and do not depend on
-/// max_batch. The sampling RNG of request i at step s is counter_uniform(params.seed, i, s)
+/// max_batch. The sampling RNG of request i at step s is counter_uniform(params.seed, key, s) with
+/// key = XXH3-64 of the request id (i when the id is empty)
 /// (runtime/sampling.h). EOS = runner.config().eos_token_ids + tokenizer.eos_ids(). Throws Error, before
 /// running anything, when a prompt is empty, longer than max_seq_len, or prompt + max_new_tokens - 1
 /// positions do not fit max_seq_len, naming the request id.

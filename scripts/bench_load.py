@@ -67,6 +67,8 @@ def make_checkpoint(kind, out_dir, llama_layers):
             t = torch.zeros(p.shape, dtype=dtype, device=GEN_DEVICE)
         else:
             t = (torch.randn(p.shape, generator=gen, device=GEN_DEVICE, dtype=torch.float32) * 0.02).to(dtype)
+        if kind == "pythia-1.4b" and name == "lm_head.weight":
+            name = "embed_out.weight"  # the name in every published Pythia checkpoint (transformers 5 maps it back)
         tensors[name] = t.cpu().contiguous()
     os.makedirs(out_dir, exist_ok=True)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})

@@ -43,7 +43,7 @@ struct BenchLoadOptions {
 /// Per-rank numbers, gathered to every rank as raw doubles.
 struct RankStats {
   double load_s, gbps, read_s, hash_s, zstd_s, setup_s;
-  double rss_before_mib, rss_peak_mib;
+  double rss_before_mib, rss_peak_mib, rss_after_load_mib;
   double weights_mib, kv_cache_mib, workspace_mib, context_mib, nccl_mib, total_mib;
   double file_mib;
 };
@@ -95,6 +95,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
       arena = std::make_unique<WeightArena>(shard, lo, &rep);
       if (rep.seconds < best.seconds) best = rep;
     }
+    s.rss_after_load_mib = current_rss_mib();  // current, not peak: tells a transient peak from a lasting one
     size_t free1 = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
     s.load_s = best.seconds;
@@ -139,10 +140,11 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
         std::printf(
             "{\"rank\": %d, \"tp_size\": %d, \"load_s\": %.4f, \"gbps\": %.3f, \"read_s\": %.4f, \"hash_s\": %.4f, "
             "\"zstd_s\": %.4f, \"setup_s\": %.4f, \"file_mib\": %.1f, \"rss_before_mib\": %.1f, \"rss_peak_mib\": %.1f, "
+            "\"rss_after_load_mib\": %.1f, "
             "\"weights_mib\": %.1f, \"kv_cache_mib\": %s, \"workspace_mib\": %s, \"context_mib\": %.1f, "
             "\"nccl_mib\": %.1f, \"device_total_mib\": %.1f, \"verify\": %s, \"ring\": \"%zux%zuMiB\", \"readers\": %d}\n",
             r, worker.tp_size(), x.load_s, x.gbps, x.read_s, x.hash_s, x.zstd_s, x.setup_s, x.file_mib,
-            x.rss_before_mib, x.rss_peak_mib, x.weights_mib, cell(x.kv_cache_mib) == "n/a" ? "null" : cell(x.kv_cache_mib).c_str(),
+            x.rss_before_mib, x.rss_peak_mib, x.rss_after_load_mib, x.weights_mib, cell(x.kv_cache_mib) == "n/a" ? "null" : cell(x.kv_cache_mib).c_str(),
             cell(x.workspace_mib) == "n/a" ? "null" : cell(x.workspace_mib).c_str(), x.context_mib, x.nccl_mib,
             x.total_mib, lo.verify_hashes ? "true" : "false", o.ring_buffers, o.ring_mib, o.readers);
       }
