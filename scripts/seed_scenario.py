@@ -226,7 +226,7 @@ def run_tp(args, model: Path, tp, prompts, max_seq):
     for p in prompts:
         cmd += ["--prompt", p]
     log(f"tp {tp}: {' '.join(cmd[:cmd.index('generate') + 5])} ... ({len(prompts)} prompts)")
-    sampler = GpuMemSampler() if args.device == "cuda" else None
+    sampler = GpuMemSampler() if args.device == "cuda" and shutil.which("nvidia-smi") else None
     t0 = time.time()
     if sampler:
         with sampler:
