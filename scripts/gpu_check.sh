@@ -346,6 +346,37 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$BG" ]; then
   rm -rf "$WORK/bench_gen"
 fi
 
+# ============================ tprun end to end (issues 5, 7, 8) ============================
+# The main job through the launcher: stories260K from BOS on the CUDA backend must print the same text as
+# the CPU backend (tp 1 and 2); a TriviaQA eval at tp 2 scores all 32 questions; a killed eval resumes to
+# a byte-identical predictions file (tests/eval/resume_check.sh).
+if [ -x "$BIN/tprun" ] && [ -d "$MODEL" ]; then
+  "$BIN/tprun" "$MODEL" --tp 1 --device cpu generate --prompt "" --max-new-tokens 150 > "$WORK/gen_cpu.txt" 2>> "$LOG"
+  for TP in 1 2; do
+    [ "$TP" -le "$NGPU" ] || continue
+    if run_logged "generate cuda tp $TP" "$BIN/tprun" "$MODEL" --tp $TP --device cuda generate --prompt "" --max-new-tokens 150 &&
+       cmp -s "$WORK/out.txt" "$WORK/gen_cpu.txt" && [ -s "$WORK/gen_cpu.txt" ]; then
+      result PASS "tprun generate stories260K --device cuda --tp $TP: text identical to the CPU backend" "$(grep -m1 'tok/s' "$WORK/err.txt")"
+    else
+      result FAIL "tprun generate stories260K --device cuda --tp $TP" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+    fi
+  done
+  if [ "$NGPU" -ge 2 ]; then
+    if run_logged "eval cuda tp 2" "$BIN/tprun" "$MODEL" --tp 2 --device cuda eval triviaqa \
+         --data "$REPO/tests/fixtures/triviaqa/validation_sample.hf_layout.jsonl" --shots 5 --output "$WORK/preds.jsonl" &&
+       [ "$(wc -l < "$WORK/preds.jsonl")" = 27 ]; then  # 32 records, the first 5 are the shots
+      result PASS "tprun eval triviaqa --device cuda --tp 2" "$(wc -l < "$WORK/preds.jsonl") predictions; $(grep -m1 -i 'EM' "$WORK/out.txt" "$WORK/err.txt" | head -1)"
+    else
+      result FAIL "tprun eval triviaqa --device cuda --tp 2" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+    fi
+    if run_logged "eval resume cuda tp 2" timeout 240 bash "$REPO/tests/eval/resume_check.sh" "$BIN/tprun" "$MODEL" cuda 2 32 10; then
+      result PASS "eval killed and resumed on CUDA tp 2: predictions byte-identical" "$(tail -1 "$WORK/out.txt")"
+    else
+      result FAIL "eval killed and resumed on CUDA tp 2" "$(tail -2 "$WORK/out.txt" "$WORK/err.txt" | tr '\n' ' ')"
+    fi
+  fi
+fi
+
 # ============================ summary ============================
 echo "gpu_check: $FAILED check(s) failed; log: $LOG" | tee -a "$LOG"
 [ "$FAILED" = 0 ]
