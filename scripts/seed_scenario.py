@@ -7,9 +7,10 @@
 """Run a seed scenario and print one table.
 
 Example (CPU, scaled):
-  python3 scripts/seed_scenario.py --shape neox20b --scale-layers 2 --scale-width 6 \
-      --tp 1,2,4,8 --device cpu --batch 48 --new-tokens 10 --workdir /tmp/seed-neox \
+  python3 scripts/seed_scenario.py --shape neox20b --scale-layers 2 --scale-width 12
+      --tp 1,2,4,8 --device cpu --batch 48 --new-tokens 10 --workdir /tmp/seed-neox
       --tpshard build-rt/bin/tpshard --tprun build-rt/bin/tprun
+(one command line; docs/SEED_SCENARIOS.md has the runs and their tables)
 
 Measures per tp size: weight bytes per rank (manifest), kv_cache bytes per rank and prefill/decode
 rates (tprun's summary line), peak RSS (/usr/bin/time -v; on the CPU backend ranks are threads of one
