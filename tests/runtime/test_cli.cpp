@@ -35,6 +35,7 @@ Run tprun(const std::string& args) {
 }
 
 std::string stories_dir() {
+  std::filesystem::create_directories(TPSHARD_TEST_OUT_DIR);  // test cases may run in any order
   const std::string out = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-stories260K";
   const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR +
                           "/stories260K -o " + out + " --tp 1,2 --force -q >/dev/null";
