@@ -13,7 +13,7 @@ Example (CPU, scaled):
 (one command line; docs/SEED_SCENARIOS.md has the runs and their tables)
 
 Measures per tp size: weight bytes per rank (manifest), kv_cache bytes per rank and prefill/decode
-rates (tprun's summary line), peak RSS (/usr/bin/time -v; on the CPU backend ranks are threads of one
+rates (tprun's summary line), peak RSS (tprun's summary line, VmHWM; on the CPU backend ranks are threads of one
 process, so this is the whole process), and on --device cuda the per-GPU peak memory (nvidia-smi
 sampling). Checks: ranks' weight bytes within 1%, weight bytes per rank halving from tp N to 2N,
 greedy outputs identical across tp sizes, and (cuda) peak <= weights/N + kv_cache + 1 GiB.
@@ -216,10 +216,11 @@ def parse_outputs(stdout, n):
 
 
 def run_tp(args, model: Path, tp, prompts, max_seq):
-    # /usr/bin/time -v gives this run's peak RSS (ranks are threads on the CPU backend, so it is the
-    # whole process); a bare machine without it reports no RSS here (bench-load has per-rank RSS on CUDA).
-    timer = ["/usr/bin/time", "-v"] if os.path.exists("/usr/bin/time") else []
-    cmd = timer + [args.tprun, str(model), "--tp", str(tp), "--device", args.device,
+    # Peak RSS comes from tprun's summary line (VmHWM of its own image; on the CPU backend ranks are
+    # threads, so it is the whole process). Not /usr/bin/time: ru_maxrss is inherited over fork/exec, so
+    # a tprun started from this script (which may have just held the checkpoint in memory) would show
+    # this script's peak.
+    cmd = [args.tprun, str(model), "--tp", str(tp), "--device", args.device,
            "--max-batch", str(args.batch), "--max-seq-len", str(max_seq)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -242,8 +243,7 @@ def run_tp(args, model: Path, tp, prompts, max_seq):
         return {"tp": tp, "failed": True, "wall_s": wall}
     m = SUMMARY_RE.search(r.stderr)
     res = {"tp": tp, "failed": m is None, "wall_s": wall, "texts": parse_outputs(r.stdout, len(prompts))}
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr)
-    res["peak_rss"] = int(rss.group(1)) * 1024 if rss else None
+    res["peak_rss"] = float(m.group(11)) * MIB if m else None
     if m:
         g = m.groups()
         res.update(prefill_tokens=int(g[0]), prefill_s=float(g[1]), prefill_tps=float(g[2]),

@@ -18,6 +18,7 @@
 #include "format/manifest.h"
 #include "format/memory_plan.h"
 #include "format/shard_file.h"
+#include "runtime/process_memory.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/weight_arena.h"
@@ -50,20 +51,10 @@ struct RankStats {
 
 double mib(double b) { return b / double(1 << 20); }
 
-double current_rss_mib() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  long pages = 0, resident = 0;
-  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-  std::fclose(f);
-  return mib(double(resident) * double(sysconf(_SC_PAGESIZE)));
-}
+double current_rss_mib() { return mib(double(current_rss_bytes())); }
 
-double peak_rss_mib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
+/// Peak RSS of this program image (VmHWM), not ru_maxrss, which fork/exec inherit from the parent.
+double peak_rss_mib() { return mib(double(peak_rss_bytes())); }
 
 void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
   using namespace tpshard::cuda;

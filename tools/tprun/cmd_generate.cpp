@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "format/error.h"
+#include "runtime/process_memory.h"
 #include "runtime/generate.h"
 #include "tools/tprun/commands.h"
 #if __has_include("eval/generate_jsonl.h") && TPRUN_HAVE_EVAL
@@ -65,8 +66,6 @@ std::string mib(uint64_t bytes) {
 }
 
 void print_summary(const RankContext& ctx, const GenerationStats& s) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
   const double prefill_rate = s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0;
   const double decode_rate = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
   const uint64_t w = ctx.runner->weight_bytes(), kv = ctx.runner->kv_cache_bytes();
@@ -76,7 +75,7 @@ void print_summary(const RankContext& ctx, const GenerationStats& s) {
                static_cast<long long>(s.prefill_tokens), s.prefill_seconds, prefill_rate,
                static_cast<long long>(s.decode_tokens), s.decode_seconds, decode_rate, ctx.tp_size,
                device_name(ctx.device), w ? mib(w).c_str() : "n/a", kv ? mib(kv).c_str() : "n/a",
-               mib(static_cast<uint64_t>(ru.ru_maxrss) * 1024).c_str());
+               mib(peak_rss_bytes()).c_str());
 }
 
 /// Generate for already-encoded prompts; stream when there is one, else print each result in order.
