@@ -31,6 +31,7 @@ struct GenerateOptions {
   std::vector<std::string> prompts;
   std::string input, output;
   int batch_size = 0;
+  std::string on_bad_record = "stop";  // JSONL only: stop | skip
   std::string system;  // chat only
 };
 
@@ -126,8 +127,10 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
     require_tokenizer(ctx);
     if (jsonl) {
 #if TPRUN_JSONL
+      eval::GenerateJsonlOptions jo;
+      jo.on_bad_record = eval::parse_bad_record_policy(o.on_bad_record);
       eval::run_generate_jsonl(ctx, o.input, o.output, o.params,
-                               o.batch_size > 0 ? o.batch_size : ctx.runner->max_batch());
+                               o.batch_size > 0 ? o.batch_size : ctx.runner->max_batch(), jo);
 #endif
       return;
     }
@@ -166,6 +169,8 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   gen->add_option("--output", o->output, "JSONL results (resumable: ids already there are skipped)");
   gen->add_option("--batch-size", o->batch_size, "JSONL: requests per batch (default --max-batch)")
       ->check(CLI::PositiveNumber);
+  gen->add_option("--on-bad-record", o->on_bad_record, "JSONL: malformed input line: stop (default) or skip with a warning")
+      ->check(CLI::IsMember({"stop", "skip"}));
   add_sampling_options(gen, o->params);
   gen->callback([&g, o] { run_generate(g, *o); });
 
