@@ -105,6 +105,7 @@ void Generator::admit() {
     a->slot = free_slots_.back();
     free_slots_.pop_back();
     a->decoder = std::make_unique<StreamDecoder>(tok_, true);
+    a->decoder->prime(requests_[a->req].prompt_ids);  // output text continues the prompt's (leading space kept)
     results_[a->req].id = requests_[a->req].id;
     results_[a->req].prompt_tokens = static_cast<int>(requests_[a->req].prompt_ids.size());
     if (requests_[a->req].params.max_new_tokens == 0) {

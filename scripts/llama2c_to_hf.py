@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Convert a llama2.c checkpoint (model .bin + tokenizer .bin) into a Hugging Face
 LlamaForCausalLM directory (config.json, model.safetensors fp32, generation_config.json,
-tokenizer.json, tokenizer_config.json), then check it with transformers against the
-greedy reference shipped with the model and write reference.json.
+tokenizer.json, tokenizer_config.json) with numpy and safetensors only. With --check (needs torch,
+transformers and tokenizers) it then checks the result against the greedy reference shipped with the
+model and writes reference.json (how tests/fixtures/stories260K was made).
 
-Usage: llama2c_to_hf.py IN_DIR OUT_DIR
+Usage: llama2c_to_hf.py IN_DIR OUT_DIR [--check]
   IN_DIR holds stories260K.bin (or any *.bin model), its tok*.bin tokenizer and,
   optionally, expected_greedy200_ids.txt / expected_greedy200.txt / LICENSE, which are
   checked against and copied to OUT_DIR.
@@ -30,7 +31,6 @@ import struct
 import sys
 
 import numpy as np
-import torch
 
 SPM_SPACE = "\u2581"
 N_SPECIAL = 3  # <unk>, <s>, </s>
@@ -199,43 +199,54 @@ def tokenizer_config():
     }
 
 
-def build_model(hdr, w):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(
-        vocab_size=hdr["vocab_size"], hidden_size=hdr["dim"],
-        intermediate_size=hdr["hidden_dim"], num_hidden_layers=hdr["n_layers"],
-        num_attention_heads=hdr["n_heads"], num_key_value_heads=hdr["n_kv_heads"],
-        max_position_embeddings=hdr["seq_len"], rms_norm_eps=1e-5, rope_theta=10000.0,
-        hidden_act="silu", tie_word_embeddings=hdr["shared"], bos_token_id=1,
-        eos_token_id=2, pad_token_id=None, attention_bias=False, mlp_bias=False,
-        dtype="float32")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).eval()
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))
-    sd = {"model.embed_tokens.weight": t(w["tok_emb"]), "model.norm.weight": t(w["rms_final"])}
+def hf_state_dict(hdr, w):
+    """The LlamaForCausalLM tensors (HF names, fp32 numpy); no lm_head when the classifier is shared."""
+    a = np.ascontiguousarray
+    sd = {"model.embed_tokens.weight": a(w["tok_emb"]), "model.norm.weight": a(w["rms_final"])}
     for i in range(hdr["n_layers"]):
         p = f"model.layers.{i}."
-        sd[p + "input_layernorm.weight"] = t(w["rms_att"][i])
-        sd[p + "self_attn.q_proj.weight"] = t(interleaved_to_halves(w["wq"][i], hdr["n_heads"]))
-        sd[p + "self_attn.k_proj.weight"] = t(interleaved_to_halves(w["wk"][i], hdr["n_kv_heads"]))
-        sd[p + "self_attn.v_proj.weight"] = t(w["wv"][i])
-        sd[p + "self_attn.o_proj.weight"] = t(w["wo"][i])
-        sd[p + "post_attention_layernorm.weight"] = t(w["rms_ffn"][i])
-        sd[p + "mlp.gate_proj.weight"] = t(w["w1"][i])
-        sd[p + "mlp.down_proj.weight"] = t(w["w2"][i])
-        sd[p + "mlp.up_proj.weight"] = t(w["w3"][i])
-    sd["lm_head.weight"] = t(w["tok_emb"] if hdr["shared"] else w["wcls"])
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        sys.exit(f"state dict mismatch: missing {missing}, unexpected {unexpected}")
-    if hdr["shared"]:
-        model.tie_weights()
-    return model
+        sd[p + "input_layernorm.weight"] = a(w["rms_att"][i])
+        sd[p + "self_attn.q_proj.weight"] = a(interleaved_to_halves(w["wq"][i], hdr["n_heads"]))
+        sd[p + "self_attn.k_proj.weight"] = a(interleaved_to_halves(w["wk"][i], hdr["n_kv_heads"]))
+        sd[p + "self_attn.v_proj.weight"] = a(w["wv"][i])
+        sd[p + "self_attn.o_proj.weight"] = a(w["wo"][i])
+        sd[p + "post_attention_layernorm.weight"] = a(w["rms_ffn"][i])
+        sd[p + "mlp.gate_proj.weight"] = a(w["w1"][i])
+        sd[p + "mlp.down_proj.weight"] = a(w["w2"][i])
+        sd[p + "mlp.up_proj.weight"] = a(w["w3"][i])
+    if not hdr["shared"]:
+        sd["lm_head.weight"] = a(w["wcls"])
+    return sd
+
+
+def hf_config(hdr):
+    """config.json as transformers 5 writes it for LlamaForCausalLM."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 1, "dtype": "float32", "eos_token_id": 2,
+        "head_dim": hdr["dim"] // hdr["n_heads"], "hidden_act": "silu", "hidden_size": hdr["dim"],
+        "initializer_range": 0.02, "intermediate_size": hdr["hidden_dim"],
+        "max_position_embeddings": hdr["seq_len"], "mlp_bias": False, "model_type": "llama",
+        "num_attention_heads": hdr["n_heads"], "num_hidden_layers": hdr["n_layers"],
+        "num_key_value_heads": hdr["n_kv_heads"], "pad_token_id": None, "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "tie_word_embeddings": bool(hdr["shared"]), "use_cache": True, "vocab_size": hdr["vocab_size"],
+    }
+
+
+def write_checkpoint(hdr, w, out_dir):
+    from safetensors.numpy import save_file
+    save_file(hf_state_dict(hdr, w), os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf_config(hdr), f, indent=2)
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "do_sample": False, "eos_token_id": 2}, f, indent=2)
 
 
 def greedy(model, ids, new_tokens):
     """Argmax decoding (llama2.c -t 0): full recompute at each step, never stops at EOS.
     Returns the new ids only."""
+    import torch
     seq = list(ids)
     with torch.no_grad():
         for _ in range(new_tokens):
@@ -247,11 +258,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("in_dir")
     ap.add_argument("out_dir")
+    ap.add_argument("--check", action="store_true",
+                    help="check the result with transformers (needs torch) and write reference.json")
     args = ap.parse_args()
-
-    import transformers
-    from tokenizers import Tokenizer
-    from transformers import GenerationConfig
 
     tok_paths = sorted(glob.glob(os.path.join(args.in_dir, "*tok*.bin")))
     model_paths = sorted(p for p in glob.glob(os.path.join(args.in_dir, "*.bin")) if p not in tok_paths)
@@ -262,9 +271,7 @@ def main():
     print("llama2.c header:", hdr)
 
     os.makedirs(args.out_dir, exist_ok=True)
-    model = build_model(hdr, w)
-    model.save_pretrained(args.out_dir, safe_serialization=True)
-    GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(args.out_dir)
+    write_checkpoint(hdr, w, args.out_dir)
     with open(os.path.join(args.out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tokenizer_json(pieces), f, ensure_ascii=False, indent=2)
     with open(os.path.join(args.out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
@@ -274,7 +281,14 @@ def main():
         if os.path.exists(src):
             shutil.copyfile(src, os.path.join(args.out_dir, name))
 
-    # Reload what was written and check it.
+    if not args.check:
+        print("wrote", args.out_dir)
+        return
+
+    # Reload what was written and check it with transformers.
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(args.out_dir, dtype=torch.float32,
                                                  attn_implementation="eager").eval()

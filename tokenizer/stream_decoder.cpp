@@ -33,6 +33,19 @@ std::string StreamDecoder::push(int32_t id) {
   return out;
 }
 
+void StreamDecoder::prime(const std::vector<int32_t>& context) {
+  constexpr size_t kContextIds = 6;  // enough for any decoder's look-behind (byte fallback, Strip)
+  std::vector<int32_t> ids;
+  for (size_t i = context.size() > kContextIds ? context.size() - kContextIds : 0; i < context.size(); ++i)
+    if (context[i] >= 0 && context[i] < tok_.vocab_size()) ids.push_back(context[i]);
+  const std::string text = tok_.decode(ids, skip_special_);
+  if (ends_with_replacement(text)) return;  // the context ends inside a character: start plain
+  ids_ = std::move(ids);
+  read_index_ = ids_.size();
+  prefix_text_ = text;
+  emitted_bytes_ = text.size();
+}
+
 std::string StreamDecoder::flush() {
   const std::string text = tok_.decode(ids_, skip_special_);
   std::string out = text.size() > emitted_bytes_ ? text.substr(emitted_bytes_) : std::string();

@@ -48,6 +48,12 @@ class StreamDecoder {
   /// Throws Error (like decode) for an id outside the vocabulary; the stream is then unchanged.
   std::string push(int32_t id);
   std::string flush();  ///< whatever is left (incomplete UTF-8 becomes U+FFFD)
+  /// Start the stream after `context` (e.g. the prompt; its last few ids are kept), so the first pushed
+  /// token is decoded as a continuation: with SentencePiece-style decoders that strip the leading space
+  /// of a sequence, prompt "Lily" + token "▁and" streams " and", not "and" (the text of
+  /// decode(prompt + output) minus decode(prompt), as Hugging Face pipelines return it).
+  /// Call before the first push. Ids outside the vocabulary are ignored.
+  void prime(const std::vector<int32_t>& context);
 
  private:
   const Tokenizer& tok_;

@@ -246,6 +246,23 @@ TEST_CASE("unsupported components: Error naming the component type") {
   CHECK_THROWS_AS(tpshard::Tokenizer::load(std::filesystem::temp_directory_path().string()), tpshard::Error);
 }
 
+TEST_CASE("StreamDecoder::prime: the output continues the prompt (decode(prompt + out) minus decode(prompt))") {
+  const std::string prompt = "Lily saw", full = "Lily saw \xE2\x9C\x85 and a dog";
+  for (const auto* t : all_tokenizers()) {
+    const Ids p = t->encode(prompt, true), all = t->encode(full, true);
+    REQUIRE(all.size() > p.size());
+    REQUIRE(Ids(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(p.size())) == p);
+    tpshard::StreamDecoder stream(*t, true);
+    stream.prime(p);
+    std::string out;
+    for (size_t i = p.size(); i < all.size(); ++i) out += stream.push(all[i]);
+    out += stream.flush();
+    const std::string want = t->decode(all, true).substr(t->decode(p, true).size());
+    CHECK(out == want);
+    CHECK(out.rfind(" ", 0) == 0);  // Llama 2 style decoders strip a sequence's leading space; a continuation keeps it
+  }
+}
+
 TEST_CASE("StreamDecoder: pushes concatenate to decode(), never half a character") {
   const std::string text = "emoji \xF0\x9F\xA6\x99 and rare \xF0\xA0\x80\x8B, \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xE2\x9C\x85 done.\n  Hello world";
   for (const auto* t : all_tokenizers()) {
