@@ -94,6 +94,20 @@ void Generator::validate() const {
               "lower --max-new-tokens or raise --max-seq-len");
     TPS_CHECK(r.params.max_new_tokens >= 0 && r.params.min_new_tokens >= 0,
               "request " + r.id + ": max_new_tokens and min_new_tokens must be >= 0", "fix the sampling options");
+    const SamplingParams& sp = r.params;
+    const auto bad = [&](const std::string& what) {
+      return "request " + r.id + ": " + what;
+    };
+    TPS_CHECK(sp.temperature >= 0.0f, bad("temperature " + std::to_string(sp.temperature) + " is negative"),
+              "use temperature 0 (greedy) or a positive value");
+    TPS_CHECK(sp.top_k >= 0, bad("top_k " + std::to_string(sp.top_k) + " is negative"), "use top_k 0 (off) or more");
+    TPS_CHECK(sp.top_p > 0.0f && sp.top_p <= 1.0f, bad("top_p " + std::to_string(sp.top_p) + " is outside (0, 1]"),
+              "use top_p in (0, 1]; 1 turns it off");
+    TPS_CHECK(sp.min_p >= 0.0f && sp.min_p <= 1.0f, bad("min_p " + std::to_string(sp.min_p) + " is outside [0, 1]"),
+              "use min_p in [0, 1]; 0 turns it off");
+    TPS_CHECK(sp.repetition_penalty > 0.0f,
+              bad("repetition_penalty " + std::to_string(sp.repetition_penalty) + " is not positive"),
+              "use a repetition_penalty > 0; 1 turns it off");
   }
 }
 

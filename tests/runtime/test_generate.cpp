@@ -179,3 +179,38 @@ TEST_CASE("max_new_tokens 0 and prompt length errors") {
   p.max_new_tokens = 5;
   CHECK_THROWS_AS(generate(small, tok, {{"x", std::vector<int32_t>(5, 3), p}}), Error);
 }
+
+TEST_CASE("out-of-range sampling options are refused before anything runs, naming the request") {
+  FakeTokenizer tok;
+  FakeRunner small(1, 16, hash_next);
+  const auto refused = [&](SamplingParams p, const std::string& field) {
+    try {
+      generate(small, tok, {{"req-7", {1, 2}, p}});
+      return false;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      return what.find("req-7") != std::string::npos && what.find(field) != std::string::npos;
+    }
+  };
+  SamplingParams p;
+  p.max_new_tokens = 2;
+  CHECK(generate(small, tok, {{"ok", {1, 2}, p}})[0].output_ids.size() == 2);
+  SamplingParams q = p;
+  q.temperature = -1;
+  CHECK(refused(q, "temperature"));
+  q = p;
+  q.top_p = 2;
+  CHECK(refused(q, "top_p"));
+  q = p;
+  q.top_p = 0;
+  CHECK(refused(q, "top_p"));
+  q = p;
+  q.top_k = -3;
+  CHECK(refused(q, "top_k"));
+  q = p;
+  q.min_p = 1.5f;
+  CHECK(refused(q, "min_p"));
+  q = p;
+  q.repetition_penalty = 0;
+  CHECK(refused(q, "repetition_penalty"));
+}
