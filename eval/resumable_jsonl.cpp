@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <exception>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -64,7 +65,9 @@ JsonlContents read_jsonl_results(const std::string& path) {
 }
 
 ResumableJsonlWriter::ResumableJsonlWriter(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ >= 0) created_ = true;
+  else if (errno == EEXIST) fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd_ < 0) throw Error(path + ": cannot open for appending: " + errno_text(), "check the directory exists and is writable");
   try {
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
@@ -84,7 +87,9 @@ ResumableJsonlWriter::ResumableJsonlWriter(const std::string& path) : path_(path
 }
 
 ResumableJsonlWriter::~ResumableJsonlWriter() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  if (created_ && !appended_ && std::uncaught_exceptions() > 0) ::unlink(path_.c_str());  // still locked: ours
+  ::close(fd_);
 }
 
 void ResumableJsonlWriter::append(const std::vector<std::string>& lines) {
@@ -94,6 +99,7 @@ void ResumableJsonlWriter::append(const std::vector<std::string>& lines) {
     data += l;
     data += '\n';
   }
+  appended_ = true;
   write_all(fd_, data, path_);
   if (::fsync(fd_) != 0) throw Error(path_ + ": fsync failed: " + errno_text(), "check the file system");
 }

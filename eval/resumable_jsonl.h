@@ -32,6 +32,8 @@ class ResumableJsonlWriter {
   /// Opens (creates) PATH and takes an exclusive flock on it (released on destruction); when it ends in
   /// a torn line, truncates it to the last '\n' and sets truncated_bytes(). Throws Error naming the file
   /// when it cannot be opened or another process holds the lock (two jobs on one output).
+  /// A file this writer created is removed again if the job fails (the writer is destroyed during
+  /// exception unwinding) before anything was appended, so a refused job leaves no empty output behind.
   explicit ResumableJsonlWriter(const std::string& path);
   ~ResumableJsonlWriter();
   ResumableJsonlWriter(const ResumableJsonlWriter&) = delete;
@@ -47,6 +49,8 @@ class ResumableJsonlWriter {
   std::string path_;
   int fd_ = -1;
   size_t truncated_bytes_ = 0;
+  bool created_ = false;   ///< the file did not exist before this writer opened it
+  bool appended_ = false;  ///< append() wrote something
 };
 
 /// Rewrite PATH so that lines appear in the order of `key_order` (keys not in key_order keep their

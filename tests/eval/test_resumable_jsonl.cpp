@@ -104,3 +104,32 @@ TEST_CASE("progress: counts, rates and durations") {
   CHECK(text.find("ETA 0s\n") != std::string::npos);
   CHECK(text.find("job: 10/10") == text.rfind("job: 10/10"));  // finish() does not repeat the last line
 }
+
+TEST_CASE("a job that fails before writing leaves no output file it created; an existing file is kept") {
+  const std::string fresh = temp_path("refused.jsonl");
+  try {
+    ResumableJsonlWriter w(fresh);
+    CHECK(std::filesystem::exists(fresh));
+    throw std::runtime_error("the job was refused");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK_FALSE(std::filesystem::exists(fresh));
+
+  const std::string existing = temp_path("existing.jsonl");
+  spit(existing, "{\"id\":\"a\"}\n");
+  try {
+    ResumableJsonlWriter w(existing);
+    throw std::runtime_error("the job was refused");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(slurp(existing) == "{\"id\":\"a\"}\n");
+
+  const std::string written = temp_path("written.jsonl");
+  try {
+    ResumableJsonlWriter w(written);
+    w.append({"{\"id\":\"b\"}"});
+    throw std::runtime_error("failed after the first batch");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(slurp(written) == "{\"id\":\"b\"}\n");  // results already written are kept for the resume
+}
