@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "tools/cli_validators.h"
 #include "eval/triviaqa_eval.h"
 #include "format/error.h"
 #include "tools/tprun/commands.h"
@@ -20,28 +21,28 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
   tqa->add_option("--data", o->data_path,
                   "questions: HF rc.nocontext JSON/JSONL, the original {\"Data\": [...]} JSON, or llm-foundry JSONL")
       ->required();
-  tqa->add_option("--shots", o->shots, "few-shot examples in the prompt (default 5)")->check(CLI::NonNegativeNumber);
+  tqa->add_option("--shots", o->shots, "few-shot examples in the prompt (default 5)")->check(tpshard::cli::non_negative());
   tqa->add_option("--shots-from", o->shots_from,
                   "take the shots from this file's first records (default: the first records of --data, "
                   "which are then not scored)");
   tqa->add_option("--max-new-tokens", o->max_new_tokens, "tokens generated per answer at most (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(tpshard::cli::positive());
   tqa->add_option("--batch-size", o->batch_size,
                   "questions per batch and per durable write (default 48; --max-batch sets how many decode together)")
-      ->check(CLI::PositiveNumber);
+      ->check(tpshard::cli::positive());
   tqa->add_option("--limit", o->limit, "score only the first N questions (after the shots)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(tpshard::cli::non_negative());
   tqa->add_option("--output", o->output_path, "predictions JSONL (default: DATA_STEM.predictions.jsonl)");
   tqa->add_option("--summary", o->summary_path, "summary JSON (default: OUTPUT.summary.json)");
-  tqa->add_option("--temperature", o->sampling.temperature, "0 = greedy (default)")->check(CLI::NonNegativeNumber);
-  tqa->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  tqa->add_option("--temperature", o->sampling.temperature, "0 = greedy (default)")->check(tpshard::cli::non_negative());
+  tqa->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = off)")->check(tpshard::cli::non_negative());
   tqa->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
   tqa->add_option("--seed", o->sampling.seed, "sampling seed");
   tqa->add_option("--on-bad-record", *bad, "malformed record: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   tqa->add_option("--progress-interval", o->progress_interval_s,
                   "seconds between progress lines when stderr is not a terminal (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(tpshard::cli::positive());
   tqa->callback([&g, o, bad] {
     o->on_bad_record = eval::parse_bad_record_policy(*bad);
     o->model_dir = g.session.model_dir;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/cli_validators.h"
 #include "format/error.h"
 #include "runtime/process_memory.h"
 #include "runtime/generate.h"
@@ -36,15 +37,15 @@ struct GenerateOptions {
 };
 
 void add_sampling_options(CLI::App* sub, SamplingParams& p) {
-  sub->add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most")->check(tpshard::cli::non_negative());
   sub->add_option("--min-new-tokens", p.min_new_tokens, "EOS is suppressed until this many tokens")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--temperature", p.temperature, "0 = greedy (default)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+      ->check(tpshard::cli::non_negative());
+  sub->add_option("--temperature", p.temperature, "0 = greedy (default)")->check(tpshard::cli::non_negative());
+  sub->add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")->check(tpshard::cli::non_negative());
   sub->add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--min-p", p.min_p, "drop tokens below min_p * p_max (0 = off)")->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--repetition-penalty", p.repetition_penalty, "CTRL repetition penalty (1 = off)")
-      ->check(CLI::PositiveNumber);
+      ->check(tpshard::cli::positive());
   sub->add_option("--seed", p.seed, "sampling seed (per request stream = f(seed, request index, step))");
   sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output");
   sub->add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS tokens");
@@ -168,7 +169,7 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   gen->add_option("--input", o->input, "JSONL file of {\"id\", \"prompt\", optional sampling overrides}");
   gen->add_option("--output", o->output, "JSONL results (resumable: ids already there are skipped)");
   gen->add_option("--batch-size", o->batch_size, "JSONL: requests per batch (default --max-batch)")
-      ->check(CLI::PositiveNumber);
+      ->check(tpshard::cli::positive());
   gen->add_option("--on-bad-record", o->on_bad_record, "JSONL: malformed input line: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   add_sampling_options(gen, o->params);

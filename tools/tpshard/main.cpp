@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "tools/cli_validators.h"
 #include "format/error.h"
 #include "tools/tpshard/commands.h"
 
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace");
   plan->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
   plan->add_option("--tp", tp, "tp size")->required();
-  plan->add_option("--batch", batch, "sequences per batch")->required()->check(CLI::PositiveNumber);
-  plan->add_option("--max-seq", max_seq, "max tokens per sequence (prompt + generated)")->required()->check(CLI::PositiveNumber);
+  plan->add_option("--batch", batch, "sequences per batch")->required()->check(tpshard::cli::positive());
+  plan->add_option("--max-seq", max_seq, "max tokens per sequence (prompt + generated)")->required()->check(tpshard::cli::positive());
   plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H200: 139)");
 
   try {
