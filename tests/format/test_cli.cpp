@@ -59,7 +59,9 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   }
   CHECK(run_tpshard("verify " + (d / "out"), log) == 1);
   const std::string v = read_text(log);
-  CHECK(v.find("error: " + shard + ": tensor blk.1.attn_output.weight: XXH3") != std::string::npos);
+  CHECK(v.find("BAD " + shard + ": tensor blk.1.attn_output.weight: XXH3") != std::string::npos);
+  CHECK(v.find("error: 1 of ") != std::string::npos);  // every file is checked, the bad one is counted
+  CHECK(v.find("first: " + shard + ": tensor blk.1.attn_output.weight") != std::string::npos);
   CHECK(run_tpshard("verify " + (d / "out") + " --tp 4", log) == 0);  // other tp sizes are intact
 
   // kv_cache = 2 * 2 layers * 3 batch * 10 seq * 1 kv head per rank * 4 head_dim * 2 bytes = 960 B

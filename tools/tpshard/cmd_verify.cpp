@@ -1,6 +1,6 @@
 // cmd_verify.cpp: `tpshard verify`: for every shard of the manifest (or of one tp size): size, header
-// against the manifest, every tensor's XXH3, then the whole-file XXH3. The first mismatch is an Error
-// naming the tensor and file (exit 1).
+// against the manifest, every tensor's XXH3, then the whole-file XXH3. Every file is checked; each bad
+// one is named on stderr, and the run ends with an Error naming the first bad tensor and file (exit 1).
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -12,42 +12,63 @@
 #include "tools/tpshard/commands.h"
 
 namespace tpshard::cli {
+namespace {
+
+const char* kHint = "the file is corrupt: re-run tpshard convert (or copy the directory again)";
+
+/// Check one shard file against its manifest entry; returns its tensor count, or throws Error naming
+/// the file (and the tensor) at the first mismatch.
+size_t verify_shard(const std::string& path, int tp_size, const ManifestShard& s) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": missing (listed in manifest.json)", kHint);
+  if (static_cast<uint64_t>(st.st_size) != s.bytes)
+    throw Error(path + ": " + std::to_string(st.st_size) + " bytes, manifest.json says " + std::to_string(s.bytes), kHint);
+  const ShardReader r(path);
+  if (r.header().tp_size != static_cast<uint32_t>(tp_size) || r.header().tp_rank != static_cast<uint32_t>(s.tp_rank))
+    throw Error(path + ": header says tp_rank " + std::to_string(r.header().tp_rank) + " of " +
+                    std::to_string(r.header().tp_size) + ", manifest.json says " + std::to_string(s.tp_rank) + " of " +
+                    std::to_string(tp_size),
+                kHint);
+  if (r.header().arena_bytes != s.weight_bytes)
+    throw Error(path + ": arena_bytes " + std::to_string(r.header().arena_bytes) + " != manifest weight_bytes " +
+                    std::to_string(s.weight_bytes),
+                kHint);
+  for (const auto& t : r.tensors()) {
+    const uint64_t h = r.hash_stored(t);
+    if (h != t.xxh3)
+      throw Error(path + ": tensor " + t.name + ": XXH3 " + hash_to_hex(h) + " != stored " + hash_to_hex(t.xxh3), kHint);
+  }
+  const uint64_t fh = xxh3_file(path);
+  if (fh != s.xxh3) throw Error(path + ": file XXH3 " + hash_to_hex(fh) + " != manifest " + hash_to_hex(s.xxh3), kHint);
+  std::printf("ok  tp%-3d rank %-3d %s  %zu tensors\n", tp_size, s.tp_rank, hash_to_hex(fh).c_str(), r.tensors().size());
+  return r.tensors().size();
+}
+
+}  // namespace
 
 int run_verify(const std::string& dir, int tp_size) {
   const Manifest m = load_manifest(dir);
   if (tp_size) shards_for(m, tp_size, dir);
-  const char* hint = "the file is corrupt: re-run tpshard convert (or copy the directory again)";
-  size_t files = 0, tensors = 0;
+  size_t files = 0, tensors = 0, bad = 0;
+  std::string first_bad;
   for (const auto& [size, shards] : m.shards) {
     if (tp_size && size != tp_size) continue;
     for (const auto& s : shards) {
-      const std::string path = dir + "/" + s.file;
-      struct stat st {};
-      if (::stat(path.c_str(), &st) != 0) throw Error(path + ": missing (listed in manifest.json)", hint);
-      if (static_cast<uint64_t>(st.st_size) != s.bytes)
-        throw Error(path + ": " + std::to_string(st.st_size) + " bytes, manifest.json says " + std::to_string(s.bytes), hint);
-      const ShardReader r(path);
-      if (r.header().tp_size != static_cast<uint32_t>(size) || r.header().tp_rank != static_cast<uint32_t>(s.tp_rank))
-        throw Error(path + ": header says tp_rank " + std::to_string(r.header().tp_rank) + " of " + std::to_string(r.header().tp_size) +
-                        ", manifest.json says " + std::to_string(s.tp_rank) + " of " + std::to_string(size), hint);
-      if (r.header().arena_bytes != s.weight_bytes)
-        throw Error(path + ": arena_bytes " + std::to_string(r.header().arena_bytes) + " != manifest weight_bytes " +
-                        std::to_string(s.weight_bytes), hint);
-      for (const auto& t : r.tensors()) {
-        const uint64_t h = r.hash_stored(t);
-        if (h != t.xxh3)
-          throw Error(path + ": tensor " + t.name + ": XXH3 " + hash_to_hex(h) + " != stored " + hash_to_hex(t.xxh3), hint);
-        ++tensors;
+      try {
+        tensors += verify_shard(dir + "/" + s.file, size, s);
+        ++files;
+      } catch (const Error& e) {
+        std::fprintf(stderr, "BAD %s\n", e.what());
+        if (bad++ == 0) first_bad = e.what();
       }
-      const uint64_t fh = xxh3_file(path);
-      if (fh != s.xxh3) throw Error(path + ": file XXH3 " + hash_to_hex(fh) + " != manifest " + hash_to_hex(s.xxh3), hint);
-      std::printf("ok  tp%-3d rank %-3d %s  %zu tensors\n", size, s.tp_rank, hash_to_hex(fh).c_str(), r.tensors().size());
-      ++files;
     }
   }
+  if (bad)
+    throw Error(std::to_string(bad) + " of " + std::to_string(files + bad) + " shard file(s) are bad; first: " + first_bad,
+                kHint);
   for (const auto& t : m.tokenizer_files) {
     struct stat st {};
-    if (::stat((dir + "/" + t).c_str(), &st) != 0) throw Error(dir + "/" + t + ": missing (listed in manifest.json)", hint);
+    if (::stat((dir + "/" + t).c_str(), &st) != 0) throw Error(dir + "/" + t + ": missing (listed in manifest.json)", kHint);
   }
   std::printf("verified %zu shard file(s), %zu tensors: all hashes match\n", files, tensors);
   return 0;
