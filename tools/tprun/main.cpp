@@ -2,6 +2,9 @@
 // device, kv_cache size, multi-node rendezvous), one subcommand per cmd_*.cpp, the launcher hook
 // (CUDA: start one worker per GPU, then wait), and the error convention:
 // tpshard::Error -> "error: ...\nhint: ..." exit 1; usage errors exit 2.
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -20,6 +23,17 @@ namespace {
 struct ExitNow {
   int code;
 };
+
+/// Ctrl-C / SIGTERM in a process that runs the command itself: end the streamed line and say what is
+/// kept, then exit 128 + signal as the default action would. Only async-signal-safe calls.
+void on_interrupt(int sig) {
+  static const char kMsg[] =
+      "\ntprun: interrupted; results already written are kept, and rerunning the same command resumes a "
+      "--input/--output or eval job\n";
+  (void)!::write(STDOUT_FILENO, "\n", 1);
+  (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+  ::_exit(128 + sig);
+}
 
 tpshard::Device parse_device(const std::string& s) {
   if (s == "cpu") return tpshard::Device::Cpu;
@@ -73,7 +87,14 @@ int main(int argc, char** argv) {
 #if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
     const int rc = tpshard::launch_workers_if_needed(argc, argv, g.session);
     if (rc >= 0) throw ExitNow{rc};
+    const bool worker = tpshard::is_worker_process();  // workers are stopped by their launcher
+#else
+    const bool worker = false;
 #endif
+    if (!worker) {
+      std::signal(SIGINT, on_interrupt);
+      std::signal(SIGTERM, on_interrupt);
+    }
   });
 
   try {
