@@ -195,22 +195,18 @@ TEST_CASE("out-of-range sampling options are refused before anything runs, namin
   SamplingParams p;
   p.max_new_tokens = 2;
   CHECK(generate(small, tok, {{"ok", {1, 2}, p}})[0].output_ids.size() == 2);
-  SamplingParams q = p;
-  q.temperature = -1;
-  CHECK(refused(q, "temperature"));
-  q = p;
-  q.top_p = 2;
-  CHECK(refused(q, "top_p"));
-  q = p;
-  q.top_p = 0;
-  CHECK(refused(q, "top_p"));
-  q = p;
-  q.top_k = -3;
-  CHECK(refused(q, "top_k"));
-  q = p;
-  q.min_p = 1.5f;
-  CHECK(refused(q, "min_p"));
-  q = p;
-  q.repetition_penalty = 0;
-  CHECK(refused(q, "repetition_penalty"));
+  const std::vector<std::pair<std::string, void (*)(SamplingParams&)>> cases = {
+      {"temperature", [](SamplingParams& q) { q.temperature = -1; }},
+      {"top_p", [](SamplingParams& q) { q.top_p = 2; }},
+      {"top_p", [](SamplingParams& q) { q.top_p = 0; }},
+      {"top_k", [](SamplingParams& q) { q.top_k = -3; }},
+      {"min_p", [](SamplingParams& q) { q.min_p = 1.5f; }},
+      {"repetition_penalty", [](SamplingParams& q) { q.repetition_penalty = 0; }},
+  };
+  for (const auto& [field, spoil] : cases) {
+    SamplingParams q = p;
+    spoil(q);
+    CAPTURE(field);
+    CHECK(refused(q, field));
+  }
 }
