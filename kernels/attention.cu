@@ -6,11 +6,29 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/common.cuh"
+#include "kernels/pdl.cuh"
 
 namespace tpshard::cuda {
 namespace {
 
 constexpr int kTile = 128;
+
+/// Dim d of head x after rotary embedding at position pos, as apply_rotary (rotary.cu) stores it:
+/// computed in fp32, rounded once to T. Dims >= rot are returned unchanged.
+template <typename T>
+__device__ __forceinline__ float rotated(const T* x, int d, int half, int rot, float pos, const float* inv_freq) {
+  const float xd = to_f32(x[d]);
+  if (d >= rot) return xd;
+  const int i = d < half ? d : d - half;
+  float s, c;
+  sincosf(pos * inv_freq[i], &s, &c);
+  if (d < half) {
+    const float x1 = xd, x2 = to_f32(x[d + half]);
+    return to_f32(from_f32<T>(x1 * c - x2 * s));
+  }
+  const float x1 = to_f32(x[d - half]), x2 = xd;
+  return to_f32(from_f32<T>(x2 * c + x1 * s));
+}
 
 template <typename T>
 __global__ void attention_kernel(AttentionParams p) {
@@ -21,6 +39,8 @@ __global__ void attention_kernel(AttentionParams p) {
   float* red = p_s + kTile;       // [32] reduction scratch
   float* acc_s = red + 32;        // [groups, hd]
   const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+  griddep_wait();  // q (and the kv_cache) come from the previous kernels
+  griddep_launch_dependents();
   const int group_size = p.num_heads / p.num_kv_heads;
   const int kvh = h / group_size;
   const int len = p.positions[t] + 1;
@@ -29,10 +49,29 @@ __global__ void attention_kernel(AttentionParams p) {
   const int key_end = min(len, key_begin + per_split);
 
   const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(h) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = to_f32(q[d]) * p.scale;
   const int64_t base = (static_cast<int64_t>(p.slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd;
   const T* k = static_cast<const T*>(p.k_cache) + base;
   const T* v = static_cast<const T*>(p.v_cache) + base;
+  if (p.rotary_append) {
+    const int pos = len - 1, half = p.rotary_ndims / 2;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x)
+      q_s[d] = rotated(q, d, half, p.rotary_ndims, static_cast<float>(pos), p.inv_freq) * p.scale;
+    if (key_begin <= pos && pos < key_end) {
+      // This block attends over the new key: append it (every Q head of the GQA group writes the same
+      // bytes; the __syncthreads below makes them visible to this block's reads).
+      const T* row = static_cast<const T*>(p.q) + static_cast<int64_t>(t) * p.q_stride;
+      const T* kr = row + static_cast<int64_t>(p.num_heads + kvh) * hd;
+      const T* vr = row + static_cast<int64_t>(p.num_heads + p.num_kv_heads + kvh) * hd;
+      T* kd = const_cast<T*>(k) + static_cast<int64_t>(pos) * hd;
+      T* vd = const_cast<T*>(v) + static_cast<int64_t>(pos) * hd;
+      for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        kd[d] = from_f32<T>(rotated(kr, d, half, p.rotary_ndims, static_cast<float>(pos), p.inv_freq));
+        vd[d] = vr[d];
+      }
+    }
+  } else {
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = to_f32(q[d]) * p.scale;
+  }
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int groups = blockDim.x / hd;  // threads tid < groups*hd own dim tid % hd of key group tid / hd
@@ -92,6 +131,8 @@ __global__ void attention_kernel(AttentionParams p) {
 template <typename T>
 __global__ void attention_combine_kernel(AttentionParams p) {
   const int t = blockIdx.x, h = blockIdx.y, hd = p.head_dim;
+  griddep_wait();
+  griddep_launch_dependents();
   const float* part = p.partial + (static_cast<int64_t>(t) * p.num_heads + h) * p.num_splits * (hd + 2);
   float big = -INFINITY;
   for (int s = 0; s < p.num_splits; ++s) big = fmaxf(big, part[s * (hd + 2) + hd]);
@@ -141,11 +182,14 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   const int groups = threads / p.head_dim;
   const size_t smem = sizeof(float) * (p.head_dim + kTile + 32 + static_cast<size_t>(groups) * p.head_dim);
   dim3 grid(p.n, p.num_heads, p.num_splits);
-  TPS_DISPATCH_DTYPE(p.dtype, T, attention_kernel<T><<<grid, threads, smem, stream>>>(p));
+  TPS_CHECK(!p.rotary_append || p.rotary_ndims == 0 || (p.inv_freq && p.rotary_ndims % 2 == 0 && p.rotary_ndims <= p.head_dim),
+            "kernels/attention: rotary_append needs inv_freq and an even rotary_ndims <= head_dim",
+            "pass AttentionParams::inv_freq / rotary_ndims");
+  TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(attention_kernel<T>, grid, dim3(threads), smem, stream, p));
   check_launch("attention_kernel");
   if (p.num_splits > 1) {
     TPS_DISPATCH_DTYPE(p.dtype, T,
-                       attention_combine_kernel<T><<<dim3(p.n, p.num_heads), 128, 0, stream>>>(p));
+                       launch_pdl(attention_combine_kernel<T>, dim3(p.n, p.num_heads), dim3(128), 0, stream, p));
     check_launch("attention_combine_kernel");
   }
 }

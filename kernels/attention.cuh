@@ -30,9 +30,19 @@ struct AttentionParams {
   int max_seq_len = 0;
   int num_splits = 1;               ///< key-range pieces per (token, head); each covers ceil(len / num_splits) keys
   float scale = 0.f;                ///< softmax scale, normally 1/sqrt(head_dim)
+  // Decode fusion (rotary_append = true): q is the UNROTATED QKV row, K and V of token t are read from
+  // the same row (K heads at num_heads*head_dim, V heads after them), rotated like apply_rotary
+  // (rotary.cuh) and written to the kv_cache at positions[t] by the blocks whose key range holds that
+  // position, which then attend over it: one kernel instead of rotary + kv_cache_append + attention.
+  // Requires that no two tokens of the step share a slot (decode: one token per sequence) except the
+  // scratch slot, whose contents are never read for real tokens. Rounding matches the unfused path.
+  bool rotary_append = false;
+  const float* inv_freq = nullptr;  ///< [rotary_ndims/2] f32 (rotary_append)
+  int rotary_ndims = 0;             ///< even, <= head_dim; 0: no rotary (rotary_append)
 };
 
 /// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t].
+/// Launched with programmatic dependent launch (kernels/pdl.cuh).
 void attention(const AttentionParams& p, cudaStream_t stream);
 
 /// A num_splits that fills the GPU for n tokens (1 when n * heads already does), at most max_splits.

@@ -1,6 +1,7 @@
 // embedding.cu: vocab-parallel embedding lookup (see embedding.cuh).
 #include "kernels/common.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/pdl.cuh"
 
 namespace tpshard::cuda {
 namespace {
@@ -8,6 +9,8 @@ namespace {
 template <typename T>
 __global__ void embedding_kernel(EmbeddingParams p) {
   const int t = blockIdx.x;
+  griddep_wait();
+  griddep_launch_dependents();
   const int64_t row = static_cast<int64_t>(p.tokens[t]) - p.vocab_begin;
   const bool here = row >= 0 && row < p.vocab_per_rank;
   const T* src = static_cast<const T*>(p.table) + (here ? row : 0) * p.hidden;
@@ -19,7 +22,7 @@ __global__ void embedding_kernel(EmbeddingParams p) {
 
 void embedding_lookup(const EmbeddingParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  TPS_DISPATCH_DTYPE(p.dtype, T, embedding_kernel<T><<<p.n, 256, 0, stream>>>(p));
+  TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(embedding_kernel<T>, dim3(p.n), dim3(256), 0, stream, p));
   check_launch("embedding_kernel");
 }
 

@@ -1,6 +1,7 @@
 // logits.cu: vocab-parallel argmax and last-token row gather (see logits.cuh).
 #include "kernels/common.cuh"
 #include "kernels/logits.cuh"
+#include "kernels/pdl.cuh"
 
 namespace tpshard::cuda {
 namespace {
@@ -12,6 +13,8 @@ __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
 __global__ void argmax_kernel(ArgmaxParams p) {
   __shared__ float sv[32];
   __shared__ int64_t si[32];
+  griddep_wait();
+  griddep_launch_dependents();
   const int t = blockIdx.x;
   const float* row = p.logits + static_cast<int64_t>(t) * p.vocab_per_rank;
   int64_t valid = p.vocab_size - p.vocab_begin;
@@ -40,6 +43,8 @@ __global__ void argmax_kernel(ArgmaxParams p) {
 
 template <typename T>
 __global__ void gather_rows_kernel(const T* src, T* dst, const int32_t* rows, int width) {
+  griddep_wait();
+  griddep_launch_dependents();
   const int64_t r = rows[blockIdx.x];
   for (int i = threadIdx.x; i < width; i += blockDim.x)
     dst[static_cast<int64_t>(blockIdx.x) * width + i] = src[r * width + i];
@@ -49,7 +54,7 @@ __global__ void gather_rows_kernel(const T* src, T* dst, const int32_t* rows, in
 
 void vocab_argmax(const ArgmaxParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  argmax_kernel<<<p.n, 1024, 0, stream>>>(p);
+  launch_pdl(argmax_kernel, dim3(p.n), dim3(1024), 0, stream, p);
   check_launch("argmax_kernel");
 }
 
@@ -70,8 +75,8 @@ void gather_rows(const void* src, void* dst, const int32_t* rows, int n_rows, in
                  cudaStream_t stream) {
   if (n_rows == 0) return;
   TPS_DISPATCH_DTYPE(dtype, T,
-                     gather_rows_kernel<T><<<n_rows, 256, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst),
-                                                                       rows, width));
+                     launch_pdl(gather_rows_kernel<T>, dim3(n_rows), dim3(256), 0, stream,
+                                                static_cast<const T*>(src), static_cast<T*>(dst), rows, width));
   check_launch("gather_rows_kernel");
 }
 

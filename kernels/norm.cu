@@ -1,6 +1,7 @@
 // norm.cu: fused residual add + LayerNorm/RMSNorm (see norm.cuh).
 #include "kernels/common.cuh"
 #include "kernels/norm.cuh"
+#include "kernels/pdl.cuh"
 
 namespace tpshard::cuda {
 namespace {
@@ -13,6 +14,8 @@ __device__ __forceinline__ float opt(const void* p, int64_t i) {
 template <typename T, bool kLayerNorm>
 __global__ void add_norm_kernel(AddNormParams p) {
   __shared__ float scratch[32];
+  griddep_wait();  // the residual and the adds come from the previous kernels
+  griddep_launch_dependents();
   const int64_t row = blockIdx.x;
   float* x = p.residual + row * p.hidden;
   const T* add0 = static_cast<const T*>(p.add0);
@@ -50,9 +53,9 @@ void add_norm(const AddNormParams& p, cudaStream_t stream) {
   TPS_CHECK(p.weight0 && p.out0, "kernels/add_norm: weight0 and out0 are required", "pass the norm weight");
   const int threads = p.hidden >= 1024 ? 1024 : (p.hidden >= 512 ? 512 : 256);
   if (p.kind == NormKind::LayerNorm) {
-    TPS_DISPATCH_DTYPE(p.dtype, T, add_norm_kernel<T, true><<<p.n, threads, 0, stream>>>(p));
+    TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(add_norm_kernel<T, true>, dim3(p.n), dim3(threads), 0, stream, p));
   } else {
-    TPS_DISPATCH_DTYPE(p.dtype, T, add_norm_kernel<T, false><<<p.n, threads, 0, stream>>>(p));
+    TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(add_norm_kernel<T, false>, dim3(p.n), dim3(threads), 0, stream, p));
   }
   check_launch("add_norm_kernel");
 }

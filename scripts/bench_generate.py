@@ -108,22 +108,59 @@ def time_hf(model_dir, batch, prompt_len, new_tokens):
     return batch * prompt_len / prefill, batch * steps / decode, 1e3 * decode / steps, peak
 
 
-def run_ours(bin_dir, model_dir, tp, batch, prompt_len, new_tokens):
+def gpu_uuids():
+    """{uuid: index} of the GPUs, from nvidia-smi."""
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout
+    return {u.strip(): int(i) for i, u in (l.split(",") for l in out.splitlines() if "," in l)}
+
+
+def process_mem_mib(pid, uuids):
+    """{gpu index: MiB} that process `pid` holds right now (nvidia-smi --query-compute-apps: its CUDA
+    context, libraries' modules and allocations; not other processes on the same GPU)."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True).stdout
+    got = {}
+    for line in out.splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) == 3 and f[0] == str(pid) and f[2].isdigit():
+            got[uuids.get(f[1], -1)] = int(f[2])
+    return got
+
+
+def run_ours(bin_dir, model_dir, tp, batch, prompt_len, new_tokens, env=None):
+    """bench_generate's JSON, plus peak_proc_mib: the largest per-GPU memory of the process seen by
+    polling nvidia-smi every 0.1 s while it ran."""
     cmd = [os.path.join(bin_dir, "bench_generate"), model_dir, "--tp", str(tp), "--batch", str(batch),
            "--prompt-len", str(prompt_len), "--new-tokens", str(new_tokens)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    uuids = gpu_uuids()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, **(env or {})))
+    peak = {}
+    t0 = time.time()
+    while p.poll() is None and time.time() - t0 < 300:
+        for g, mib in process_mem_mib(p.pid, uuids).items():
+            peak[g] = max(peak.get(g, 0), mib)
+        time.sleep(0.1)
+    if p.poll() is None:
+        p.kill()
+    out, err = p.communicate()
     if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")][-1]
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-3000:]}")
+    o = [json.loads(l) for l in out.splitlines() if l.startswith("{")][-1]
+    o["peak_proc_mib"] = max(peak.values()) if peak else 0
+    return o
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="directory holding tpshard and bench_generate")
     ap.add_argument("--work", default="/tmp/tpshard_bench_gen")
-    ap.add_argument("--llama-layers", type=int, default=8, help="layers of the Llama-7B shape (real: 32)")
+    ap.add_argument("--llama-layers", type=int, default=32, help="layers of the Llama-7B shape (real: 32)")
     ap.add_argument("--neox20b-layers", type=int, default=8, help="layers of the GPT-NeoX-20B shape (real: 44)")
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers timings")
+    ap.add_argument("--ablations", action="store_true",
+                    help="also time batch-1 rows with each decode optimization switched off (second table)")
     args = ap.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
@@ -138,11 +175,12 @@ def main():
         ("gpt-neox-20b", args.neox20b_layers, [2], 48, 128, 128),
     ]
     print("| model shape | layers | dtype | tp | batch | prompt | new | ours prefill tok/s | ours decode tok/s | "
-          "ours ms/step | eff. GB/s | % of copy BW | peak GiB/GPU | HF prefill tok/s | HF decode tok/s | HF ms/step | "
-          "decode speedup |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+          "ours ms/step | eff. GB/s | % of copy BW | peak GiB/GPU | weights+kv GiB/GPU | HF prefill tok/s | "
+          "HF decode tok/s | HF ms/step | decode speedup |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     made = set()
     copy_bw = 0
+    results = {}
     for shape, layers, tps, batch, plen, new in rows:  # each row printed as soon as it is measured
         hf_dir = os.path.join(args.work, f"{shape}-{layers}L-hf")
         tps_dir = os.path.join(args.work, f"{shape}-{layers}L-tps")
@@ -151,8 +189,9 @@ def main():
                 shutil.rmtree(d, ignore_errors=True)
             t0 = time.perf_counter()
             make_checkpoint(shape, layers, hf_dir)
-            subprocess.run([os.path.join(args.bin, "tpshard"), "convert", hf_dir, "-o", tps_dir, "--tp", "1,2", "-q"],
-                           check=True)
+            tp_list = sorted({t for r in rows if r[0] == shape for t in r[2]})
+            subprocess.run([os.path.join(args.bin, "tpshard"), "convert", hf_dir, "-o", tps_dir, "--tp",
+                            ",".join(map(str, tp_list)), "-q"], check=True)
             log(f"{shape}: checkpoint + convert in {time.perf_counter() - t0:.1f} s")
             made.add(shape)
         hf = None
@@ -177,8 +216,50 @@ def main():
             print(f"| {shape} | {layers}/{SHAPES[shape][3]} | {SHAPES[shape][1]} | {tp} | {batch} | {plen} | {new} | "
                   f"{o['prefill_tok_s']:.0f} | {o['decode_tok_s']:.0f} | {o['ms_per_step']:.2f} | "
                   f"{o['effective_gbps']:.0f} | {100 * o['effective_gbps'] / copy_bw if copy_bw else 0:.0f}% | "
-                  f"{o['peak_mem_gib']:.1f} | " + " | ".join(hf_cols) + " |", flush=True)
+                  f"{o['peak_proc_mib'] / 1024:.2f} | "
+                  f"{(o['weight_bytes_per_rank'] + o.get('kv_cache_bytes', 0)) / 2**30:.2f} | " + " | ".join(hf_cols) +
+                  " |", flush=True)
+            results[(shape, layers, tp, batch, plen, new)] = o
     print(f"\ncopy bandwidth (device-to-device, read+write): {copy_bw:.0f} GB/s; GPU: {torch.cuda.get_device_name(0)}")
+    print("peak GiB/GPU: the largest memory of the bench_generate process on one GPU, polled with nvidia-smi "
+          "(CUDA context and library modules included, other processes excluded)")
+    if args.ablations:
+        ablations(args, rows, results, copy_bw, ngpu)
+
+
+ABLATIONS = [
+    ("all on", {}),
+    ("no decode GEMV (cuBLASLt + epilogue kernels)", {"TPSHARD_NO_GEMV": "1"}),
+    ("no programmatic dependent launch", {"TPSHARD_NO_PDL": "1"}),
+    ("NCCL all_reduce instead of custom (tp > 1)", {"TPSHARD_NO_CUSTOM_ALL_REDUCE": "1"}),
+]
+
+
+def ablations(args, rows, results, copy_bw, ngpu):
+    """Batch-1 rows again with one optimization off at a time: what each is worth, measured."""
+    print("\n| model shape | layers | tp | batch | configuration | ms/step | decode tok/s | % of copy BW |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
+    for shape, layers, tps, batch, plen, new in rows:
+        if batch != 1:
+            continue
+        tps_dir = os.path.join(args.work, f"{shape}-{layers}L-tps")
+        for tp in tps:
+            if tp > ngpu:
+                continue
+            for name, env in ABLATIONS:
+                if tp == 1 and "TPSHARD_NO_CUSTOM_ALL_REDUCE" in env:
+                    continue
+                try:
+                    o = results.get((shape, layers, tp, batch, plen, new)) if not env else \
+                        run_ours(args.bin, tps_dir, tp, batch, plen, new, env)
+                except Exception as e:
+                    log(str(e))
+                    continue
+                if o is None:
+                    continue
+                print(f"| {shape} | {layers}/{SHAPES[shape][3]} | {tp} | {batch} | {name} | {o['ms_per_step']:.3f} | "
+                      f"{o['decode_tok_s']:.0f} | {100 * o['effective_gbps'] / copy_bw if copy_bw else 0:.0f}% |",
+                      flush=True)
 
 if __name__ == "__main__":
     main()

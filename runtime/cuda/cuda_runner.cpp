@@ -14,6 +14,7 @@
 
 #include "format/error.h"
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/transformer.h"
 #include "runtime/cuda/layers/weights.h"
 #include "runtime/cuda/nccl_comm.h"
@@ -21,7 +22,12 @@
 namespace tpshard::cuda {
 namespace {
 
-constexpr int kMaxStepTokens = 4096;
+/// Tokens per prefill step (the activation workspace is sized for this many): large enough that the
+/// GEMMs are compute-bound, small enough that the workspace stays well under the 1 GiB overhead budget
+/// (GPT-NeoX-20B at tp 2: about 130 KiB of activations per token).
+constexpr int kMaxStepTokens = 1024;
+/// Largest all_reduce handled by the custom one-shot kernel (decode steps); larger ones go to NCCL.
+constexpr size_t kCustomAllReduceMaxBytes = 2u << 20;
 
 /// Decode batch-size buckets: 1, 2, 4, 8, then multiples of 8.
 int bucket_for(int n) {
@@ -58,6 +64,16 @@ class CudaRunner : public ModelRunner {
     const int max_tokens = static_cast<int>(std::max<long long>(max_rows_, std::min(step, cap)));
     model_ = std::make_unique<Transformer>(config_, layout_, tp_rank, weights_, comm, stream_, max_tokens, max_rows_,
                                            opts.max_batch + 1, opts.max_seq_len);
+    if (tp_size > 1) {  // collective: every rank gets here in the same order
+      const size_t want = static_cast<size_t>(max_rows_) * config_.hidden_size * sizeof(float);
+      std::string why_not;
+      car_ = CustomAllReduce::try_create(*nccl, std::min(want, kCustomAllReduceMaxBytes), &why_not);
+      if (car_) {
+        model_->set_custom_all_reduce(car_.get());
+      } else if (tp_rank == 0 && std::getenv("TPSHARD_NO_CUSTOM_ALL_REDUCE") == nullptr) {
+        std::fprintf(stderr, "note: decode all_reduces use NCCL (custom all_reduce unavailable: %s)\n", why_not.c_str());
+      }
+    }
     const size_t vpr = layout_.vocab_size_per_rank;
     TPS_CUDA_CHECK(cudaMalloc(&gathered_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
     TPS_CUDA_CHECK(cudaMalloc(&gathered_pairs_, static_cast<size_t>(tp_size) * max_rows_ * sizeof(ArgmaxPair)));
@@ -70,6 +86,7 @@ class CudaRunner : public ModelRunner {
     cudaStreamSynchronize(stream_);
     for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
     model_.reset();
+    car_.reset();
     cudaFree(gathered_logits_);
     cudaFree(gathered_pairs_);
     cudaFreeHost(host_logits_);
@@ -155,7 +172,7 @@ class CudaRunner : public ModelRunner {
       meta[3 * max_tokens + i] = i;
     }
     model_->upload_meta();
-    const StepMeta m = model_->meta_device(b, b);
+    const StepMeta m = model_->meta_device(b, b, /*decode=*/true);
     auto it = graphs_.find(b);
     if (it != graphs_.end()) {
       TPS_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
@@ -255,6 +272,7 @@ class CudaRunner : public ModelRunner {
   int max_rows_ = 1;
   uint64_t weight_bytes_ = 0;
   std::unique_ptr<Transformer> model_;
+  std::unique_ptr<CustomAllReduce> car_;
   float* gathered_logits_ = nullptr;
   ArgmaxPair* gathered_pairs_ = nullptr;
   float* host_logits_ = nullptr;

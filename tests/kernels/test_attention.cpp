@@ -1,11 +1,14 @@
 // test_attention.cpp: kv_cache append and varlen causal attention (prefill-packed and split-K)
-// against tests/reference, head_dim 64/80/128 and GQA ratios 1, 4, 6.
+// against tests/reference, head_dim 64/80/128 and GQA ratios 1, 4, 6; the decode kernel with rotary and
+// the kv_cache append fused in, against the unfused kernels.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "kernels/attention.cuh"
 #include "kernels/kv_cache.cuh"
+#include "kernels/rotary.cuh"
+#include "format/model_config.h"
 #include "tests/kernels/test_util.h"
 #include "tests/reference/reference.h"
 
@@ -112,4 +115,108 @@ TEST_CASE("attention_num_splits: one split when tokens x heads fill the GPU, mor
   CHECK(cuda::attention_num_splits(1, 8, 2048, 16) <= 16);
   CHECK(cuda::attention_num_splits(1, 8, 20, 16) == 1);   // context shorter than two minimum splits
   CHECK(cuda::attention_num_splits(1, 8, 100, 16) == 6);  // at least 16 keys per split
+}
+
+TEST_CASE("decode attention with fused rotary + kv_cache append equals rotary, append, then attention") {
+  // One token per slot at different positions over a kv_cache that already holds earlier keys, plus two
+  // padding tokens in the scratch slot (identical rows, as the runner pads with token 0 at position 0).
+  struct Case { int hd, rot, heads, kv; };
+  std::mt19937 rng(11);
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (Case c : {Case{64, 64, 8, 8}, Case{80, 20, 8, 2}, Case{128, 32, 6, 1}, Case{128, 0, 4, 4}}) {
+      const int max_seq = 300, slots = 5, scratch = 4;
+      const std::vector<int32_t> tok_slot = {2, 0, 3, 1, scratch, scratch};
+      const std::vector<int32_t> tok_pos = {0, 16, 129, 299, 0, 0};
+      const int n = static_cast<int>(tok_slot.size());
+      const int64_t stride = static_cast<int64_t>(c.heads + 2 * c.kv) * c.hd;
+      Vec qkv = random_vec(n * stride, -2, 2, t, rng);
+      for (int64_t j = 0; j < stride; ++j) qkv[5 * stride + j] = qkv[4 * stride + j];
+      const size_t cache_elems = static_cast<size_t>(slots) * c.kv * max_seq * c.hd;
+      const Vec k0 = random_vec(cache_elems, -2, 2, t, rng), v0 = random_vec(cache_elems, -2, 2, t, rng);
+      ModelConfig mc;
+      mc.rotary_ndims = c.rot;
+      mc.rope_theta = 10000.0;
+      const std::vector<float> inv = c.rot > 0 ? cuda::rope_inv_freq(mc) : std::vector<float>{0.f};
+      Buf d_inv = upload(Vec(inv.begin(), inv.end()), DType::F32);
+      Buf d_slot = upload_i32(tok_slot), d_pos = upload_i32(tok_pos);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
+      const std::string what = std::string(name_of(t)) + " hd " + std::to_string(c.hd) + " rot " + std::to_string(c.rot) +
+                               " heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv);
+      for (int splits : {1, 4, 16}) {
+        cuda::AttentionParams ap;
+        ap.q_stride = stride;
+        ap.slots = d_slot->as<int32_t>();
+        ap.positions = d_pos->as<int32_t>();
+        ap.dtype = t;
+        ap.n = n;
+        ap.num_heads = c.heads;
+        ap.num_kv_heads = c.kv;
+        ap.head_dim = c.hd;
+        ap.max_seq_len = max_seq;
+        ap.num_splits = splits;
+        ap.scale = static_cast<float>(scale);
+        DeviceBuffer partial(static_cast<size_t>(n) * c.heads * splits * (c.hd + 2) * 4);
+        ap.partial = partial.as<float>();
+        // unfused: rotary in place, append, attention
+        Buf q1 = upload(qkv, t), kc1 = upload(k0, t), vc1 = upload(v0, t);
+        DeviceBuffer out1(static_cast<size_t>(n) * c.heads * c.hd * 4);
+        if (c.rot > 0) {
+          cuda::RotaryParams rp;
+          rp.qkv = q1->ptr;
+          rp.row_stride = stride;
+          rp.positions = ap.positions;
+          rp.inv_freq = d_inv->as<float>();
+          rp.dtype = t;
+          rp.n = n;
+          rp.num_heads = c.heads;
+          rp.num_kv_heads = c.kv;
+          rp.head_dim = c.hd;
+          rp.rotary_ndims = c.rot;
+          cuda::apply_rotary(rp, nullptr);
+        }
+        cuda::KvAppendParams kp;
+        kp.qkv = q1->ptr;
+        kp.row_stride = stride;
+        kp.k_cache = kc1->ptr;
+        kp.v_cache = vc1->ptr;
+        kp.slots = ap.slots;
+        kp.positions = ap.positions;
+        kp.dtype = t;
+        kp.n = n;
+        kp.num_heads = c.heads;
+        kp.num_kv_heads = c.kv;
+        kp.head_dim = c.hd;
+        kp.max_seq_len = max_seq;
+        cuda::kv_cache_append(kp, nullptr);
+        cuda::AttentionParams a1 = ap;
+        a1.q = q1->ptr;
+        a1.k_cache = kc1->ptr;
+        a1.v_cache = vc1->ptr;
+        a1.out = out1.ptr;
+        cuda::attention(a1, nullptr);
+        // fused
+        Buf q2 = upload(qkv, t), kc2 = upload(k0, t), vc2 = upload(v0, t);
+        DeviceBuffer out2(static_cast<size_t>(n) * c.heads * c.hd * 4);
+        cuda::AttentionParams a2 = ap;
+        a2.q = q2->ptr;
+        a2.k_cache = kc2->ptr;
+        a2.v_cache = vc2->ptr;
+        a2.out = out2.ptr;
+        a2.rotary_append = true;
+        a2.inv_freq = d_inv->as<float>();
+        a2.rotary_ndims = c.rot;
+        cuda::attention(a2, nullptr);
+        const std::string w = what + " splits " + std::to_string(splits);
+        const Vec ref_k = download(kc1->ptr, cache_elems, t), ref_v = download(vc1->ptr, cache_elems, t);
+        // the appended keys changed the cache (so the comparison below is not vacuous)
+        CHECK(ref_k != k0);
+        check_close("fused append k " + w, download(kc2->ptr, cache_elems, t), ref_k, tol_for(t));
+        check_close("fused append v " + w, download(vc2->ptr, cache_elems, t), ref_v, {0, 0, 0});
+        const size_t out_elems = static_cast<size_t>(n) * c.heads * c.hd;
+        check_close("fused attention " + w, download(out2.ptr, out_elems, t), download(out1.ptr, out_elems, t), tol_for(t));
+        // the QKV rows are left unrotated by the fused kernel
+        check_close("fused leaves qkv " + w, download(q2->ptr, qkv.size(), t), qkv, {0, 0, 0});
+      }
+    }
+  }
 }

@@ -205,6 +205,7 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
   j["effective_gbps"] = rep.arena_bytes * (steps / decode_s) / 1e9;
   j["copy_gbps"] = copy_gbps;
   j["peak_mem_gib"] = (total_b - free_b) / double(1ull << 30);
+  j["kv_cache_bytes"] = runner->kv_cache_bytes();
   j["graphs"] = a.graphs;
   say(j.dump());
   return 0;

@@ -2,12 +2,14 @@
 #include "runtime/cuda/layers/transformer.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/activation.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/bias_add.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/kv_cache.cuh"
+#include "kernels/linear.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rotary.cuh"
 #include "runtime/cuda/check.h"
@@ -41,6 +43,7 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
       max_seq_len_(max_seq_len),
       kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(layout.num_kv_heads_per_rank), max_seq_len,
           static_cast<int>(c.head_dim), w.dtype) {
+  use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
   const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
@@ -77,7 +80,7 @@ Transformer::~Transformer() {
   cudaFreeHost(meta_host_);
 }
 
-StepMeta Transformer::meta_device(int n, int n_rows) const {
+StepMeta Transformer::meta_device(int n, int n_rows, bool decode) const {
   StepMeta m;
   m.tokens = meta_dev_;
   m.slots = meta_dev_ + max_tokens_;
@@ -85,6 +88,7 @@ StepMeta Transformer::meta_device(int n, int n_rows) const {
   m.last_rows = meta_dev_ + 3 * max_tokens_;
   m.n = n;
   m.n_rows = n_rows;
+  m.decode = decode && n == n_rows;
   return m;
 }
 
@@ -94,8 +98,15 @@ void Transformer::upload_meta() {
 }
 
 void Transformer::all_reduce(void* buf, size_t count, DType dtype) {
-  if (layout_.tp_size > 1) comm_.all_reduce_sum(buf, count, dtype);
+  if (layout_.tp_size == 1) return;
+  if (car_ && car_->eligible(buf, count, dtype)) {
+    car_->all_reduce_sum(buf, count, dtype, stream_);
+  } else {
+    comm_.all_reduce_sum(buf, count, dtype);
+  }
 }
+
+void Transformer::linear(const GemvArgs& a, void* scratch) { cuda::linear(a, gemm_, scratch, use_gemv_, stream_); }
 
 void Transformer::run(const StepMeta& m) {
   const int H = static_cast<int>(c_.hidden_size);
@@ -128,18 +139,18 @@ void Transformer::run(const StepMeta& m) {
   fn.n = m.n;
   fn.hidden = H;
   add_norm(fn, stream_);
-  gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
+  if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
 
-  GemmArgs g;
-  g.x = last_;
+  GemvArgs g;
+  g.x = m.decode ? h1_ : last_;
   g.w = w_.output;
   g.y = logits_;
   g.n = m.n_rows;
   g.out = static_cast<int>(layout_.vocab_size_per_rank);
   g.in = H;
-  g.in_dtype = w_.dtype;
+  g.dtype = w_.dtype;
   g.out_dtype = DType::F32;
-  gemm_.linear(g, stream_);
+  linear(g, nullptr);
 
   ArgmaxParams a;
   a.logits = logits_;
@@ -202,17 +213,58 @@ void Transformer::attention_block(int i, const StepMeta& m, const void* h, void*
   const int H = static_cast<int>(c_.hidden_size), hd = static_cast<int>(c_.head_dim);
   const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
   const int qkv_rows = (heads + 2 * kvh) * hd;
-  GemmArgs g;
+  GemvArgs g;
   g.x = h;
   g.w = lw.attn_qkv_weight;
   g.y = qkv_;
+  g.bias = lw.attn_qkv_bias;
   g.n = m.n;
   g.out = qkv_rows;
   g.in = H;
-  g.in_dtype = g.out_dtype = w_.dtype;
-  gemm_.linear(g, stream_);
-  if (lw.attn_qkv_bias) bias_add(qkv_, lw.attn_qkv_bias, m.n, qkv_rows, w_.dtype, stream_);
+  g.dtype = g.out_dtype = w_.dtype;
+  linear(g, nullptr);
 
+  AttentionParams a;
+  a.q = qkv_;
+  a.q_stride = qkv_rows;
+  a.k_cache = kv_.k(i);
+  a.v_cache = kv_.v(i);
+  a.slots = m.slots;
+  a.positions = m.positions;
+  a.out = attn_;
+  a.partial = partial_;
+  a.dtype = w_.dtype;
+  a.n = m.n;
+  a.num_heads = heads;
+  a.num_kv_heads = kvh;
+  a.head_dim = hd;
+  a.max_seq_len = max_seq_len_;
+  a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  if (m.decode) {  // rotary + kv_cache append inside the attention kernel
+    a.rotary_append = true;
+    a.inv_freq = inv_freq_;
+    a.rotary_ndims = static_cast<int>(c_.rotary_ndims);
+  } else {
+    apply_rotary_and_append(i, m, qkv_rows);
+  }
+  attention(a, stream_);
+
+  GemvArgs o;
+  o.x = attn_;
+  o.w = lw.attn_output_weight;
+  o.y = out;
+  o.n = m.n;
+  o.out = H;
+  o.in = heads * hd;
+  o.dtype = o.out_dtype = w_.dtype;
+  o.beta = beta;
+  linear(o, nullptr);
+}
+
+void Transformer::apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows) {
+  const int hd = static_cast<int>(c_.head_dim);
+  const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
   RotaryParams r;
   r.qkv = qkv_;
   r.row_stride = qkv_rows;
@@ -240,72 +292,34 @@ void Transformer::attention_block(int i, const StepMeta& m, const void* h, void*
   kv.head_dim = hd;
   kv.max_seq_len = max_seq_len_;
   kv_cache_append(kv, stream_);
-
-  AttentionParams a;
-  a.q = qkv_;
-  a.q_stride = qkv_rows;
-  a.k_cache = kv_.k(i);
-  a.v_cache = kv_.v(i);
-  a.slots = m.slots;
-  a.positions = m.positions;
-  a.out = attn_;
-  a.partial = partial_;
-  a.dtype = w_.dtype;
-  a.n = m.n;
-  a.num_heads = heads;
-  a.num_kv_heads = kvh;
-  a.head_dim = hd;
-  a.max_seq_len = max_seq_len_;
-  a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
-  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  attention(a, stream_);
-
-  GemmArgs o;
-  o.x = attn_;
-  o.w = lw.attn_output_weight;
-  o.y = out;
-  o.n = m.n;
-  o.out = H;
-  o.in = heads * hd;
-  o.in_dtype = o.out_dtype = w_.dtype;
-  o.beta = beta;
-  gemm_.linear(o, stream_);
 }
 
 void Transformer::mlp_block(int i, const StepMeta& m, const void* h, void* out, float beta) {
   const LayerWeights& lw = w_.layers[i];
   const int H = static_cast<int>(c_.hidden_size), ipr = static_cast<int>(layout_.intermediate_size_per_rank);
-  GemmArgs up;
+  GemvArgs up;  // MLP up (and gate) with its bias and the activation fused
   up.x = h;
   up.w = lw.ffn_up_weight;
-  up.y = ffn_;
+  up.y = act_;
+  up.bias = lw.ffn_up_bias;
   up.n = m.n;
-  up.out = (c_.gated_mlp ? 2 : 1) * ipr;
+  up.out = ipr;
   up.in = H;
-  up.in_dtype = up.out_dtype = w_.dtype;
-  gemm_.linear(up, stream_);
+  up.dtype = up.out_dtype = w_.dtype;
+  up.epilogue = c_.gated_mlp ? GemvEpilogue::GatedAct : GemvEpilogue::Act;
+  up.act = c_.hidden_act;
+  linear(up, ffn_);
 
-  ActivationParams act;
-  act.in = ffn_;
-  act.bias = lw.ffn_up_bias;
-  act.out = act_;
-  act.dtype = w_.dtype;
-  act.act = c_.hidden_act;
-  act.gated = c_.gated_mlp;
-  act.n = m.n;
-  act.width = ipr;
-  activation(act, stream_);
-
-  GemmArgs down;
+  GemvArgs down;
   down.x = act_;
   down.w = lw.ffn_down_weight;
   down.y = out;
   down.n = m.n;
   down.out = H;
   down.in = ipr;
-  down.in_dtype = down.out_dtype = w_.dtype;
+  down.dtype = down.out_dtype = w_.dtype;
   down.beta = beta;
-  gemm_.linear(down, stream_);
+  linear(down, nullptr);
 }
 
 }  // namespace tpshard::cuda

@@ -11,8 +11,10 @@
 
 #include "format/model_config.h"
 #include "kernels/gemm.cuh"
+#include "kernels/gemv.cuh"
 #include "kernels/logits.cuh"
 #include "runtime/comm.h"
+#include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/kv_cache.h"
 #include "runtime/cuda/layers/weights.h"
 
@@ -26,6 +28,9 @@ struct StepMeta {
   const int32_t* last_rows = nullptr;  ///< [n_rows] token index whose logits are wanted
   int n = 0;
   int n_rows = 0;
+  /// One token per sequence (a decode step) and last_rows[i] == i: rotary + kv_cache append run inside
+  /// the attention kernel and the last-row gather is skipped.
+  bool decode = false;
 };
 
 class Transformer {
@@ -39,12 +44,14 @@ class Transformer {
 
   /// Host-visible staging (pinned) and device copy of the StepMeta arrays: 4 x max_tokens int32.
   int32_t* meta_host() const { return meta_host_; }
-  StepMeta meta_device(int n, int n_rows) const;
+  StepMeta meta_device(int n, int n_rows, bool decode = false) const;
   void upload_meta();  ///< enqueue meta_host -> device (layout: tokens | slots | positions | last_rows, max_tokens each)
 
   /// Enqueue the whole forward of one step: after it, logits_local() holds [n_rows, vocab_pr] f32 and
   /// argmax_local() holds [n_rows] (value, global id) pairs of this rank's vocabulary range.
   void run(const StepMeta& m);
+  /// Use `car` (not owned; may be null) for all_reduces it is eligible for, NCCL for the rest.
+  void set_custom_all_reduce(CustomAllReduce* car) { car_ = car; }
   float* logits_local() const { return logits_; }
   ArgmaxPair* argmax_local() const { return argmax_; }
   int max_tokens() const { return max_tokens_; }
@@ -60,8 +67,13 @@ class Transformer {
   };
   void layer(int i, const StepMeta& m, Pending& pending);
   void attention_block(int i, const StepMeta& m, const void* h, void* out, float beta);
+  /// Prefill path: rotary on Q/K of the QKV rows in place, then K/V appended to the kv_cache.
+  void apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows);
   void mlp_block(int i, const StepMeta& m, const void* h, void* out, float beta);
   void all_reduce(void* buf, size_t count, DType dtype);
+  /// y = epilogue(x W^T + bias): the decode GEMV (kernels/gemv.cuh) when it applies, else cuBLASLt
+  /// (into `scratch` for Act / GatedAct) followed by the separate bias_add / activation kernels.
+  void linear(const GemvArgs& a, void* scratch);
 
   ModelConfig c_;
   TpLayout layout_;
@@ -72,6 +84,8 @@ class Transformer {
   int max_tokens_ = 0, max_rows_ = 0, max_seq_len_ = 0, max_splits_ = 1;
   KvCache kv_;
   Gemm gemm_;
+  bool use_gemv_ = true;             ///< false when TPSHARD_NO_GEMV is set (A/B timing)
+  CustomAllReduce* car_ = nullptr;
   std::vector<float> inv_freq_host_;
   // device buffers
   float* inv_freq_ = nullptr;   // [rotary_ndims/2]

@@ -1,0 +1,269 @@
+// bench_kernels: time the decode-path building blocks on H200-class GPUs, so that the generation
+// benchmark's step times can be explained by measurement (issue 7):
+//   1. every linear layer of Pythia-1.4B (fp16) and Llama-7B (bf16, tp 1 and tp 2 shards) at 1 and 4
+//      tokens, through the decode GEMV and through cuBLASLt + the separate epilogue kernels; weights
+//      rotate over enough copies (>= 512 MiB) that L2 never holds them; calls are captured in a CUDA
+//      graph back to back, as in a decode step;
+//   2. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
+//      graph, both ranks replaying together.
+// Usage: bench_kernels [--only linear|all_reduce]. Prints markdown tables; the copy bandwidth it
+// compares against is a device-to-device cudaMemcpy (read + write bytes / s) of 1 GiB.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "format/error.h"
+#include "kernels/linear.cuh"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/custom_all_reduce.h"
+#include "runtime/cuda/nccl_comm.h"
+
+using namespace tpshard;
+using namespace tpshard::cuda;
+
+namespace {
+
+struct Shape {
+  const char* model;
+  const char* layer;
+  int out, in;
+  DType dtype;
+  GemvEpilogue epilogue;
+  Activation act;
+  bool bias;
+  float beta;
+  DType out_dtype;
+};
+
+double copy_gbps() {
+  const size_t bytes = 1ull << 30;
+  void *a = nullptr, *b = nullptr;
+  TPS_CUDA_CHECK(cudaMalloc(&a, bytes));
+  TPS_CUDA_CHECK(cudaMalloc(&b, bytes));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e0);
+  for (int i = 0; i < 10; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaFree(a);
+  cudaFree(b);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * bytes * 10 / (ms / 1e3) / 1e9;
+}
+
+/// Microseconds per call of `enqueue(i)` for i = 0..calls-1, captured in one graph and replayed `reps` times.
+template <typename F>
+double time_graph_us(cudaStream_t s, int calls, int reps, F enqueue) {
+  for (int i = 0; i < calls; ++i) enqueue(i);  // eager once: cuBLASLt plans, warm-up
+  TPS_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  TPS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) enqueue(i);
+  TPS_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  TPS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  TPS_CUDA_CHECK(cudaGraphLaunch(ge, s));
+  TPS_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0, s);
+  for (int r = 0; r < reps; ++r) TPS_CUDA_CHECK(cudaGraphLaunch(ge, s));
+  cudaEventRecord(e1, s);
+  TPS_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return 1e3 * ms / (static_cast<double>(reps) * calls);
+}
+
+void bench_linear() {
+  TPS_CUDA_CHECK(cudaSetDevice(0));
+  const double bw = copy_gbps();
+  const auto F16 = DType::F16, BF16 = DType::BF16, F32 = DType::F32;
+  const auto None = GemvEpilogue::None, Act = GemvEpilogue::Act, Gated = GemvEpilogue::GatedAct;
+  const std::vector<Shape> shapes = {
+      {"pythia-1.4b", "qkv (+bias)", 6144, 2048, F16, None, Activation::Gelu, true, 0.f, F16},
+      {"pythia-1.4b", "attn out", 2048, 2048, F16, None, Activation::Gelu, false, 0.f, F16},
+      {"pythia-1.4b", "mlp up (+bias, gelu)", 8192, 2048, F16, Act, Activation::Gelu, true, 0.f, F16},
+      {"pythia-1.4b", "mlp down (beta 1)", 2048, 8192, F16, None, Activation::Gelu, false, 1.f, F16},
+      {"pythia-1.4b", "lm head (f32 out)", 50304, 2048, F16, None, Activation::Gelu, false, 0.f, F32},
+      {"llama-7b tp1", "qkv", 12288, 4096, BF16, None, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp1", "attn out", 4096, 4096, BF16, None, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp1", "gate_up (silu)", 11008, 4096, BF16, Gated, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp1", "down", 4096, 11008, BF16, None, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp1", "lm head (f32 out)", 32000, 4096, BF16, None, Activation::Silu, false, 0.f, F32},
+      {"llama-7b tp2", "qkv", 6144, 4096, BF16, None, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp2", "attn out", 4096, 2048, BF16, None, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp2", "gate_up (silu)", 5504, 4096, BF16, Gated, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp2", "down", 4096, 5504, BF16, None, Activation::Silu, false, 0.f, BF16},
+      {"llama-7b tp2", "lm head (f32 out)", 16000, 4096, BF16, None, Activation::Silu, false, 0.f, F32},
+  };
+  cudaStream_t s = nullptr;
+  TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Gemm gemm;
+  std::printf("\n## Linear layers (GPU 0; copy bandwidth %.0f GB/s)\n\n", bw);
+  std::printf("| model | layer | tokens | weight MiB | cuBLASLt + epilogue us | GB/s | %% of copy BW | gemv us | GB/s | %% of copy BW | speedup |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Shape& sh : shapes) {
+    const int rows = sh.epilogue == Gated ? 2 * sh.out : sh.out;
+    const size_t es = dtype_size(sh.dtype);
+    const size_t wbytes = static_cast<size_t>(rows) * sh.in * es;
+    const int copies = static_cast<int>(std::max<size_t>(2, (512ull << 20) / wbytes + 1));
+    void* w = nullptr;
+    TPS_CUDA_CHECK(cudaMalloc(&w, wbytes * copies));
+    TPS_CUDA_CHECK(cudaMemset(w, 0, wbytes * copies));  // zeros: finite everywhere
+    for (int n : {1, 4}) {
+      void *x = nullptr, *y = nullptr, *bias = nullptr, *scratch = nullptr;
+      TPS_CUDA_CHECK(cudaMalloc(&x, static_cast<size_t>(n) * sh.in * es));
+      TPS_CUDA_CHECK(cudaMemset(x, 0, static_cast<size_t>(n) * sh.in * es));
+      TPS_CUDA_CHECK(cudaMalloc(&y, static_cast<size_t>(n) * sh.out * 4));
+      TPS_CUDA_CHECK(cudaMemset(y, 0, static_cast<size_t>(n) * sh.out * 4));
+      TPS_CUDA_CHECK(cudaMalloc(&bias, rows * es));
+      TPS_CUDA_CHECK(cudaMemset(bias, 0, rows * es));
+      TPS_CUDA_CHECK(cudaMalloc(&scratch, static_cast<size_t>(n) * rows * es));
+      double us[2];
+      for (int use_gemv = 0; use_gemv < 2; ++use_gemv) {
+        const int calls = std::max(copies, 24);
+        us[use_gemv] = time_graph_us(s, calls, 10, [&](int i) {
+          GemvArgs a;
+          a.x = x;
+          a.w = static_cast<const char*>(w) + (i % copies) * wbytes;
+          a.y = y;
+          a.bias = sh.bias ? bias : nullptr;
+          a.n = n;
+          a.out = sh.out;
+          a.in = sh.in;
+          a.dtype = sh.dtype;
+          a.out_dtype = sh.out_dtype;
+          a.beta = sh.beta;
+          a.epilogue = sh.epilogue;
+          a.act = sh.act;
+          linear(a, gemm, scratch, use_gemv == 1, s);
+        });
+      }
+      auto gbps = [&](double u) { return wbytes / (u * 1e-6) / 1e9; };
+      std::printf("| %s | %s | %d | %.1f | %.2f | %.0f | %.0f%% | %.2f | %.0f | %.0f%% | %.2fx |\n", sh.model, sh.layer, n,
+                  wbytes / 1048576.0, us[0], gbps(us[0]), 100 * gbps(us[0]) / bw, us[1], gbps(us[1]),
+                  100 * gbps(us[1]) / bw, us[0] / us[1]);
+      std::fflush(stdout);
+      cudaFree(x);
+      cudaFree(y);
+      cudaFree(bias);
+      cudaFree(scratch);
+    }
+    cudaFree(w);
+  }
+  cudaStreamDestroy(s);
+}
+
+struct ArCase {
+  const char* what;
+  size_t count;
+  DType dtype;
+};
+
+void bench_all_reduce() {
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 2) {
+    std::printf("\n## all_reduce: skipped (needs 2 GPUs, found %d)\n", ngpu);
+    return;
+  }
+  const int tp = 2;
+  const std::vector<ArCase> cases = {
+      {"pythia-1.4b hidden, batch 1 (f16)", 2048, DType::F16},
+      {"llama-7b hidden, batch 1 (bf16)", 4096, DType::BF16},
+      {"llama-7b hidden, batch 8 (bf16)", 8 * 4096, DType::BF16},
+      {"llama-7b hidden, batch 48 (bf16)", 48 * 4096, DType::BF16},
+      {"neox-20b hidden, batch 48 (f16)", 48 * 6144, DType::F16},
+      {"embedding residual, batch 1 (f32)", 4096, DType::F32},
+  };
+  ncclUniqueId id;
+  TPS_NCCL_CHECK(ncclGetUniqueId(&id));
+  std::vector<std::vector<double>> us(tp, std::vector<double>(2 * cases.size(), 0));
+  std::vector<std::string> err(tp);
+  std::string why_not;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        TPS_CUDA_CHECK(cudaSetDevice(r));
+        NcclCommunicator comm(id, r, tp);
+        std::string why;
+        auto car = CustomAllReduce::try_create(comm, 2u << 20, &why);
+        if (r == 0 && !car) why_not = why;
+        void* buf = nullptr;
+        TPS_CUDA_CHECK(cudaMalloc(&buf, 4u << 20));
+        TPS_CUDA_CHECK(cudaMemset(buf, 0, 4u << 20));
+        for (size_t c = 0; c < cases.size(); ++c) {
+          const ArCase& k = cases[c];
+          comm.barrier();
+          us[r][2 * c] = time_graph_us(comm.stream(), 64, 20, [&](int) { comm.all_reduce_sum(buf, k.count, k.dtype); });
+          comm.barrier();
+          if (car && car->eligible(buf, k.count, k.dtype))
+            us[r][2 * c + 1] = time_graph_us(comm.stream(), 64, 20,
+                                             [&](int) { car->all_reduce_sum(buf, k.count, k.dtype, comm.stream()); });
+          comm.barrier();
+        }
+        cudaFree(buf);
+      } catch (const std::exception& e) {
+        err[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < tp; ++r)
+    if (!err[r].empty()) throw Error("bench_kernels: all_reduce rank " + std::to_string(r) + ": " + err[r], "see above");
+  std::printf("\n## all_reduce, tp 2 (64 calls per CUDA graph, both ranks replaying; us per call, rank 0)\n\n");
+  if (!why_not.empty()) std::printf("custom all_reduce unavailable: %s\n\n", why_not.c_str());
+  std::printf("| message | bytes | NCCL us | custom us | speedup |\n|---|---|---|---|---|\n");
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const double nccl = us[0][2 * c], custom = us[0][2 * c + 1];
+    std::printf("| %s | %zu | %.2f | %s | %s |\n", cases[c].what, cases[c].count * dtype_size(cases[c].dtype), nccl,
+                custom > 0 ? std::to_string(custom).substr(0, 5).c_str() : "n/a",
+                custom > 0 ? (std::to_string(nccl / custom).substr(0, 4) + "x").c_str() : "n/a");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bench_kernels [--only linear|all_reduce]\n");
+      return 2;
+    }
+  }
+  try {
+    int ngpu = 0;
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) {
+      std::fprintf(stderr, "error: bench_kernels needs a GPU\n");
+      return 1;
+    }
+    if (only.empty() || only == "linear") bench_linear();
+    if (only.empty() || only == "all_reduce") bench_all_reduce();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\nhint: %s\n", e.what(), e.hint().c_str());
+    return 1;
+  }
+  return 0;
+}
