@@ -334,10 +334,20 @@ print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/cuda.json"
     fi
   done
 fi
-# generation benchmark: ours vs transformers, one table (a few minutes)
+# decode building blocks: GEMV vs cuBLASLt per linear layer, custom all_reduce vs NCCL (tables)
+if [ "${SKIP_BENCH:-0}" != 1 ] || [ "${KERNEL_BENCH:-0}" = 1 ]; then
+  if [ -x "$BIN/bench_kernels" ] && timeout 300 "$BIN/bench_kernels" > "$OUT/bench_kernels.log" 2>&1; then
+    result PASS "bench_kernels" "tables in $OUT/bench_kernels.log"
+    grep '^|' "$OUT/bench_kernels.log"
+  else
+    result FAIL "bench_kernels" "$(tail -3 "$OUT/bench_kernels.log" 2>/dev/null | tr '\n' ' ')"
+  fi
+fi
+
+# generation benchmark: ours vs transformers, one table, plus the batch-1 ablations (several minutes)
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$BG" ]; then
-  if PYTHONUNBUFFERED=1 timeout 480 python3 "$REPO/scripts/bench_generate.py" --bin "$BIN" --work "$WORK/bench_gen" \
-       > "$OUT/bench_generate.log" 2>&1; then
+  if PYTHONUNBUFFERED=1 timeout "${BENCH_GEN_TIMEOUT:-560}" python3 "$REPO/scripts/bench_generate.py" --bin "$BIN" \
+       --work "$WORK/bench_gen" --ablations ${BENCH_GEN_ARGS:-} > "$OUT/bench_generate.log" 2>&1; then
     result PASS "scripts/bench_generate.py" "table in $OUT/bench_generate.log"
     grep '^|' "$OUT/bench_generate.log"
   else

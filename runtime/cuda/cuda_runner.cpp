@@ -13,6 +13,7 @@
 #include <string>
 
 #include "format/error.h"
+#include "format/memory_plan.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/transformer.h"
@@ -22,20 +23,11 @@
 namespace tpshard::cuda {
 namespace {
 
-/// Tokens per prefill step (the activation workspace is sized for this many): large enough that the
-/// GEMMs are compute-bound, small enough that the workspace stays well under the 1 GiB overhead budget
-/// (GPT-NeoX-20B at tp 2: about 130 KiB of activations per token).
-constexpr int kMaxStepTokens = 1024;
 /// Largest all_reduce handled by the custom one-shot kernel (decode steps); larger ones go to NCCL.
 constexpr size_t kCustomAllReduceMaxBytes = 2u << 20;
 
-/// Decode batch-size buckets: 1, 2, 4, 8, then multiples of 8.
-int bucket_for(int n) {
-  if (n <= 1) return 1;
-  if (n <= 2) return 2;
-  if (n <= 4) return 4;
-  return (n + 7) / 8 * 8;
-}
+/// Decode batch-size buckets (format/memory_plan.h): 1, 2, 4, 8, then multiples of 8.
+int bucket_for(int n) { return decode_bucket(n); }
 
 class CudaRunner : public ModelRunner {
  public:

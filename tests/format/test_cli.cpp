@@ -64,9 +64,9 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(v.find("first: " + shard + ": tensor blk.1.attn_output.weight") != std::string::npos);
   CHECK(run_tpshard("verify " + (d / "out") + " --tp 4", log) == 0);  // other tp sizes are intact
 
-  // kv_cache = 2 * 2 layers * 3 batch * 10 seq * 1 kv head per rank * 4 head_dim * 2 bytes = 960 B
+  // kv_cache = 2 * 2 layers * (3 batch + 1 scratch) * 10 seq * 1 kv head per rank * 4 head_dim * 2 bytes = 1280 B
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10", log) == 0);
-  CHECK(read_text(log).find(" 960 B  (2 * layers") != std::string::npos);
+  CHECK(read_text(log).find(" 1.25 KiB  (2 * layers") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem 0.01", log) == 1);
   CHECK(read_text(log).find("does not fit") != std::string::npos);
   CHECK(run_tpshard("verify " + (d / "nothing"), log) == 1);
@@ -81,10 +81,12 @@ TEST_CASE("plan_memory: hand-computed per-rank numbers") {
   const Manifest m = load_manifest(d / "out");
   const MemoryPlan p = plan_memory(m, 4, 2, 8, d / "out");
   // tp 4: heads/rank 2, kv heads/rank 1 (2 KV heads replicated), head_dim 4, ffn/rank 6, vocab 37 -> 40, 10/rank.
-  CHECK(p.kv_cache_bytes == 2ull * 2 * 2 * 8 * 1 * 4 * 2);
-  // T = 16 tokens; per token: 2*16*4 + 16*2 + (2+2)*4*2 + 2*4*2 + (12 + 6)*2 = 128 + 32 + 32 + 16 + 36 = 244
-  // scores: 2 heads * 8 * 8 * 4 = 512; logits: 2 * (10 + 40) * 4 = 400
-  CHECK(p.activation_bytes == 16ull * 244 + 512 + 400);
+  // kv_cache: 2 layers, batch 2 + the scratch slot, 8 positions, 1 kv head/rank, head_dim 4, 2 bytes
+  CHECK(p.kv_cache_bytes == 2ull * 2 * 3 * 8 * 1 * 4 * 2);
+  // R = 2 decode rows, T = max(2, min(1024, 2*8)) = 16 tokens per step.
+  // per token: 16*4 + 3*16*2 + (2+2)*4*2 + 2*4*2 + (12 + 6)*2 + 16 = 64 + 96 + 32 + 16 + 36 + 16 = 260
+  // per row: 16*2 + (1+4)*10*4 + 8*(1+4) + 2*16*(4+2)*4 = 32 + 200 + 40 + 768 = 1040
+  CHECK(p.activation_bytes == 16ull * 260 + 2 * 1040);
   CHECK(p.weight_bytes == m.shards.at(4)[0].weight_bytes);
   CHECK(p.workspace_bytes == kWorkspaceBytes);
   CHECK(p.total_bytes() == p.weight_bytes + p.kv_cache_bytes + p.activation_bytes + p.workspace_bytes);

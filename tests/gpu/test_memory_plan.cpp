@@ -42,8 +42,8 @@ TEST_CASE("[cpu] memory plan: fits -> no error; too big -> numbers and options t
   const Manifest m = llama_like();
   const uint64_t GiB = 1ull << 30;
   const MemoryPlan p = plan_memory(m, 1, 8, 2048, "/nonexistent");
-  // kv_cache = 2 * 32 layers * 8 * 2048 * 32 kv heads * 128 * 2 bytes = 8 GiB.
-  CHECK(p.kv_cache_bytes == 8 * GiB);
+  // kv_cache = 2 * 32 layers * (8 + 1 scratch) slots * 2048 * 32 kv heads * 128 * 2 bytes = 9 GiB.
+  CHECK(p.kv_cache_bytes == 9 * GiB);
   CHECK_NOTHROW(cuda::check_memory_plan(m, "/nonexistent", 1, 8, 2048, 139 * GiB, 141 * GiB));
   std::string msg, hint;
   try {

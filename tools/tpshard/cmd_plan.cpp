@@ -15,10 +15,10 @@ int run_plan(const std::string& dir, int tp_size, int64_t batch, int64_t max_seq
   std::printf("per-GPU memory plan: tp %d, batch %lld, max_seq %lld, dtype %s\n", tp_size, (long long)batch,
               (long long)max_seq, dtype_name(m.dtype));
   std::printf("  weights      %12s  (largest rank arena, manifest weight_bytes)\n", human_bytes(p.weight_bytes).c_str());
-  std::printf("  kv_cache     %12s  (2 * layers * batch * max_seq * kv_heads_per_rank * head_dim * dtype bytes)\n",
+  std::printf("  kv_cache     %12s  (2 * layers * (batch + 1) * max_seq * kv_heads_per_rank * head_dim * dtype bytes)\n",
               human_bytes(p.kv_cache_bytes).c_str());
-  std::printf("  activations  %12s  (estimate: prefill of batch*max_seq tokens, scores, logits)\n", human_bytes(p.activation_bytes).c_str());
-  std::printf("  workspace    %12s  (cuBLASLt, NCCL, allocator slack)\n", human_bytes(p.workspace_bytes).c_str());
+  std::printf("  activations  %12s  (the CUDA runner's step workspace: up to 1024 tokens, logits)\n", human_bytes(p.activation_bytes).c_str());
+  std::printf("  workspace    %12s  (cuBLASLt, custom all_reduce, NCCL, allocator slack)\n", human_bytes(p.workspace_bytes).c_str());
   std::printf("  total        %12s\n", human_bytes(p.total_bytes()).c_str());
   if (gpu_gib > 0) {
     const double cap = gpu_gib * 1073741824.0;
