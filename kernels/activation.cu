@@ -2,20 +2,11 @@
 #include <algorithm>
 
 #include "kernels/activation.cuh"
+#include "kernels/activation_fn.cuh"
 #include "kernels/common.cuh"
 
 namespace tpshard::cuda {
 namespace {
-
-__device__ __forceinline__ float apply_act(float x, Activation a) {
-  switch (a) {
-    case Activation::Gelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-    case Activation::GeluTanh: return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    case Activation::Silu: return x / (1.f + expf(-x));
-    case Activation::Relu: return fmaxf(x, 0.f);
-  }
-  return x;
-}
 
 template <typename T>
 __global__ void activation_kernel(ActivationParams p) {

@@ -13,6 +13,9 @@ namespace {
 
 constexpr int kTile = 128;
 
+template <typename T>
+__device__ void combine_splits(const AttentionParams& p, int t, int h);
+
 /// Dim d of head x after rotary embedding at position pos, as apply_rotary (rotary.cu) stores it:
 /// computed in fp32, rounded once to T. Dims >= rot are returned unchanged.
 template <typename T>
@@ -125,31 +128,55 @@ __global__ void attention_kernel(AttentionParams p) {
       }
     }
   }
+  if (p.num_splits > 1 && p.split_counters) {
+    // Last block of this (token, head) to finish merges the partials (threadfence reduction, CUDA
+    // programming guide "Memory Fence Functions"): publish ours, count, and the last one reads all.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int* counter = p.split_counters + static_cast<int64_t>(t) * p.num_heads + h;
+      last = atomicAdd(counter, 1) == p.num_splits - 1;
+      if (last) *counter = 0;  // ready for the next call (a later kernel: stream order)
+    }
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      combine_splits<T>(p, t, h);
+    }
+  }
 }
 
-/// Merge the split-K partials of one (token, head): weights exp(m_s - M), normalized by the summed l.
+/// Merge the split-K partials of (token t, head h) with the block's threads: weights exp(m_s - M),
+/// normalized by the summed l. Partials are read through L2 (other blocks wrote them).
 template <typename T>
-__global__ void attention_combine_kernel(AttentionParams p) {
-  const int t = blockIdx.x, h = blockIdx.y, hd = p.head_dim;
-  griddep_wait();
-  griddep_launch_dependents();
+__device__ void combine_splits(const AttentionParams& p, int t, int h) {
+  const int hd = p.head_dim;
   const float* part = p.partial + (static_cast<int64_t>(t) * p.num_heads + h) * p.num_splits * (hd + 2);
   float big = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) big = fmaxf(big, part[s * (hd + 2) + hd]);
+  for (int s = 0; s < p.num_splits; ++s) big = fmaxf(big, __ldcg(part + s * (hd + 2) + hd));
   float l = 0.f;
   for (int s = 0; s < p.num_splits; ++s) {
-    const float ms = part[s * (hd + 2) + hd];
-    if (ms > -INFINITY) l += part[s * (hd + 2) + hd + 1] * __expf(ms - big);
+    const float ms = __ldcg(part + s * (hd + 2) + hd);
+    if (ms > -INFINITY) l += __ldcg(part + s * (hd + 2) + hd + 1) * __expf(ms - big);
   }
   T* o = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.num_heads * hd + static_cast<int64_t>(h) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float a = 0.f;
     for (int s = 0; s < p.num_splits; ++s) {
-      const float ms = part[s * (hd + 2) + hd];
-      if (ms > -INFINITY) a += part[s * (hd + 2) + d] * __expf(ms - big);
+      const float ms = __ldcg(part + s * (hd + 2) + hd);
+      if (ms > -INFINITY) a += __ldcg(part + s * (hd + 2) + d) * __expf(ms - big);
     }
     o[d] = from_f32<T>(l > 0.f ? a / l : 0.f);
   }
+}
+
+/// The separate merge kernel (when no split_counters are given): one block per (token, head).
+template <typename T>
+__global__ void attention_combine_kernel(AttentionParams p) {
+  griddep_wait();
+  griddep_launch_dependents();
+  combine_splits<T>(p, blockIdx.x, blockIdx.y);
 }
 
 }  // namespace
@@ -187,7 +214,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
             "pass AttentionParams::inv_freq / rotary_ndims");
   TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(attention_kernel<T>, grid, dim3(threads), smem, stream, p));
   check_launch("attention_kernel");
-  if (p.num_splits > 1) {
+  if (p.num_splits > 1 && !p.split_counters) {
     TPS_DISPATCH_DTYPE(p.dtype, T,
                        launch_pdl(attention_combine_kernel<T>, dim3(p.n, p.num_heads), dim3(128), 0, stream, p));
     check_launch("attention_combine_kernel");

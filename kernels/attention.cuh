@@ -22,6 +22,10 @@ struct AttentionParams {
   const int32_t* positions = nullptr;  ///< [n] device; keys 0..positions[t] are attended
   void* out = nullptr;              ///< [n, heads * head_dim] of dtype
   float* partial = nullptr;         ///< split-K workspace: n * heads * num_splits * (head_dim + 2) f32 (only when num_splits > 1)
+  /// Optional, split-K only: [n * heads] int32, all ZERO before the call (and left zero after it). When
+  /// given, the last block to finish a (token, head) merges the partials itself (a counter per pair)
+  /// instead of a second combine kernel.
+  int* split_counters = nullptr;
   DType dtype = DType::F16;
   int n = 0;
   int num_heads = 0;

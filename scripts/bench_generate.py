@@ -231,6 +231,7 @@ ABLATIONS = [
     ("all on", {}),
     ("no decode GEMV (cuBLASLt + epilogue kernels)", {"TPSHARD_NO_GEMV": "1"}),
     ("no programmatic dependent launch", {"TPSHARD_NO_PDL": "1"}),
+    ("attention splits merged by a second kernel", {"TPSHARD_NO_FUSED_SPLIT_MERGE": "1"}),
     ("NCCL all_reduce instead of custom (tp > 1)", {"TPSHARD_NO_CUSTOM_ALL_REDUCE": "1"}),
 ]
 

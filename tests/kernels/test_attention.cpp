@@ -3,6 +3,7 @@
 // the kv_cache append fused in, against the unfused kernels.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/attention.cuh"
@@ -216,6 +217,26 @@ TEST_CASE("decode attention with fused rotary + kv_cache append equals rotary, a
         check_close("fused attention " + w, download(out2.ptr, out_elems, t), download(out1.ptr, out_elems, t), tol_for(t));
         // the QKV rows are left unrotated by the fused kernel
         check_close("fused leaves qkv " + w, download(q2->ptr, qkv.size(), t), qkv, {0, 0, 0});
+        // the same with the split merge done by the last block of each (token, head): identical output,
+        // counters back to zero (twice in a row, as in consecutive layers)
+        if (splits > 1) {
+          DeviceBuffer counters(static_cast<size_t>(n) * c.heads * sizeof(int32_t));
+          for (int rep = 0; rep < 2; ++rep) {
+            Buf q3 = upload(qkv, t), kc3 = upload(k0, t), vc3 = upload(v0, t);
+            DeviceBuffer out3(static_cast<size_t>(n) * c.heads * c.hd * 4);
+            cuda::AttentionParams a3 = a2;
+            a3.q = q3->ptr;
+            a3.k_cache = kc3->ptr;
+            a3.v_cache = vc3->ptr;
+            a3.out = out3.ptr;
+            a3.split_counters = counters.as<int32_t>();
+            cuda::attention(a3, nullptr);
+            check_close("fused attention, in-kernel merge " + w, download(out3.ptr, out_elems, t),
+                        download(out2.ptr, out_elems, t), {0, 0, 0});
+            const Vec cnt = download(counters.ptr, static_cast<size_t>(n) * c.heads, DType::F32);
+            CHECK(std::all_of(cnt.begin(), cnt.end(), [](double x) { return x == 0.0; }));
+          }
+        }
       }
     }
   }

@@ -70,12 +70,18 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   // split-K is used only for steps of at most max_rows tokens (decode); prefill steps use one split
   max_splits_ = kMaxSplits;
   alloc(partial_, static_cast<size_t>(max_rows_) * heads * kMaxSplits * (hd + 2) * sizeof(float), total);
+  alloc(split_counters_, static_cast<size_t>(max_rows_) * heads * sizeof(int32_t), total);
+  TPS_CUDA_CHECK(cudaMemset(split_counters_, 0, static_cast<size_t>(max_rows_) * heads * sizeof(int32_t)));
+  if (std::getenv("TPSHARD_NO_FUSED_SPLIT_MERGE")) {  // A/B timing: the separate combine kernel
+    cudaFree(split_counters_);
+    split_counters_ = nullptr;
+  }
 }
 
 Transformer::~Transformer() {
   for (void* p : {static_cast<void*>(inv_freq_), static_cast<void*>(meta_dev_), static_cast<void*>(residual_), h1_, h2_,
                   qkv_, attn_, ffn_, act_, out_, last_, static_cast<void*>(logits_), static_cast<void*>(argmax_),
-                  static_cast<void*>(partial_)})
+                  static_cast<void*>(partial_), static_cast<void*>(split_counters_)})
     cudaFree(p);
   cudaFreeHost(meta_host_);
 }
@@ -233,6 +239,7 @@ void Transformer::attention_block(int i, const StepMeta& m, const void* h, void*
   a.positions = m.positions;
   a.out = attn_;
   a.partial = partial_;
+  a.split_counters = split_counters_;
   a.dtype = w_.dtype;
   a.n = m.n;
   a.num_heads = heads;

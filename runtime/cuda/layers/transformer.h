@@ -103,6 +103,7 @@ class Transformer {
   float* logits_ = nullptr;     // [max_rows, vocab_pr] f32
   ArgmaxPair* argmax_ = nullptr;// [max_rows]
   float* partial_ = nullptr;    // attention split-K workspace
+  int32_t* split_counters_ = nullptr;  // [max_rows, heads_pr] zero: attention merges splits in-kernel
   size_t workspace_bytes_ = 0;
 };
 
