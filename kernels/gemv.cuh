@@ -1,0 +1,55 @@
+// gemv.cuh: the decode-path linear layer for 1..8 tokens: y = x W^T with the bias, the beta-accumulate
+// and the MLP activation (plain or gated) fused, bounded by reading W once from HBM. Launched with PDL
+// (kernels/pdl.cuh) so its first weight loads overlap the previous kernel's tail.
+// Does not own: larger n or unsupported shapes (kernels/gemm.cuh cuBLASLt + bias_add / activation).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "format/dtype.h"
+#include "format/model_config.h"
+
+namespace tpshard::cuda {
+
+enum class GemvEpilogue {
+  None,      ///< y = acc + b (+ beta * y_old)
+  Act,       ///< y = act(acc + b)
+  GatedAct,  ///< y = act(gate + b_gate) * (up + b_up), W holds 2*out rows (gate rows, then up rows)
+};
+
+struct GemvArgs {
+  const void* x = nullptr;    ///< [n, in] row-major of dtype, device, 16-byte aligned
+  const void* w = nullptr;    ///< [rows, in] row-major of dtype, 16-byte aligned; rows = out, or 2*out for
+                              ///< GatedAct (gate rows 0..out-1, then up rows out..2out-1: ffn_gate_up)
+  void* y = nullptr;          ///< [n, out] row-major of out_dtype; must not overlap x or w
+  const void* bias = nullptr; ///< optional [rows] of dtype, added to the fp32 accumulator before the epilogue
+  int n = 0;                  ///< tokens, 1..kGemvMaxTokens
+  int out = 0;                ///< output features
+  int in = 0;                 ///< input features, a multiple of 8 (f16/bf16) or 4 (f32)
+  DType dtype = DType::F16;      ///< of x, w and bias: F16, BF16 or F32
+  DType out_dtype = DType::F16;  ///< dtype, or F32 (logits)
+  float beta = 0.f;              ///< None only: y = acc + b + beta * y_old (beta 0: y_old is not read)
+  GemvEpilogue epilogue = GemvEpilogue::None;
+  Activation act = Activation::Silu;  ///< for Act / GatedAct (kernels/activation_fn.cuh definitions)
+};
+
+/// The largest n gemv() takes (decode graph buckets 1, 2, 4, 8).
+constexpr int kGemvMaxTokens = 8;
+
+/// Why gemv() cannot take these arguments, or nullptr when it can: 1 <= n <= kGemvMaxTokens, 1 <= out <= 2^30,
+/// in >= 1 and a multiple of the vector width (8 elements for f16/bf16, 4 for f32), x/w/y non-null,
+/// x and w 16-byte aligned, out_dtype == dtype or F32, beta == 0 unless the epilogue is None.
+const char* gemv_unsupported_reason(const GemvArgs& a);
+
+/// True when gemv() handles these arguments (gemv_unsupported_reason(a) == nullptr). The caller falls
+/// back to cuBLASLt + separate epilogue kernels otherwise.
+bool gemv_supported(const GemvArgs& a);
+
+/// Enqueue y = epilogue(x W^T + b) on stream, launched with launch_pdl (capturable in CUDA graphs).
+/// fp32 accumulation; bias, beta * y_old and the activation in fp32; ONE rounding to out_dtype at the
+/// end (cuBLASLt + bias_add/activation round twice: results differ from that path by about 1 ulp).
+/// One warp per output row (GatedAct: the gate and up rows of one output), 16-byte weight loads, the
+/// first batch of them issued before griddep_wait(); nothing is read from x / y or written before it.
+/// Throws Error when !gemv_supported(a) or the launch fails.
+void gemv(const GemvArgs& a, cudaStream_t stream);
+
+}  // namespace tpshard::cuda

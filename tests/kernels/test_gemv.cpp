@@ -1,0 +1,412 @@
+// test_gemv.cpp: the decode GEMV (kernels/gemv.cuh) against ref::linear + ref::activation: every dtype,
+// n 1..8, awkward in/out (vector and unroll tails, out not a multiple of the block's warps), every
+// epilogue, f32 logits; the real Pythia-1.4B / Llama-7B shapes at n 1 (timed against cuBLASLt, HBM-sized
+// working sets); PDL chains where each GEMV reads the previous one's output; gemv_supported() limits.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "format/error.h"
+#include "kernels/gemm.cuh"
+#include "kernels/gemv.cuh"
+#include "tests/kernels/test_util.h"
+#include "tests/reference/reference.h"
+
+using namespace tpshard;
+using namespace tpshard::test;
+
+namespace {
+
+/// A non-blocking stream, so consecutive PDL launches may really overlap (not the legacy stream).
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
+
+/// Uniform weights in +-sqrt(3 / in): each output has variance ~1/3 for x in [-1, 1), so results are
+/// O(1) at every `in` and the dtype tolerances of tol_for() apply unscaled.
+Vec random_weights(size_t count, int in, DType t, std::mt19937& rng) {
+  const double a = std::sqrt(3.0 / in);
+  return random_vec(count, -a, a, t, rng);
+}
+
+/// Columns [begin, begin + width) of m [n, cols].
+Vec columns(const Vec& m, int n, int cols, int begin, int width) {
+  Vec r(static_cast<size_t>(n) * width);
+  for (int t = 0; t < n; ++t)
+    for (int o = 0; o < width; ++o) r[static_cast<size_t>(t) * width + o] = m[static_cast<size_t>(t) * cols + begin + o];
+  return r;
+}
+
+/// Runs gemv with y initialised to y0 (uploaded in a.out_dtype) and returns y.
+Vec run_gemv(cuda::GemvArgs a, const Vec& y0, cudaStream_t stream) {
+  Buf d_y = upload(y0, a.out_dtype);
+  a.y = d_y->ptr;
+  REQUIRE(cuda::gemv_supported(a));
+  cuda::gemv(a, stream);
+  return download(d_y->ptr, y0.size(), a.out_dtype);
+}
+
+const char* act_name(Activation act) {
+  switch (act) {
+    case Activation::Gelu: return "gelu";
+    case Activation::GeluTanh: return "gelu_tanh";
+    case Activation::Silu: return "silu";
+    case Activation::Relu: return "relu";
+  }
+  return "?";
+}
+
+std::string shape_name(DType t, int n, int out, int in) {
+  return std::string(name_of(t)) + " n " + std::to_string(n) + " out " + std::to_string(out) + " in " + std::to_string(in);
+}
+
+/// Milliseconds per call of f(i), i = 0..iters-1 (after 3 warm-up calls), timed with events on stream.
+template <typename F>
+double time_ms(F f, int iters, cudaStream_t stream) {
+  for (int i = 0; i < 3; ++i) f(i);
+  cudaEvent_t e0, e1;
+  REQUIRE(cudaEventCreate(&e0) == cudaSuccess);
+  REQUIRE(cudaEventCreate(&e1) == cudaSuccess);
+  REQUIRE(cudaEventRecord(e0, stream) == cudaSuccess);
+  for (int i = 0; i < iters; ++i) f(i);
+  REQUIRE(cudaEventRecord(e1, stream) == cudaSuccess);
+  REQUIRE(cudaEventSynchronize(e1) == cudaSuccess);
+  float ms = 0;
+  REQUIRE(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / iters;
+}
+
+}  // namespace
+
+TEST_CASE("gemv: every epilogue over dtypes, n 1..8 and awkward shapes") {
+  std::mt19937 rng(11);
+  Stream stream;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Activation cycle[] = {Activation::GeluTanh, Activation::Relu, Activation::Silu, Activation::Gelu};
+  int case_index = 0;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    std::vector<int> ins = {8, 40, 136, 2056, 4104};
+    if (t == DType::F32) ins.insert(ins.begin(), {4, 12});  // f32 vectors are 4 wide
+    for (int in : ins) {
+      for (int out : {1, 3, 33, 2050}) {
+        // 2*out rows: the gated cases use all of them (gate | up); None / Act use the first `out`.
+        const Vec w = random_weights(static_cast<size_t>(2) * out * in, in, t, rng);
+        const Vec bias = random_vec(static_cast<size_t>(2) * out, -0.5, 0.5, t, rng);
+        const Vec bias_out(bias.begin(), bias.begin() + out);
+        Buf d_w = upload(w, t), d_bias = upload(bias, t);
+        for (int n = 1; n <= cuda::kGemvMaxTokens; ++n) {
+          const Vec x = random_vec(static_cast<size_t>(n) * in, -1, 1, t, rng);
+          Buf d_x = upload(x, t);
+          const Vec full = ref::linear(x, w, {}, 0, n, 2 * out, in);  // [n, 2*out]
+          const Vec acc = columns(full, n, 2 * out, 0, out);          // rows 0..out-1 only
+          const std::string shape = shape_name(t, n, out, in);
+          const Vec y_nan(static_cast<size_t>(n) * out, nan);  // beta 0 must not read y_old
+          cuda::GemvArgs a;
+          a.x = d_x->ptr;
+          a.w = d_w->ptr;
+          a.n = n;
+          a.out = out;
+          a.in = in;
+          a.dtype = t;
+          a.out_dtype = t;
+          ++case_index;
+
+          // None, no bias, beta 0
+          check_close("gemv none " + shape, run_gemv(a, y_nan, stream.s), acc, tol_for(t));
+
+          // None, bias, beta 1 (GPT-NeoX parallel residual accumulate)
+          {
+            cuda::GemvArgs b = a;
+            b.bias = d_bias->ptr;
+            b.beta = 1.f;
+            const Vec y0 = random_vec(static_cast<size_t>(n) * out, -1, 1, t, rng);
+            Vec ref = acc;
+            for (int k = 0; k < n; ++k)
+              for (int o = 0; o < out; ++o) ref[static_cast<size_t>(k) * out + o] += bias[o] + y0[static_cast<size_t>(k) * out + o];
+            check_close("gemv none bias beta 1 " + shape, run_gemv(b, y0, stream.s), ref, tol_for(t));
+          }
+
+          // None, f32 output (logits): bias on odd n; beta 0.5 when out == 33 (beta scales y_old)
+          {
+            cuda::GemvArgs b = a;
+            b.out_dtype = DType::F32;
+            const bool with_bias = n % 2 == 1;
+            if (with_bias) b.bias = d_bias->ptr;
+            b.beta = out == 33 ? 0.5f : 0.f;
+            const Vec y0 = b.beta != 0.f ? random_vec(static_cast<size_t>(n) * out, -1, 1, DType::F32, rng) : y_nan;
+            Vec ref = acc;
+            for (int k = 0; k < n; ++k)
+              for (int o = 0; o < out; ++o) {
+                const size_t i = static_cast<size_t>(k) * out + o;
+                if (with_bias) ref[i] += bias[o];
+                if (b.beta != 0.f) ref[i] += 0.5 * y0[i];
+              }
+            check_close("gemv none ->f32 " + shape, run_gemv(b, y0, stream.s), ref, tol_for(DType::F32));
+          }
+
+          // Act gelu with bias (GPT-NeoX MLP up)
+          {
+            cuda::GemvArgs b = a;
+            b.bias = d_bias->ptr;
+            b.epilogue = cuda::GemvEpilogue::Act;
+            b.act = Activation::Gelu;
+            check_close("gemv act gelu bias " + shape, run_gemv(b, y_nan, stream.s),
+                        ref::activation(acc, bias_out, Activation::Gelu, false, n, out), tol_for(t));
+          }
+
+          // Act, the other activations in turn, no bias
+          {
+            cuda::GemvArgs b = a;
+            b.epilogue = cuda::GemvEpilogue::Act;
+            b.act = cycle[case_index % 4];
+            check_close(std::string("gemv act ") + act_name(b.act) + " " + shape, run_gemv(b, y_nan, stream.s),
+                        ref::activation(acc, {}, b.act, false, n, out), tol_for(t));
+          }
+
+          // GatedAct silu (Llama SwiGLU), without and with bias; gelu_tanh gated on every 4th case
+          for (bool with_bias : {false, true}) {
+            cuda::GemvArgs b = a;
+            b.epilogue = cuda::GemvEpilogue::GatedAct;
+            b.act = (with_bias && case_index % 4 == 0) ? Activation::GeluTanh : Activation::Silu;
+            if (with_bias) b.bias = d_bias->ptr;
+            check_close(std::string("gemv gated ") + act_name(b.act) + (with_bias ? " bias " : " ") + shape,
+                        run_gemv(b, y_nan, stream.s),
+                        ref::activation(full, with_bias ? bias : Vec{}, b.act, true, n, out), tol_for(t));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemv: real decode shapes at n 1 (Pythia-1.4B, Llama-7B tp 1/2), timed against cuBLASLt") {
+  struct Shape {
+    const char* name;
+    DType t;
+    int out, in;
+    cuda::GemvEpilogue epilogue;
+    bool bias;
+    float beta;
+    DType out_t;
+  };
+  const Shape shapes[] = {
+      {"pythia qkv", DType::F16, 6144, 2048, cuda::GemvEpilogue::None, true, 0.f, DType::F16},
+      {"pythia dense", DType::F16, 2048, 2048, cuda::GemvEpilogue::None, false, 0.f, DType::F16},
+      {"pythia up+gelu", DType::F16, 8192, 2048, cuda::GemvEpilogue::Act, true, 0.f, DType::F16},
+      {"pythia down beta 1", DType::F16, 2048, 8192, cuda::GemvEpilogue::None, false, 1.f, DType::F16},
+      {"pythia lm head", DType::F16, 50304, 2048, cuda::GemvEpilogue::None, false, 0.f, DType::F32},
+      {"llama qkv", DType::BF16, 12288, 4096, cuda::GemvEpilogue::None, false, 0.f, DType::BF16},
+      {"llama gate_up silu", DType::BF16, 11008, 4096, cuda::GemvEpilogue::GatedAct, false, 0.f, DType::BF16},
+      {"llama down", DType::BF16, 4096, 11008, cuda::GemvEpilogue::None, false, 0.f, DType::BF16},
+      {"llama tp2 gate_up silu", DType::BF16, 5504, 4096, cuda::GemvEpilogue::GatedAct, false, 0.f, DType::BF16},
+      {"llama tp2 down", DType::BF16, 4096, 5504, cuda::GemvEpilogue::None, false, 0.f, DType::BF16},
+      {"llama tp2 lm head", DType::BF16, 16000, 4096, cuda::GemvEpilogue::None, false, 0.f, DType::F32},
+  };
+  std::mt19937 rng(12);
+  Stream stream;
+  cuda::Gemm gemm;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const Shape& s : shapes) {
+    const bool gated = s.epilogue == cuda::GemvEpilogue::GatedAct;
+    const int rows = gated ? 2 * s.out : s.out;
+    const Vec w = random_weights(static_cast<size_t>(rows) * s.in, s.in, s.t, rng);
+    const Vec bias = random_vec(rows, -0.5, 0.5, s.t, rng);
+    const Vec x = random_vec(s.in, -1, 1, s.t, rng);
+    const Vec y0 = s.beta != 0.f ? random_vec(s.out, -1, 1, s.out_t, rng) : Vec(s.out, nan);
+    Buf d_w = upload(w, s.t), d_x = upload(x, s.t), d_bias = upload(bias, s.t);
+    cuda::GemvArgs a;
+    a.x = d_x->ptr;
+    a.w = d_w->ptr;
+    a.bias = s.bias ? d_bias->ptr : nullptr;
+    a.n = 1;
+    a.out = s.out;
+    a.in = s.in;
+    a.dtype = s.t;
+    a.out_dtype = s.out_t;
+    a.beta = s.beta;
+    a.epilogue = s.epilogue;
+    a.act = s.epilogue == cuda::GemvEpilogue::Act ? Activation::Gelu : Activation::Silu;
+
+    const Vec full = ref::linear(x, w, s.beta != 0.f ? y0 : Vec{}, s.beta, 1, rows, s.in);
+    Vec ref;
+    if (gated) {
+      ref = ref::activation(full, s.bias ? bias : Vec{}, Activation::Silu, true, 1, s.out);
+    } else if (s.epilogue == cuda::GemvEpilogue::Act) {
+      ref = ref::activation(full, s.bias ? bias : Vec{}, Activation::Gelu, false, 1, s.out);
+    } else {
+      ref = full;
+      if (s.bias)
+        for (int o = 0; o < s.out; ++o) ref[o] += bias[o];
+    }
+    check_close(std::string("gemv ") + s.name + " " + shape_name(s.t, 1, s.out, s.in), run_gemv(a, y0, stream.s), ref,
+                tol_for(s.out_t));
+
+    // Timing: enough copies of W that the working set (>= 256 MiB) cannot stay in the 60 MiB L2.
+    const size_t w_bytes = w.size() * dtype_size(s.t);
+    const int copies = static_cast<int>(std::max<size_t>(1, ((256u << 20) + w_bytes - 1) / w_bytes));
+    DeviceBuffer w_copies(w_bytes * copies);
+    for (int c = 0; c < copies; ++c)
+      REQUIRE(cudaMemcpy(static_cast<char*>(w_copies.ptr) + w_bytes * c, d_w->ptr, w_bytes, cudaMemcpyDeviceToDevice) ==
+              cudaSuccess);
+    DeviceBuffer y(static_cast<size_t>(rows) * 4);
+    a.y = y.ptr;
+    a.beta = 0.f;  // the timed loop must not compound y
+    const double gemv_ms = time_ms(
+        [&](int i) {
+          cuda::GemvArgs b = a;
+          b.w = static_cast<const char*>(w_copies.ptr) + w_bytes * (i % copies);
+          cuda::gemv(b, stream.s);
+        },
+        50, stream.s);
+    cuda::GemmArgs g;
+    g.x = d_x->ptr;
+    g.y = y.ptr;
+    g.n = 1;
+    g.out = rows;
+    g.in = s.in;
+    g.in_dtype = s.t;
+    g.out_dtype = s.out_t;
+    const double gemm_ms = time_ms(
+        [&](int i) {
+          g.w = static_cast<const char*>(w_copies.ptr) + w_bytes * (i % copies);
+          gemm.linear(g, stream.s);
+        },
+        50, stream.s);
+    MESSAGE(std::string(s.name) << " " << shape_name(s.t, 1, s.out, s.in) << ": gemv " << gemv_ms * 1e3 << " us = "
+                   << w_bytes / (gemv_ms * 1e-3) / 1e9 << " GB/s; cuBLASLt (no epilogue) " << gemm_ms * 1e3
+                   << " us = " << w_bytes / (gemm_ms * 1e-3) / 1e9 << " GB/s");
+  }
+}
+
+TEST_CASE("gemv: PDL chains, each GEMV reading the previous one's output on the same stream") {
+  std::mt19937 rng(13);
+  Stream stream;
+  for (DType t : {DType::F16, DType::BF16}) {
+    for (int n : {1, 4}) {
+      // h1 = act(x W1^T + b1) [n, 3000]; h2 = h1 W2^T [n, 2056]; then four accumulates h2 += x_k W3_k^T.
+      const int d0 = 2048, d1 = 3000, d2 = 2056;
+      const Vec x = random_vec(static_cast<size_t>(n) * d0, -1, 1, t, rng);
+      const Vec w1 = random_weights(static_cast<size_t>(d1) * d0, d0, t, rng);
+      const Vec b1 = random_vec(d1, -0.5, 0.5, t, rng);
+      const Vec w2 = random_weights(static_cast<size_t>(d2) * d1, d1, t, rng);
+      const Vec w3 = random_weights(static_cast<size_t>(d2) * d1, d1, t, rng);
+      Buf d_x = upload(x, t), d_w1 = upload(w1, t), d_b1 = upload(b1, t), d_w2 = upload(w2, t), d_w3 = upload(w3, t);
+      // h1 and h2 start as NaN: a GEMV that read its input before the previous kernel finished fails.
+      Buf d_h1 = upload(Vec(static_cast<size_t>(n) * d1, std::numeric_limits<double>::quiet_NaN()), t);
+      Buf d_h2 = upload(Vec(static_cast<size_t>(n) * d2, std::numeric_limits<double>::quiet_NaN()), t);
+      cuda::GemvArgs a1;
+      a1.x = d_x->ptr;
+      a1.w = d_w1->ptr;
+      a1.y = d_h1->ptr;
+      a1.bias = d_b1->ptr;
+      a1.n = n;
+      a1.out = d1;
+      a1.in = d0;
+      a1.dtype = a1.out_dtype = t;
+      a1.epilogue = cuda::GemvEpilogue::Act;
+      a1.act = Activation::Gelu;
+      cuda::GemvArgs a2 = a1;
+      a2.x = d_h1->ptr;
+      a2.w = d_w2->ptr;
+      a2.y = d_h2->ptr;
+      a2.bias = nullptr;
+      a2.out = d2;
+      a2.in = d1;
+      a2.epilogue = cuda::GemvEpilogue::None;
+      cuda::GemvArgs a3 = a2;
+      a3.w = d_w3->ptr;
+      a3.beta = 1.f;
+      REQUIRE(cuda::gemv_supported(a1));
+      REQUIRE(cuda::gemv_supported(a2));
+      REQUIRE(cuda::gemv_supported(a3));
+      cuda::gemv(a1, stream.s);
+      cuda::gemv(a2, stream.s);
+      for (int k = 0; k < 4; ++k) cuda::gemv(a3, stream.s);  // reads and writes h2 each time
+      const Vec h1 = download(d_h1->ptr, static_cast<size_t>(n) * d1, t);
+      const Vec h2 = download(d_h2->ptr, static_cast<size_t>(n) * d2, t);
+      const std::string what = std::string(name_of(t)) + " n " + std::to_string(n);
+      check_close("pdl chain h1 " + what, h1, ref::activation(ref::linear(x, w1, {}, 0, n, d1, d0), b1, Activation::Gelu, false, n, d1),
+                  tol_for(t));
+      // h2 from the GPU's own h1 (so the check does not compound rounding); each accumulate rounds once
+      // more to t, so the tolerance grows with the five roundings.
+      Vec ref = ref::linear(h1, w2, {}, 0, n, d2, d1);
+      const Vec p3 = ref::linear(h1, w3, {}, 0, n, d2, d1);
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] += 4 * p3[i];
+      Tolerance tol = tol_for(t);
+      tol.atol *= 5;
+      tol.rtol *= 5;
+      tol.rms *= 5;
+      check_close("pdl chain h2 (+= 4 times) " + what, h2, ref, tol);
+    }
+  }
+}
+
+TEST_CASE("gemv_supported: limits, and gemv() throws Error outside them" * doctest::test_suite("host")) {
+  // Fake, never dereferenced device addresses: gemv() must throw before launching anything.
+  char* const base = reinterpret_cast<char*>(uintptr_t{1} << 20);
+  cuda::GemvArgs a;
+  a.x = base;
+  a.w = base + 4096;
+  a.y = base + 8192;
+  a.n = 8;
+  a.out = 33;
+  a.in = 16;
+  a.dtype = a.out_dtype = DType::F16;
+  CHECK(cuda::gemv_supported(a));
+
+  auto refused = [](cuda::GemvArgs b, const char* why) {
+    INFO(why);
+    CHECK_FALSE(cuda::gemv_supported(b));
+    CHECK(cuda::gemv_unsupported_reason(b) != nullptr);
+    CHECK_THROWS_AS(cuda::gemv(b, nullptr), Error);
+  };
+  cuda::GemvArgs b = a;
+  b.n = 9;
+  refused(b, "n = 9 > kGemvMaxTokens");
+  b = a;
+  b.n = 0;
+  refused(b, "n = 0");
+  b = a;
+  b.in = 12;
+  refused(b, "in = 12 is not a multiple of 8 for f16");
+  b = a;
+  b.x = base + 2;
+  refused(b, "x misaligned by 2 bytes");
+  b = a;
+  b.w = base + 4096 + 8;
+  refused(b, "w misaligned by 8 bytes");
+  b = a;
+  b.out_dtype = DType::BF16;
+  refused(b, "f16 -> bf16 output");
+  b = a;
+  b.epilogue = cuda::GemvEpilogue::Act;
+  b.beta = 1.f;
+  refused(b, "beta with an activation epilogue");
+  b = a;
+  b.out = 0;
+  refused(b, "out = 0");
+  b = a;
+  b.y = nullptr;
+  refused(b, "y null");
+
+  b = a;
+  b.dtype = DType::F32;
+  b.out_dtype = DType::F32;
+  b.in = 12;
+  CHECK(cuda::gemv_supported(b));  // f32 vectors are 4 wide
+  b.in = 10;
+  CHECK_FALSE(cuda::gemv_supported(b));
+  b = a;
+  b.out_dtype = DType::F32;
+  b.n = 1;
+  b.epilogue = cuda::GemvEpilogue::GatedAct;
+  CHECK(cuda::gemv_supported(b));
+}
