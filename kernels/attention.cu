@@ -83,12 +83,26 @@ __global__ void attention_kernel(AttentionParams p) {
   __syncthreads();
   for (int j0 = key_begin; j0 < key_end; j0 += kTile) {
     const int cnt = min(kTile, key_end - j0);
-    for (int jj = warp; jj < cnt; jj += nwarps) {
-      const T* kr = k + static_cast<int64_t>(j0 + jj) * hd;
-      float s = 0.f;
-      for (int d = lane; d < hd; d += 32) s += q_s[d] * to_f32(kr[d]);
-      s = warp_sum(s);
-      if (lane == 0) p_s[jj] = s;
+    // kKeys keys per warp at a time, their loads issued together: at decode a split holds few keys and
+    // the time is load latency, not bandwidth (measured with tools/bench_kernels).
+    constexpr int kKeys = 4;
+    for (int jj0 = warp; jj0 < cnt; jj0 += kKeys * nwarps) {
+      float s[kKeys];
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        const int jj = jj0 + u * nwarps;  // uniform across the warp
+        s[u] = 0.f;
+        if (jj < cnt) {
+          const T* kr = k + static_cast<int64_t>(j0 + jj) * hd;
+#pragma unroll 4
+          for (int d = lane; d < hd; d += 32) s[u] += q_s[d] * to_f32(kr[d]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        const float r = warp_sum(s[u]);
+        if (lane == 0 && jj0 + u * nwarps < cnt) p_s[jj0 + u * nwarps] = r;
+      }
     }
     __syncthreads();
     float tmax = -INFINITY;
@@ -106,6 +120,7 @@ __global__ void attention_kernel(AttentionParams p) {
     l = l * corr + tsum;
     acc *= corr;
     if (my_g < groups) {
+#pragma unroll 8
       for (int jj = my_g; jj < cnt; jj += groups) acc += p_s[jj] * to_f32(v[static_cast<int64_t>(j0 + jj) * hd + my_d]);
     }
     m = m_new;

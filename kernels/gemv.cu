@@ -65,16 +65,14 @@ template <> struct Unpack<__nv_bfloat16> {
   }
 };
 
-/// Grid: ceil(out / kWarpsPerBlock) blocks of kWarpsPerBlock warps; warp -> output row `row`.
+/// One output row (GatedAct: its gate and up rows) of a, computed by the calling warp. Weights of the
+/// first batch are loaded before griddep_wait(); x (and x2, y_old) only after it.
 template <typename T, int N, GemvEpilogue E>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvArgs a) {
+__device__ __forceinline__ void gemv_row(const GemvArgs& a, int row, int lane) {
   constexpr int kVec = Unpack<T>::kElems;
   constexpr int kRows = E == GemvEpilogue::GatedAct ? 2 : 1;  // gate row `row` and up row `out + row`
   constexpr int kUnroll = kLoadsPerLane / kRows;
   constexpr int kStep = 32 * kUnroll;  // 16-byte chunks of a row per batch of the warp
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarpsPerBlock + static_cast<int>(threadIdx.x >> 5);
-  if (row >= a.out) return;  // writes nothing; exiting counts as launch_dependents
   const int nvec = a.in / kVec;  // chunks per row (gemv_supported: in % kVec == 0)
   const uint4* w[kRows];
 #pragma unroll
@@ -83,47 +81,58 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvArgs a) {
 
   // Chunk c = base + 32 u + lane: at each u the warp reads 512 contiguous bytes of each row.
   uint4 wv[kRows][kUnroll];
-  auto load_batch = [&](int base) {
+  auto load_batch = [&](const uint4* const* ws, int nv, int base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + u * 32 + lane;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) wv[r][u] = c < nvec ? load_weights(w[r] + c) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < kRows; ++r) wv[r][u] = c < nv ? load_weights(ws[r] + c) : make_uint4(0, 0, 0, 0);
     }
   };
 
-  load_batch(0);
+  load_batch(w, nvec, 0);
   griddep_wait();  // x and y_old are written by the previous kernel(s)
 
-  const uint4* x = static_cast<const uint4*>(a.x);
   float acc[kRows][N];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] = 0.f;
 
-  for (int base = 0;;) {
+  // acc += x W^T over one input segment whose first batch is already in wv
+  auto run = [&](const uint4* const* ws, const uint4* x, int nv) {
+    for (int base = 0;;) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = base + u * 32 + lane;
-      if (c < nvec) {
-        float wf[kRows][kVec];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = base + u * 32 + lane;
+        if (c < nv) {
+          float wf[kRows][kVec];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) Unpack<T>::run(wv[r][u], wf[r]);
+          for (int r = 0; r < kRows; ++r) Unpack<T>::run(wv[r][u], wf[r]);
 #pragma unroll
-        for (int t = 0; t < N; ++t) {
-          float xf[kVec];
-          Unpack<T>::run(x[static_cast<int64_t>(t) * nvec + c], xf);
+          for (int t = 0; t < N; ++t) {
+            float xf[kVec];
+            Unpack<T>::run(x[static_cast<int64_t>(t) * nv + c], xf);
 #pragma unroll
-          for (int r = 0; r < kRows; ++r)
+            for (int r = 0; r < kRows; ++r)
 #pragma unroll
-            for (int e = 0; e < kVec; ++e) acc[r][t] = fmaf(wf[r][e], xf[e], acc[r][t]);
+              for (int e = 0; e < kVec; ++e) acc[r][t] = fmaf(wf[r][e], xf[e], acc[r][t]);
+          }
         }
       }
+      base += kStep;
+      if (base >= nv) break;
+      load_batch(ws, nv, base);
     }
-    base += kStep;
-    if (base >= nvec) break;
-    load_batch(base);
+  };
+  run(w, static_cast<const uint4*>(a.x), nvec);
+  if constexpr (E == GemvEpilogue::None) {
+    if (a.x2) {  // second input segment into the same accumulators
+      const int nvec2 = a.in2 / kVec;
+      const uint4* w2[1] = {static_cast<const uint4*>(a.w2) + static_cast<int64_t>(row) * nvec2};
+      load_batch(w2, nvec2, 0);
+      run(w2, static_cast<const uint4*>(a.x2), nvec2);
+    }
   }
 
   // Let the next kernel launch only now: triggered right after griddep_wait(), its blocks sat in
@@ -155,6 +164,40 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvArgs a) {
     if (out_f32) static_cast<float*>(a.y)[yi] = v;
     else static_cast<T*>(a.y)[yi] = from_f32<T>(v);
   }
+}
+
+/// Grid: ceil(out / kWarpsPerBlock) blocks of kWarpsPerBlock warps; warp -> output row `row`.
+template <typename T, int N, GemvEpilogue E>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvArgs a) {
+  const int row = blockIdx.x * kWarpsPerBlock + static_cast<int>(threadIdx.x >> 5);
+  if (row >= a.out) return;  // writes nothing; other warps of the grid wait for the previous kernel
+  gemv_row<T, N, E>(a, row, threadIdx.x & 31);
+}
+
+/// Two independent products in one launch: blocks [0, blocks0) compute a0, the rest a1.
+struct GemvPairParams {
+  GemvArgs a0, a1;
+  int blocks0;
+};
+
+template <typename T, int N, GemvEpilogue E0, GemvEpilogue E1>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_pair_kernel(GemvPairParams p) {
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (static_cast<int>(blockIdx.x) < p.blocks0) {
+    const int row = blockIdx.x * kWarpsPerBlock + warp;
+    if (row < p.a0.out) gemv_row<T, N, E0>(p.a0, row, lane);
+  } else {
+    const int row = (blockIdx.x - p.blocks0) * kWarpsPerBlock + warp;
+    if (row < p.a1.out) gemv_row<T, N, E1>(p.a1, row, lane);
+  }
+}
+
+template <typename T, int N>
+cudaError_t launch_pair(const GemvArgs& a0, const GemvArgs& a1, cudaStream_t stream) {
+  GemvPairParams p{a0, a1, (a0.out + kWarpsPerBlock - 1) / kWarpsPerBlock};
+  const unsigned blocks = static_cast<unsigned>(p.blocks0 + (a1.out + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  return launch_pdl(gemv_pair_kernel<T, N, GemvEpilogue::None, GemvEpilogue::Act>, dim3(blocks),
+                    dim3(kWarpsPerBlock * 32), 0, stream, p);
 }
 
 template <typename T, int N, GemvEpilogue E>
@@ -201,6 +244,11 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
   if (a.in < 1 || a.in % vec != 0) return "in is not a positive multiple of the vector width (8 for f16/bf16, 4 for f32)";
   if (!a.x || !a.w || !a.y) return "x, w or y is null";
   if (!aligned16(a.x) || !aligned16(a.w)) return "x or w is not 16-byte aligned";
+  if (a.x2 || a.w2 || a.in2) {
+    if (a.epilogue != GemvEpilogue::None) return "a second input segment (x2) needs the None epilogue";
+    if (!a.x2 || !a.w2 || a.in2 < 1 || a.in2 % vec != 0) return "x2 / w2 / in2 incomplete or in2 not a multiple of the vector width";
+    if (!aligned16(a.x2) || !aligned16(a.w2)) return "x2 or w2 is not 16-byte aligned";
+  }
   if (a.epilogue != GemvEpilogue::None && a.beta != 0.f) return "beta != 0 with an activation epilogue";
   return nullptr;
 }
@@ -218,6 +266,32 @@ void gemv(const GemvArgs& a, cudaStream_t stream) {
   if (e != cudaSuccess)
     throw Error(std::string("kernels/gemv: launch failed: ") + cudaGetErrorString(e) + " (n=" + std::to_string(a.n) +
                     " out=" + std::to_string(a.out) + " in=" + std::to_string(a.in) + ")",
+                "run with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the faulting kernel");
+}
+
+}  // namespace tpshard::cuda
+
+namespace tpshard::cuda {
+
+const char* gemv_pair_unsupported_reason(const GemvArgs& a0, const GemvArgs& a1) {
+  if (const char* why = gemv_unsupported_reason(a0)) return why;
+  if (const char* why = gemv_unsupported_reason(a1)) return why;
+  if (a0.epilogue != GemvEpilogue::None || a1.epilogue != GemvEpilogue::Act)
+    return "the pair takes a None product and an Act product";
+  if (a0.dtype != a1.dtype || a0.n != a1.n) return "the two products differ in dtype or n";
+  if (a0.n > 2) return "the pair is built for n <= 2";
+  if (a0.x2 || a1.x2) return "the pair takes one input segment per product";
+  return nullptr;
+}
+
+void gemv_pair(const GemvArgs& a0, const GemvArgs& a1, cudaStream_t stream) {
+  if (const char* why = gemv_pair_unsupported_reason(a0, a1))
+    throw Error(std::string("kernels/gemv_pair: unsupported arguments: ") + why,
+                "check gemv_pair_unsupported_reason() first and launch the two products separately");
+  cudaError_t e = cudaErrorInvalidValue;
+  TPS_DISPATCH_DTYPE(a0.dtype, T, e = a0.n == 1 ? launch_pair<T, 1>(a0, a1, stream) : launch_pair<T, 2>(a0, a1, stream));
+  if (e != cudaSuccess)
+    throw Error(std::string("kernels/gemv_pair: launch failed: ") + cudaGetErrorString(e),
                 "run with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the faulting kernel");
 }
 

@@ -29,6 +29,13 @@ struct GemvArgs {
   DType out_dtype = DType::F16;  ///< dtype, or F32 (logits)
   float beta = 0.f;              ///< None only: y = acc + b + beta * y_old (beta 0: y_old is not read)
   GemvEpilogue epilogue = GemvEpilogue::None;
+  /// Optional second input segment (None epilogue only): y = x W^T + x2 W2^T (+ b + beta y_old), with
+  /// x2 [n, in2] and w2 [out, in2] of dtype, 16-byte aligned, in2 a multiple of the vector width. One
+  /// launch for two row-parallel products that add up (GPT-NeoX parallel residual: attention output
+  /// projection + MLP down).
+  const void* x2 = nullptr;
+  const void* w2 = nullptr;
+  int in2 = 0;
   Activation act = Activation::Silu;  ///< for Act / GatedAct (kernels/activation_fn.cuh definitions)
 };
 
@@ -51,5 +58,15 @@ bool gemv_supported(const GemvArgs& a);
 /// first batch of them issued before griddep_wait(); nothing is read from x / y or written before it.
 /// Throws Error when !gemv_supported(a) or the launch fails.
 void gemv(const GemvArgs& a, cudaStream_t stream);
+
+/// Why gemv_pair() cannot take (a0, a1), or nullptr: each must be gemv_supported, a0 with the None
+/// epilogue and a1 with Act, same dtype and n, n <= 2, no second segments.
+const char* gemv_pair_unsupported_reason(const GemvArgs& a0, const GemvArgs& a1);
+
+/// a0 and a1 (independent: neither reads the other's y) in ONE launch: the grid's first blocks compute
+/// a0, the rest a1. For the GPT-NeoX parallel residual at decode: QKV (+bias) and MLP up (+bias, act)
+/// both read the same normalized hidden state. Results as gemv(a0); gemv(a1). Throws Error when
+/// gemv_pair_unsupported_reason is non-null or the launch fails.
+void gemv_pair(const GemvArgs& a0, const GemvArgs& a1, cudaStream_t stream);
 
 }  // namespace tpshard::cuda

@@ -14,7 +14,7 @@ size_t linear_scratch_elems(const GemvArgs& a) {
 }
 
 void linear(const GemvArgs& a, Gemm& gemm, void* scratch, bool use_gemv, cudaStream_t stream) {
-  if (use_gemv && gemv_supported(a)) {
+  if (use_gemv && a.n <= kLinearGemvMaxTokens && gemv_supported(a)) {
     gemv(a, stream);
     return;
   }

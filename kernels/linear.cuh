@@ -10,7 +10,12 @@
 
 namespace tpshard::cuda {
 
-/// y = epilogue(x W^T + bias) (see GemvArgs for shapes and dtypes). `scratch` must hold
+/// The largest n for which linear() takes the GEMV: measured on H200 (tools/bench_kernels), the GEMV
+/// beats cuBLASLt at 1 token on every decode shape and loses at 4 on most; 2 is close to even.
+constexpr int kLinearGemvMaxTokens = 2;
+
+/// y = epilogue(x W^T + bias) (see GemvArgs for shapes and dtypes). The GEMV is used when
+/// a.n <= kLinearGemvMaxTokens and gemv_supported(a). `scratch` must hold
 /// [n, rows] of a.dtype (rows = 2*out for GatedAct, out for Act) when the cuBLASLt path is taken with
 /// an activation; it may be null otherwise. use_gemv false forces the cuBLASLt path. With the cuBLASLt
 /// path a bias is only supported with beta == 0 (bias_add runs after the product). Throws Error as

@@ -21,9 +21,20 @@ __global__ void argmax_kernel(ArgmaxParams p) {
   valid = valid < 0 ? 0 : (valid > p.vocab_per_rank ? p.vocab_per_rank : valid);
   float bv = -INFINITY;
   int64_t bi = INT64_MAX;
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) {
-    const float v = row[i];
-    if (better(v, i, bv, bi)) { bv = v; bi = i; }  // NaN compares false: never taken
+  // kUnroll loads in flight per thread (one row is 50k+ floats for one block: latency-bound otherwise)
+  constexpr int kUnroll = 8;
+  for (int64_t i0 = threadIdx.x; i0 < valid; i0 += kUnroll * static_cast<int64_t>(blockDim.x)) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+      v[u] = i < valid ? row[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+      if (i < valid && better(v[u], i, bv, bi)) { bv = v[u]; bi = i; }  // NaN compares false: never taken
+    }
   }
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);

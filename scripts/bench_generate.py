@@ -132,7 +132,7 @@ def run_ours(bin_dir, model_dir, tp, batch, prompt_len, new_tokens, env=None):
     """bench_generate's JSON, plus peak_proc_mib: the largest per-GPU memory of the process seen by
     polling nvidia-smi every 0.1 s while it ran."""
     cmd = [os.path.join(bin_dir, "bench_generate"), model_dir, "--tp", str(tp), "--batch", str(batch),
-           "--prompt-len", str(prompt_len), "--new-tokens", str(new_tokens)]
+           "--prompt-len", str(prompt_len), "--new-tokens", str(new_tokens), "--no-copy-bw"]
     uuids = gpu_uuids()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, **(env or {})))
@@ -152,6 +152,47 @@ def run_ours(bin_dir, model_dir, tp, batch, prompt_len, new_tokens, env=None):
     return o
 
 
+def copy_gbps_torch():
+    """Device-to-device copy bandwidth on cuda:0 (read + write bytes / s over a 1 GiB copy, best of 10),
+    measured here rather than in bench_generate so that its 2 GiB of buffers never show in the peak."""
+    import torch
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda:0")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    best = 0.0
+    for _ in range(10):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        e1.synchronize()
+        best = max(best, 2.0 * a.numel() / (e0.elapsed_time(e1) / 1e3) / 1e9)
+    del a, b
+    torch.cuda.empty_cache()
+    return best
+
+
+def memory_row(shape, layers, tp, batch, plen, new, o, label=""):
+    """One line of the memory table: the process peak on its busiest GPU against weights + kv_cache + 1 GiB."""
+    mib = o.get("mem_mib_gpu0", {})
+    w = o["weight_bytes_per_rank"] / 2**30
+    kv = o.get("kv_cache_bytes", 0) / 2**30
+    peak = o["peak_proc_mib"] / 1024
+    d = lambda a, b: (mib.get(a, 0) - mib.get(b, 0)) / 1024
+    runner = d("after_runner", "after_nccl") - kv
+    ctx = peak - d("end", "after_context")  # what the process held before its first allocation: context + modules
+    bound = w + kv + 1.0
+    print(f"| {shape} | {layers}/{SHAPES[shape][3]} | {tp} | {batch} | {plen}+{new} | {label or 'default'} | {peak:.2f} | "
+          f"{w:.2f} | {kv:.2f} | {runner:.2f} | {d('after_nccl', 'after_weights'):.2f} | {d('end', 'after_runner'):.2f} | "
+          f"{ctx:.2f} | {peak - w - kv:.2f} | {'yes' if peak <= bound else 'NO'} |", flush=True)
+
+
+MEMORY_VARIANTS = [
+    ("NCCL_MAX_NCHANNELS=8 NCCL_BUFFSIZE=1MiB", {"NCCL_MAX_NCHANNELS": "8", "NCCL_BUFFSIZE": "1048576"}),
+    ("NCCL_MAX_NCHANNELS=4 NCCL_BUFFSIZE=1MiB", {"NCCL_MAX_NCHANNELS": "4", "NCCL_BUFFSIZE": "1048576"}),
+]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="directory holding tpshard and bench_generate")
@@ -159,6 +200,9 @@ def main():
     ap.add_argument("--llama-layers", type=int, default=32, help="layers of the Llama-7B shape (real: 32)")
     ap.add_argument("--neox20b-layers", type=int, default=8, help="layers of the GPT-NeoX-20B shape (real: 44)")
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers timings")
+    ap.add_argument("--shapes", default="", help="comma-separated subset of " + ",".join(SHAPES) + " (default: all)")
+    ap.add_argument("--memory-variants", action="store_true",
+                    help="also run the GPT-NeoX-20B rows with smaller NCCL buffer settings (memory table)")
     ap.add_argument("--ablations", action="store_true",
                     help="also time batch-1 rows with each decode optimization switched off (second table)")
     args = ap.parse_args()
@@ -174,12 +218,15 @@ def main():
         ("llama-7b", args.llama_layers, [1, 2], 48, 128, 128),
         ("gpt-neox-20b", args.neox20b_layers, [2], 48, 128, 128),
     ]
+    if args.shapes:
+        keep = set(args.shapes.split(","))
+        rows = [r for r in rows if r[0] in keep]
     print("| model shape | layers | dtype | tp | batch | prompt | new | ours prefill tok/s | ours decode tok/s | "
           "ours ms/step | eff. GB/s | % of copy BW | peak GiB/GPU | weights+kv GiB/GPU | HF prefill tok/s | "
           "HF decode tok/s | HF ms/step | decode speedup |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     made = set()
-    copy_bw = 0
+    copy_bw = copy_gbps_torch()
     results = {}
     for shape, layers, tps, batch, plen, new in rows:  # each row printed as soon as it is measured
         hf_dir = os.path.join(args.work, f"{shape}-{layers}L-hf")
@@ -209,7 +256,6 @@ def main():
                 log(str(e))
                 continue
             log(json.dumps(o))
-            copy_bw = o.get("copy_gbps") or copy_bw
             h = hf if tp == 1 else None
             hf_cols = ["n/a"] * 4 if h is None else [f"{h[0]:.0f}", f"{h[1]:.0f}", f"{h[2]:.2f}",
                                                       f"{o['decode_tok_s'] / h[1]:.1f}x"]
@@ -223,6 +269,33 @@ def main():
     print(f"\ncopy bandwidth (device-to-device, read+write): {copy_bw:.0f} GB/s; GPU: {torch.cuda.get_device_name(0)}")
     print("peak GiB/GPU: the largest memory of the bench_generate process on one GPU, polled with nvidia-smi "
           "(CUDA context and library modules included, other processes excluded)")
+    print("\nMemory per GPU (GiB; GPU 0 of the process; peak = nvidia-smi per-process maximum; runner = activations "
+          "+ cuBLASLt workspace + custom all_reduce staging; NCCL = its communicator after the first collective; "
+          "steps = allocated while running (graphs, lazily loaded kernels); context = CUDA context and library "
+          "modules; target: peak <= weights + kv_cache + 1 GiB)\n")
+    print("| model shape | layers | tp | batch | tokens | configuration | peak | weights | kv_cache | runner | NCCL | steps | "
+          "context | peak - weights - kv | met |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for key, o in results.items():
+        memory_row(*key, o)
+    if args.memory_variants:
+        for shape, layers, tps, batch, plen, new in rows:
+            if shape != "gpt-neox-20b":
+                continue
+            tps_dir = os.path.join(args.work, f"{shape}-{layers}L-tps")
+            for tp in tps:
+                if tp > ngpu:
+                    continue
+                for label, env in MEMORY_VARIANTS:
+                    try:
+                        o = run_ours(args.bin, tps_dir, tp, batch, plen, new, env)
+                    except Exception as e:
+                        log(str(e))
+                        continue
+                    memory_row(shape, layers, tp, batch, plen, new, o, label)
+                    log(f"{label}: prefill {o['prefill_tok_s']:.0f} tok/s, decode {o['decode_tok_s']:.0f} tok/s")
+                    print(f"|  |  |  |  |  | (speed with {label}: prefill {o['prefill_tok_s']:.0f} tok/s, decode "
+                          f"{o['decode_tok_s']:.0f} tok/s) |  |  |  |  |  |  |  |  |  |", flush=True)
     if args.ablations:
         ablations(args, rows, results, copy_bw, ngpu)
 
@@ -232,6 +305,7 @@ ABLATIONS = [
     ("no decode GEMV (cuBLASLt + epilogue kernels)", {"TPSHARD_NO_GEMV": "1"}),
     ("no programmatic dependent launch", {"TPSHARD_NO_PDL": "1"}),
     ("attention splits merged by a second kernel", {"TPSHARD_NO_FUSED_SPLIT_MERGE": "1"}),
+    ("no grouped GEMV (parallel residual: 4 launches instead of 2)", {"TPSHARD_NO_GROUPED_GEMV": "1"}),
     ("NCCL all_reduce instead of custom (tp > 1)", {"TPSHARD_NO_CUSTOM_ALL_REDUCE": "1"}),
 ]
 
@@ -249,6 +323,8 @@ def ablations(args, rows, results, copy_bw, ngpu):
                 continue
             for name, env in ABLATIONS:
                 if tp == 1 and "TPSHARD_NO_CUSTOM_ALL_REDUCE" in env:
+                    continue
+                if "TPSHARD_NO_GROUPED_GEMV" in env and shape == "llama-7b":  # no parallel residual: no change
                     continue
                 try:
                     o = results.get((shape, layers, tp, batch, plen, new)) if not env else \

@@ -347,7 +347,7 @@ fi
 # generation benchmark: ours vs transformers, one table, plus the batch-1 ablations (several minutes)
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$BG" ]; then
   if PYTHONUNBUFFERED=1 timeout "${BENCH_GEN_TIMEOUT:-560}" python3 "$REPO/scripts/bench_generate.py" --bin "$BIN" \
-       --work "$WORK/bench_gen" --ablations ${BENCH_GEN_ARGS:-} > "$OUT/bench_generate.log" 2>&1; then
+       --work "$WORK/bench_gen" --ablations --memory-variants ${BENCH_GEN_ARGS:-} > "$OUT/bench_generate.log" 2>&1; then
     result PASS "scripts/bench_generate.py" "table in $OUT/bench_generate.log"
     grep '^|' "$OUT/bench_generate.log"
   else

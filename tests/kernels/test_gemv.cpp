@@ -410,3 +410,130 @@ TEST_CASE("gemv_supported: limits, and gemv() throws Error outside them" * docte
   b.epilogue = cuda::GemvEpilogue::GatedAct;
   CHECK(cuda::gemv_supported(b));
 }
+
+TEST_CASE("gemv: a second input segment adds x2 W2^T (GPT-NeoX output projection + MLP down in one launch)") {
+  std::mt19937 rng(21);
+  Stream stream;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (int n : {1, 2}) {
+      struct Shape { int out, in, in2; };
+      for (Shape sh : {Shape{33, 40, 136}, Shape{2050, 2056, 4104}, Shape{2048, 2048, 8192}}) {
+        const int in_total = sh.in + sh.in2;
+        const Vec w = random_weights(static_cast<size_t>(sh.out) * sh.in, in_total, t, rng);
+        const Vec w2 = random_weights(static_cast<size_t>(sh.out) * sh.in2, in_total, t, rng);
+        const Vec x = random_vec(static_cast<size_t>(n) * sh.in, -1, 1, t, rng);
+        const Vec x2 = random_vec(static_cast<size_t>(n) * sh.in2, -1, 1, t, rng);
+        const Vec y0 = random_vec(static_cast<size_t>(n) * sh.out, -1, 1, t, rng);
+        Buf d_w = upload(w, t), d_w2 = upload(w2, t), d_x = upload(x, t), d_x2 = upload(x2, t);
+        for (float beta : {0.f, 1.f}) {
+          Vec ref = ref::linear(x, w, beta != 0.f ? y0 : Vec{}, beta, n, sh.out, sh.in);
+          const Vec part2 = ref::linear(x2, w2, {}, 0, n, sh.out, sh.in2);
+          for (size_t k = 0; k < ref.size(); ++k) ref[k] += part2[k];
+          cuda::GemvArgs a;
+          a.x = d_x->ptr;
+          a.w = d_w->ptr;
+          a.x2 = d_x2->ptr;
+          a.w2 = d_w2->ptr;
+          a.in2 = sh.in2;
+          a.n = n;
+          a.out = sh.out;
+          a.in = sh.in;
+          a.dtype = a.out_dtype = t;
+          a.beta = beta;
+          check_close("gemv two segments " + shape_name(t, n, sh.out, sh.in) + " in2 " + std::to_string(sh.in2) +
+                          " beta " + std::to_string(beta),
+                      run_gemv(a, y0, stream.s), ref, tol_for(t));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemv_pair: QKV (+bias) and MLP up (+bias, gelu) in one launch equal the two products") {
+  std::mt19937 rng(22);
+  Stream stream;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (int n : {1, 2}) {
+      struct Shape { int out0, out1, in; };
+      for (Shape sh : {Shape{33, 3, 40}, Shape{6144, 8192, 2048}, Shape{1, 2050, 136}}) {
+        const Vec w0 = random_weights(static_cast<size_t>(sh.out0) * sh.in, sh.in, t, rng);
+        const Vec w1 = random_weights(static_cast<size_t>(sh.out1) * sh.in, sh.in, t, rng);
+        const Vec b0 = random_vec(sh.out0, -0.5, 0.5, t, rng), b1 = random_vec(sh.out1, -0.5, 0.5, t, rng);
+        const Vec x0 = random_vec(static_cast<size_t>(n) * sh.in, -1, 1, t, rng);
+        const Vec x1 = random_vec(static_cast<size_t>(n) * sh.in, -1, 1, t, rng);
+        Buf d_w0 = upload(w0, t), d_w1 = upload(w1, t), d_b0 = upload(b0, t), d_b1 = upload(b1, t);
+        Buf d_x0 = upload(x0, t), d_x1 = upload(x1, t);
+        Buf d_y0 = upload(Vec(static_cast<size_t>(n) * sh.out0, 7.0), t);
+        Buf d_y1 = upload(Vec(static_cast<size_t>(n) * sh.out1, 7.0), t);
+        cuda::GemvArgs a0, a1;
+        a0.x = d_x0->ptr;
+        a0.w = d_w0->ptr;
+        a0.y = d_y0->ptr;
+        a0.bias = d_b0->ptr;
+        a0.n = n;
+        a0.out = sh.out0;
+        a0.in = sh.in;
+        a0.dtype = a0.out_dtype = t;
+        a1 = a0;
+        a1.x = d_x1->ptr;
+        a1.w = d_w1->ptr;
+        a1.y = d_y1->ptr;
+        a1.bias = d_b1->ptr;
+        a1.out = sh.out1;
+        a1.epilogue = cuda::GemvEpilogue::Act;
+        a1.act = Activation::Gelu;
+        REQUIRE(cuda::gemv_pair_unsupported_reason(a0, a1) == nullptr);
+        cuda::gemv_pair(a0, a1, stream.s);
+        // references: x W^T + b, and gelu(x W^T + b)
+        Vec r0 = ref::linear(x0, w0, {}, 0, n, sh.out0, sh.in);
+        for (int k = 0; k < n; ++k)
+          for (int o = 0; o < sh.out0; ++o) r0[static_cast<size_t>(k) * sh.out0 + o] += b0[o];
+        const Vec r1 = ref::activation(ref::linear(x1, w1, {}, 0, n, sh.out1, sh.in), b1, Activation::Gelu, false, n,
+                                       sh.out1);
+        const std::string what = shape_name(t, n, sh.out0, sh.in) + " + out " + std::to_string(sh.out1);
+        check_close("gemv_pair product 0 " + what, download(d_y0->ptr, r0.size(), t), r0, tol_for(t));
+        check_close("gemv_pair product 1 " + what, download(d_y1->ptr, r1.size(), t), r1, tol_for(t));
+      }
+    }
+  }
+}
+
+TEST_CASE("gemv / gemv_pair: argument limits of the second segment and of the pair" * doctest::test_suite("host")) {
+  static uint4 buf[64];  // 16-byte aligned host memory: only pointers are checked, nothing is launched
+  cuda::GemvArgs a;
+  a.x = a.w = buf;
+  a.y = buf;
+  a.n = 1;
+  a.out = 4;
+  a.in = 16;
+  a.dtype = a.out_dtype = DType::F16;
+  CHECK(cuda::gemv_supported(a));
+  cuda::GemvArgs s2 = a;
+  s2.x2 = buf;
+  s2.w2 = buf;
+  s2.in2 = 16;
+  CHECK(cuda::gemv_supported(s2));
+  s2.in2 = 12;  // not a multiple of 8 halves
+  CHECK_FALSE(cuda::gemv_supported(s2));
+  s2.in2 = 16;
+  s2.w2 = nullptr;
+  CHECK_FALSE(cuda::gemv_supported(s2));
+  s2.w2 = reinterpret_cast<const char*>(buf) + 2;  // misaligned
+  CHECK_FALSE(cuda::gemv_supported(s2));
+  s2.w2 = buf;
+  s2.epilogue = cuda::GemvEpilogue::Act;  // two segments only with the None epilogue
+  CHECK_FALSE(cuda::gemv_supported(s2));
+  cuda::GemvArgs up = a;
+  up.epilogue = cuda::GemvEpilogue::Act;
+  CHECK(cuda::gemv_pair_unsupported_reason(a, up) == nullptr);
+  CHECK(cuda::gemv_pair_unsupported_reason(up, a) != nullptr);  // order: None, then Act
+  cuda::GemvArgs up3 = up;
+  up3.n = 3;
+  cuda::GemvArgs a3 = a;
+  a3.n = 3;
+  CHECK(cuda::gemv_pair_unsupported_reason(a3, up3) != nullptr);  // n <= 2
+  cuda::GemvArgs upb = up;
+  upb.dtype = upb.out_dtype = DType::BF16;
+  CHECK(cuda::gemv_pair_unsupported_reason(a, upb) != nullptr);  // same dtype
+  CHECK_THROWS_AS(cuda::gemv_pair(up, a, nullptr), Error);
+}

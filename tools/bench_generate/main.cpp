@@ -3,7 +3,7 @@
 //   bench_generate MODEL --tp 2 --batch 48 --prompt-len 128 --new-tokens 128        -> one JSON line
 //   bench_generate MODEL --check-reference tests/fixtures/tiny-llama/reference.json  -> PASS/FAIL lines
 //   bench_generate MODEL --check-greedy tests/fixtures/stories260K/expected_greedy200_ids.txt
-// Options: --no-graphs (eager decode), --no-greedy (logits only), --atol/--rtol (last_logits tolerance:
+// Options: --no-graphs (eager decode), --no-copy-bw (skip the 2 GiB copy-bandwidth probe), --no-greedy (logits only), --atol/--rtol (last_logits tolerance:
 // |gpu - ref| <= atol + rtol * max|ref| for every logit of a prompt), --max-seq-len, --max-step-tokens
 // (a small value makes the runner split prompts across several GPU steps).
 #include <cuda_runtime.h>
@@ -44,6 +44,7 @@ struct Args {
   int max_seq_len = 0;
   int max_step_tokens = 0;  ///< 0: the runner's default
   bool graphs = true;
+  bool copy_bw = true;  ///< measure the device-to-device copy bandwidth first (2 GiB for a moment on GPU 0)
   bool greedy = true;  ///< --check-reference also compares greedy tokens (off for reduced-precision copies)
   std::string check_reference, check_greedy;
   double atol = 1e-3, rtol = 1e-3;  ///< last_logits: |gpu - ref| <= atol + rtol * max|ref| per prompt
@@ -74,12 +75,24 @@ double measure_copy_gbps() {
 /// Everything rank r does; rank 0 prints. Returns non-zero when a check failed.
 int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank, std::mutex& print_mu) {
   if (cudaSetDevice(rank) != cudaSuccess) throw Error("bench_generate: no GPU " + std::to_string(rank), "use --tp <= GPUs");
-  const double copy_gbps = rank == 0 && a.check_reference.empty() && a.check_greedy.empty() ? measure_copy_gbps() : 0;
+  const double copy_gbps =
+      rank == 0 && a.copy_bw && a.check_reference.empty() && a.check_greedy.empty() ? measure_copy_gbps() : 0;
+  // device memory in use (this GPU, all processes) after each stage: the deltas are this process's
+  auto used_mib = [] {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return static_cast<double>(total_b - free_b) / 1048576.0;
+  };
+  nlohmann::json mem;
+  mem["after_context"] = used_mib();
   const ManifestShard& sh = shards_for(m, a.tp, a.model)[rank];
   ShardReader reader(a.model + "/" + sh.file);
   cuda::LoadReport rep;
   cuda::WeightArena arena(reader, cuda::LoadOptions{}, &rep);
+  mem["after_weights"] = used_mib();
   cuda::NcclCommunicator comm(id, rank, a.tp);
+  comm.barrier();  // NCCL allocates its buffers at the first collective
+  mem["after_nccl"] = used_mib();
   cuda::CudaRunnerOptions o;
   o.use_cuda_graphs = a.graphs;
   if (a.max_step_tokens > 0) o.max_step_tokens = a.max_step_tokens;
@@ -168,6 +181,7 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
   o.max_batch = a.batch;
   o.max_seq_len = a.max_seq_len > 0 ? a.max_seq_len : a.prompt_len + a.new_tokens;
   auto runner = cuda::make_cuda_runner(m, rank, a.tp, arena, comm, o);
+  mem["after_runner"] = used_mib();
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.model.vocab_size - 1));
   std::vector<SeqChunk> prompts(a.batch);
@@ -206,6 +220,8 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
   j["copy_gbps"] = copy_gbps;
   j["peak_mem_gib"] = (total_b - free_b) / double(1ull << 30);
   j["kv_cache_bytes"] = runner->kv_cache_bytes();
+  mem["end"] = (total_b - free_b) / 1048576.0;
+  j["mem_mib_gpu0"] = mem;
   j["graphs"] = a.graphs;
   say(j.dump());
   return 0;
@@ -227,6 +243,7 @@ int main(int argc, char** argv) {
     else if (k == "--new-tokens") a.new_tokens = std::stoi(val());
     else if (k == "--max-seq-len") a.max_seq_len = std::stoi(val());
     else if (k == "--no-graphs") a.graphs = false;
+    else if (k == "--no-copy-bw") a.copy_bw = false;
     else if (k == "--no-greedy") a.greedy = false;
     else if (k == "--max-step-tokens") a.max_step_tokens = std::stoi(val());
     else if (k == "--check-reference") a.check_reference = val();

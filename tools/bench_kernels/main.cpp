@@ -4,14 +4,17 @@
 //      tokens, through the decode GEMV and through cuBLASLt + the separate epilogue kernels; weights
 //      rotate over enough copies (>= 512 MiB) that L2 never holds them; calls are captured in a CUDA
 //      graph back to back, as in a decode step;
-//   2. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
+//   2. the other kernels of a batch-1 decode layer (add_norm, attention with fused rotary + kv_cache
+//      append and in-kernel split merge, argmax), each in a graph of 64 back-to-back calls;
+//   3. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
 //      graph, both ranks replaying together.
-// Usage: bench_kernels [--only linear|all_reduce]. Prints markdown tables; the copy bandwidth it
+// Usage: bench_kernels [--only linear|pieces|all_reduce]. Prints markdown tables; the copy bandwidth it
 // compares against is a device-to-device cudaMemcpy (read + write bytes / s) of 1 GiB.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -20,7 +23,10 @@
 #include <vector>
 
 #include "format/error.h"
+#include "kernels/attention.cuh"
 #include "kernels/linear.cuh"
+#include "kernels/logits.cuh"
+#include "kernels/norm.cuh"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/nccl_comm.h"
@@ -155,7 +161,11 @@ void bench_linear() {
           a.beta = sh.beta;
           a.epilogue = sh.epilogue;
           a.act = sh.act;
-          linear(a, gemm, scratch, use_gemv == 1, s);
+          if (use_gemv == 1) {
+            gemv(a, s);  // the GEMV itself at every n (linear() takes it only up to kLinearGemvMaxTokens)
+          } else {
+            linear(a, gemm, scratch, false, s);
+          }
         });
       }
       auto gbps = [&](double u) { return wbytes / (u * 1e-6) / 1e9; };
@@ -170,6 +180,122 @@ void bench_linear() {
     }
     cudaFree(w);
   }
+  cudaStreamDestroy(s);
+}
+
+/// Batch-1 decode: the non-GEMM kernels of one layer, as the transformer launches them.
+void bench_pieces() {
+  TPS_CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t s = nullptr;
+  TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::printf("\n## Other decode kernels, batch 1 (GPU 0; us per call, 64 calls per graph)\n\n");
+  std::printf("| kernel | shape | us |\n|---|---|---|\n");
+  auto zeros = [](size_t bytes) {
+    void* p = nullptr;
+    TPS_CUDA_CHECK(cudaMalloc(&p, bytes));
+    TPS_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+  };
+  struct NormCase { const char* what; int hidden; NormKind kind; bool two; DType t; };
+  for (const NormCase& c : {NormCase{"LayerNorm, two outputs (pythia parallel residual)", 2048, NormKind::LayerNorm, true, DType::F16},
+                            NormCase{"RMSNorm (llama-7b)", 4096, NormKind::RmsNorm, false, DType::BF16}}) {
+    void* res = zeros(c.hidden * 4);
+    void* add = zeros(c.hidden * 2);
+    void* w = zeros(c.hidden * 2);
+    void* o0 = zeros(c.hidden * 2);
+    void* o1 = zeros(c.hidden * 2);
+    const double us = time_graph_us(s, 64, 20, [&](int) {
+      AddNormParams p;
+      p.residual = static_cast<float*>(res);
+      p.add0 = add;
+      p.add_bias0 = w;
+      p.weight0 = w;
+      p.bias0 = c.kind == NormKind::LayerNorm ? w : nullptr;
+      p.out0 = o0;
+      if (c.two) {
+        p.weight1 = w;
+        p.bias1 = w;
+        p.out1 = o1;
+      }
+      p.dtype = c.t;
+      p.kind = c.kind;
+      p.n = 1;
+      p.hidden = c.hidden;
+      add_norm(p, s);
+    });
+    std::printf("| add_norm | %s, hidden %d | %.2f |\n", c.what, c.hidden, us);
+    for (void* p : {res, add, w, o0, o1}) cudaFree(p);
+  }
+  struct AttnCase { const char* what; int heads, hd, rot; DType t; };
+  for (const AttnCase& c : {AttnCase{"pythia-1.4b: 16 heads, hd 128, rotary 32", 16, 128, 32, DType::F16},
+                            AttnCase{"llama-7b tp1: 32 heads, hd 128", 32, 128, 128, DType::BF16},
+                            AttnCase{"llama-7b tp2: 16 heads, hd 128", 16, 128, 128, DType::BF16}}) {
+    for (int ctx : {32, 100, 160}) {
+      const int max_seq = 160, slots = 2;
+      const int64_t stride = static_cast<int64_t>(3 * c.heads) * c.hd;
+      void* qkv = zeros(stride * 2);
+      void* kc = zeros(static_cast<size_t>(slots) * c.heads * max_seq * c.hd * 2);
+      void* vc = zeros(static_cast<size_t>(slots) * c.heads * max_seq * c.hd * 2);
+      const int32_t meta_h[2] = {0, ctx - 1};
+      int32_t* meta = static_cast<int32_t*>(zeros(8));
+      TPS_CUDA_CHECK(cudaMemcpy(meta, meta_h, 8, cudaMemcpyHostToDevice));
+      std::vector<float> inv(c.rot / 2);
+      for (int i = 0; i < c.rot / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.rot));
+      float* d_inv = static_cast<float*>(zeros(inv.size() * 4));
+      TPS_CUDA_CHECK(cudaMemcpy(d_inv, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+      const int splits = attention_num_splits(1, c.heads, max_seq, 16);
+      float* partial = static_cast<float*>(zeros(static_cast<size_t>(c.heads) * 16 * (c.hd + 2) * 4));
+      int* counters = static_cast<int*>(zeros(static_cast<size_t>(c.heads) * 4));
+      void* out = zeros(static_cast<size_t>(c.heads) * c.hd * 2);
+      const double us = time_graph_us(s, 64, 20, [&](int) {
+        AttentionParams a;
+        a.q = qkv;
+        a.q_stride = stride;
+        a.k_cache = kc;
+        a.v_cache = vc;
+        a.slots = meta;
+        a.positions = meta + 1;
+        a.out = out;
+        a.partial = partial;
+        a.split_counters = counters;
+        a.dtype = c.t;
+        a.n = 1;
+        a.num_heads = c.heads;
+        a.num_kv_heads = c.heads;
+        a.head_dim = c.hd;
+        a.max_seq_len = max_seq;
+        a.num_splits = splits;
+        a.scale = 0.088f;
+        a.rotary_append = true;
+        a.inv_freq = d_inv;
+        a.rotary_ndims = c.rot;
+        attention(a, s);
+      });
+      std::printf("| attention decode (rotary + append + split merge fused) | %s, context %d, %d splits | %.2f |\n",
+                  c.what, ctx, splits, us);
+      for (void* p : {qkv, kc, vc, static_cast<void*>(meta), static_cast<void*>(d_inv), static_cast<void*>(partial),
+                      static_cast<void*>(counters), out})
+        cudaFree(p);
+    }
+  }
+  for (int vocab : {50304, 16000}) {
+    float* logits = static_cast<float*>(zeros(static_cast<size_t>(vocab) * 4));
+    ArgmaxPair* pairs = static_cast<ArgmaxPair*>(zeros(64));
+    const double us = time_graph_us(s, 64, 20, [&](int) {
+      ArgmaxParams a;
+      a.logits = logits;
+      a.out = pairs;
+      a.n = 1;
+      a.vocab_per_rank = vocab;
+      a.vocab_begin = 0;
+      a.vocab_size = vocab;
+      vocab_argmax(a, s);
+    });
+    std::printf("| vocab_argmax | %d columns | %.2f |\n", vocab, us);
+    cudaFree(logits);
+    cudaFree(pairs);
+  }
+  std::fflush(stdout);
   cudaStreamDestroy(s);
 }
 
@@ -249,7 +375,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_kernels [--only linear|all_reduce]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--only linear|pieces|all_reduce]\n");
       return 2;
     }
   }
@@ -260,6 +386,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (only.empty() || only == "linear") bench_linear();
+    if (only.empty() || only == "pieces") bench_pieces();
     if (only.empty() || only == "all_reduce") bench_all_reduce();
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\nhint: %s\n", e.what(), e.hint().c_str());

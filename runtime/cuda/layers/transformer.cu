@@ -44,6 +44,7 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
       kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(layout.num_kv_heads_per_rank), max_seq_len,
           static_cast<int>(c.head_dim), w.dtype) {
   use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
+  use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
   const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
@@ -193,13 +194,31 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
 
   if (c_.use_parallel_residual) {
     // x + attn(ln1(x)) + mlp(ln2(x)): both partial sums into out_, one all_reduce, biases added once
-    attention_block(i, m, h1_, out_, 0.f);
-    mlp_block(i, m, h2_, out_, 1.f);
+    const GemvArgs q = qkv_args(i, m, h1_), u = up_args(i, m, h2_);
+    GemvArgs od = out_args(i, m, out_, 0.f);
+    const GemvArgs d = down_args(i, m, out_, 0.f);
+    od.x2 = d.x;  // output projection + MLP down: one product over [attn | act]
+    od.w2 = d.w;
+    od.in2 = d.in;
+    if (use_grouped_ && use_gemv_ && m.n <= kLinearGemvMaxTokens && !gemv_pair_unsupported_reason(q, u) &&
+        gemv_supported(od)) {  // decode: 3 launches for the layer's 4 products
+      gemv_pair(q, u, stream_);
+      attention_core(i, m);
+      gemv(od, stream_);
+    } else {
+      linear(q, nullptr);
+      attention_core(i, m);
+      linear(out_args(i, m, out_, 0.f), nullptr);
+      linear(u, ffn_);
+      linear(down_args(i, m, out_, 1.f), nullptr);
+    }
     all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
     pending = {out_, lw.attn_output_bias, lw.ffn_down_bias};
     return;
   }
-  attention_block(i, m, h1_, out_, 0.f);
+  linear(qkv_args(i, m, h1_), nullptr);
+  attention_core(i, m);
+  linear(out_args(i, m, out_, 0.f), nullptr);
   all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
   AddNormParams n2 = nrm;
   n2.add0 = out_;
@@ -209,27 +228,45 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
   add_norm(n2, stream_);
-  mlp_block(i, m, h2_, out_, 0.f);
+  linear(up_args(i, m, h2_), ffn_);
+  linear(down_args(i, m, out_, 0.f), nullptr);
   all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
   pending = {out_, lw.ffn_down_bias, nullptr};
 }
 
-void Transformer::attention_block(int i, const StepMeta& m, const void* h, void* out, float beta) {
+GemvArgs Transformer::qkv_args(int i, const StepMeta& m, const void* h) const {
   const LayerWeights& lw = w_.layers[i];
-  const int H = static_cast<int>(c_.hidden_size), hd = static_cast<int>(c_.head_dim);
+  const int hd = static_cast<int>(c_.head_dim);
   const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
-  const int qkv_rows = (heads + 2 * kvh) * hd;
   GemvArgs g;
   g.x = h;
   g.w = lw.attn_qkv_weight;
   g.y = qkv_;
   g.bias = lw.attn_qkv_bias;
   g.n = m.n;
-  g.out = qkv_rows;
-  g.in = H;
+  g.out = (heads + 2 * kvh) * hd;
+  g.in = static_cast<int>(c_.hidden_size);
   g.dtype = g.out_dtype = w_.dtype;
-  linear(g, nullptr);
+  return g;
+}
 
+GemvArgs Transformer::out_args(int i, const StepMeta& m, void* out, float beta) const {
+  GemvArgs o;
+  o.x = attn_;
+  o.w = w_.layers[i].attn_output_weight;
+  o.y = out;
+  o.n = m.n;
+  o.out = static_cast<int>(c_.hidden_size);
+  o.in = static_cast<int>(layout_.num_heads_per_rank * c_.head_dim);
+  o.dtype = o.out_dtype = w_.dtype;
+  o.beta = beta;
+  return o;
+}
+
+void Transformer::attention_core(int i, const StepMeta& m) {
+  const int hd = static_cast<int>(c_.head_dim);
+  const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
+  const int qkv_rows = (heads + 2 * kvh) * hd;
   AttentionParams a;
   a.q = qkv_;
   a.q_stride = qkv_rows;
@@ -256,17 +293,6 @@ void Transformer::attention_block(int i, const StepMeta& m, const void* h, void*
     apply_rotary_and_append(i, m, qkv_rows);
   }
   attention(a, stream_);
-
-  GemvArgs o;
-  o.x = attn_;
-  o.w = lw.attn_output_weight;
-  o.y = out;
-  o.n = m.n;
-  o.out = H;
-  o.in = heads * hd;
-  o.dtype = o.out_dtype = w_.dtype;
-  o.beta = beta;
-  linear(o, nullptr);
 }
 
 void Transformer::apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows) {
@@ -301,32 +327,33 @@ void Transformer::apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows
   kv_cache_append(kv, stream_);
 }
 
-void Transformer::mlp_block(int i, const StepMeta& m, const void* h, void* out, float beta) {
+GemvArgs Transformer::up_args(int i, const StepMeta& m, const void* h) const {
   const LayerWeights& lw = w_.layers[i];
-  const int H = static_cast<int>(c_.hidden_size), ipr = static_cast<int>(layout_.intermediate_size_per_rank);
   GemvArgs up;  // MLP up (and gate) with its bias and the activation fused
   up.x = h;
   up.w = lw.ffn_up_weight;
   up.y = act_;
   up.bias = lw.ffn_up_bias;
   up.n = m.n;
-  up.out = ipr;
-  up.in = H;
+  up.out = static_cast<int>(layout_.intermediate_size_per_rank);
+  up.in = static_cast<int>(c_.hidden_size);
   up.dtype = up.out_dtype = w_.dtype;
   up.epilogue = c_.gated_mlp ? GemvEpilogue::GatedAct : GemvEpilogue::Act;
   up.act = c_.hidden_act;
-  linear(up, ffn_);
+  return up;
+}
 
+GemvArgs Transformer::down_args(int i, const StepMeta& m, void* out, float beta) const {
   GemvArgs down;
   down.x = act_;
-  down.w = lw.ffn_down_weight;
+  down.w = w_.layers[i].ffn_down_weight;
   down.y = out;
   down.n = m.n;
-  down.out = H;
-  down.in = ipr;
+  down.out = static_cast<int>(c_.hidden_size);
+  down.in = static_cast<int>(layout_.intermediate_size_per_rank);
   down.dtype = down.out_dtype = w_.dtype;
   down.beta = beta;
-  linear(down, nullptr);
+  return down;
 }
 
 }  // namespace tpshard::cuda

@@ -66,10 +66,17 @@ class Transformer {
     const void* bias1 = nullptr;
   };
   void layer(int i, const StepMeta& m, Pending& pending);
-  void attention_block(int i, const StepMeta& m, const void* h, void* out, float beta);
+  /// The layer's products as GemvArgs (shapes of this rank): column-parallel QKV (+bias) of h into qkv_;
+  /// row-parallel output projection of attn_ into out (+ beta out); MLP up/gate (+bias, activation) of h
+  /// into act_; row-parallel MLP down of act_ into out (+ beta out).
+  GemvArgs qkv_args(int i, const StepMeta& m, const void* h) const;
+  GemvArgs out_args(int i, const StepMeta& m, void* out, float beta) const;
+  GemvArgs up_args(int i, const StepMeta& m, const void* h) const;
+  GemvArgs down_args(int i, const StepMeta& m, void* out, float beta) const;
+  /// qkv_ -> attn_: rotary and kv_cache append (fused into the attention kernel at decode), attention.
+  void attention_core(int i, const StepMeta& m);
   /// Prefill path: rotary on Q/K of the QKV rows in place, then K/V appended to the kv_cache.
   void apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows);
-  void mlp_block(int i, const StepMeta& m, const void* h, void* out, float beta);
   void all_reduce(void* buf, size_t count, DType dtype);
   /// y = epilogue(x W^T + bias): the decode GEMV (kernels/gemv.cuh) when it applies, else cuBLASLt
   /// (into `scratch` for Act / GatedAct) followed by the separate bias_add / activation kernels.
@@ -85,6 +92,7 @@ class Transformer {
   KvCache kv_;
   Gemm gemm_;
   bool use_gemv_ = true;             ///< false when TPSHARD_NO_GEMV is set (A/B timing)
+  bool use_grouped_ = true;          ///< false when TPSHARD_NO_GROUPED_GEMV is set (A/B timing)
   CustomAllReduce* car_ = nullptr;
   std::vector<float> inv_freq_host_;
   // device buffers
