@@ -13,7 +13,9 @@ struct CudaRunnerOptions {
   int max_batch = 8;
   int max_seq_len = 2048;
   bool use_cuda_graphs = true;  ///< capture decode steps per batch-size bucket
-  int max_step_tokens = 4096;   ///< tokens per GPU step (workspace size); a longer forward runs in several steps
+  /// Tokens per GPU step (the activation workspace is sized for it); a longer forward runs in several
+  /// steps. 0: kMaxStepTokens (format/memory_plan.h, 1024), the size `tpshard plan` assumes.
+  int max_step_tokens = 0;
 };
 
 /// Build the runner for this rank. `comm` is the NCCL communicator (its stream is the compute stream);

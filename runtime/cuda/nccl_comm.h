@@ -21,7 +21,7 @@ namespace tpshard::cuda {
 class NcclCommunicator : public Communicator {
  public:
   /// Create rank `rank` of `size` on the current device (call cudaSetDevice first). Sets
-  /// NCCL_NVLS_ENABLE=0 when unset. Waits at most timeout_s for the other ranks to join, then throws
+  /// NCCL_NVLS_ENABLE=0, NCCL_MAX_NCHANNELS=8 and NCCL_BUFFSIZE=1 MiB when unset (memory; see the .cpp). Waits at most timeout_s for the other ranks to join, then throws
   /// Error ("rank r: NCCL init did not finish in N s ...").
   NcclCommunicator(const ncclUniqueId& id, int rank, int size, double timeout_s = 300.0);
   ~NcclCommunicator() override;
