@@ -31,6 +31,7 @@
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/nccl_comm.h"
 #include "runtime/cuda/weight_arena.h"
+#include "tools/copy_bandwidth.h"
 
 using namespace tpshard;
 using Clock = std::chrono::steady_clock;
@@ -52,31 +53,11 @@ struct Args {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// Device-to-device copy bandwidth (read + write bytes per second) over 1 GiB, the HBM ceiling we report.
-double measure_copy_gbps() {
-  const size_t bytes = 1ull << 30;
-  void *a = nullptr, *b = nullptr;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaEventRecord(e0);
-  for (int i = 0; i < 10; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaEventRecord(e1);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * bytes * 10 / (ms / 1e3) / 1e9;
-}
-
 /// Everything rank r does; rank 0 prints. Returns non-zero when a check failed.
 int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank, std::mutex& print_mu) {
   if (cudaSetDevice(rank) != cudaSuccess) throw Error("bench_generate: no GPU " + std::to_string(rank), "use --tp <= GPUs");
   const double copy_gbps =
-      rank == 0 && a.copy_bw && a.check_reference.empty() && a.check_greedy.empty() ? measure_copy_gbps() : 0;
+      rank == 0 && a.copy_bw && a.check_reference.empty() && a.check_greedy.empty() ? device_copy_gbps() : 0;
   // device memory in use (this GPU, all processes) after each stage: the deltas are this process's
   auto used_mib = [] {
     size_t free_b = 0, total_b = 0;

@@ -30,6 +30,7 @@
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/nccl_comm.h"
+#include "tools/copy_bandwidth.h"
 
 using namespace tpshard;
 using namespace tpshard::cuda;
@@ -47,28 +48,6 @@ struct Shape {
   float beta;
   DType out_dtype;
 };
-
-double copy_gbps() {
-  const size_t bytes = 1ull << 30;
-  void *a = nullptr, *b = nullptr;
-  TPS_CUDA_CHECK(cudaMalloc(&a, bytes));
-  TPS_CUDA_CHECK(cudaMalloc(&b, bytes));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaEventRecord(e0);
-  for (int i = 0; i < 10; ++i) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaEventRecord(e1);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaFree(a);
-  cudaFree(b);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return 2.0 * bytes * 10 / (ms / 1e3) / 1e9;
-}
 
 /// Microseconds per call of `enqueue(i)` for i = 0..calls-1, captured in one graph and replayed `reps` times.
 template <typename F>
@@ -101,7 +80,7 @@ double time_graph_us(cudaStream_t s, int calls, int reps, F enqueue) {
 
 void bench_linear() {
   TPS_CUDA_CHECK(cudaSetDevice(0));
-  const double bw = copy_gbps();
+  const double bw = device_copy_gbps();
   const auto F16 = DType::F16, BF16 = DType::BF16, F32 = DType::F32;
   const auto None = GemvEpilogue::None, Act = GemvEpilogue::Act, Gated = GemvEpilogue::GatedAct;
   const std::vector<Shape> shapes = {
