@@ -29,8 +29,10 @@ struct SessionOptions {
   bool quiet = false;            ///< do not print the "backend" line on stderr
 };
 
-/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048)
-/// when 0. Throws Error when it exceeds max_position_embeddings.
+/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048,
+/// sliding_window) when 0. Throws Error when it exceeds max_position_embeddings, or the sliding window
+/// (Mistral v0.1, Qwen2 with use_sliding_window): neither backend implements sliding-window attention,
+/// and up to the window full causal attention is exactly the same thing. Used by both backends.
 int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config);
 
 /// "cpu" / "cuda" / "auto".

@@ -125,9 +125,7 @@ void CudaWorker::report_failure(const std::string& message) {
 }
 
 int effective_max_seq_len(const SessionOptions& opts, const Manifest& m) {
-  if (opts.max_seq_len > 0) return opts.max_seq_len;
-  int64_t p = m.model.max_position_embeddings > 0 ? m.model.max_position_embeddings : 2048;
-  return int(std::min<int64_t>(p, 2048));
+  return ::tpshard::effective_max_seq_len(opts, m.model);  // runtime/session.h: the same rule as the CPU backend
 }
 
 void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,
