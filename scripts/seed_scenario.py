@@ -202,16 +202,13 @@ class GpuMemSampler:
 SUMMARY_RE = re.compile(
     r"prefill (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| decode (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| per rank "
     r"\(tp (\d+), (\w+)\): weights ([\d.]+|n/a) ?(?:MiB)?, kv_cache ([\d.]+|n/a) ?(?:MiB)? \| peak RSS ([\d.]+) MiB")
-BLOCK_RE = re.compile(r"^--- \[(\d+)\] \((\w*)\) ---$", re.M)
+BLOCK_RE = re.compile(r"^--- \[(\d+)\] ---\n(.*?)\n--- \[\1\] (\w+), (\d+) tokens ---$", re.M | re.S)
 
 
-def parse_outputs(stdout, n):
-    """tprun generate prints, for several prompts, '--- [i] (finish) ---' then the text of each."""
-    marks = list(BLOCK_RE.finditer(stdout))
-    texts = {}
-    for k, m in enumerate(marks):
-        end = marks[k + 1].start() if k + 1 < len(marks) else len(stdout)
-        texts[int(m.group(1))] = stdout[m.end() + 1:end].rstrip("\n")
+def parse_outputs(out, n):
+    """tprun generate, for several prompts, writes each text to stdout between two labels on stderr:
+    '--- [i] ---' and '--- [i] FINISH, N tokens ---'; `out` is both streams through one pipe."""
+    texts = {int(m.group(1)): m.group(2) for m in BLOCK_RE.finditer(out)}
     return [texts.get(i) for i in range(n)]
 
 
@@ -230,18 +227,18 @@ def run_tp(args, model: Path, tp, prompts, max_seq):
     log(f"tp {tp}: {' '.join(cmd[:cmd.index('generate') + 5])} ... ({len(prompts)} prompts)")
     sampler = GpuMemSampler() if args.device == "cuda" and shutil.which("nvidia-smi") else None
     t0 = time.time()
+    # stdout (texts) and stderr (labels, summary) through one pipe, so the labels stay next to their texts
     if sampler:
         with sampler:
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     else:
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.time() - t0
-    (args.workdir / f"tp{tp}.stdout.txt").write_text(r.stdout)
-    (args.workdir / f"tp{tp}.stderr.txt").write_text(r.stderr)
+    (args.workdir / f"tp{tp}.out.txt").write_text(r.stdout)
     if r.returncode != 0:
-        log(f"tp {tp}: tprun failed (exit {r.returncode}); last stderr lines:\n" + "\n".join(r.stderr.splitlines()[-8:]))
+        log(f"tp {tp}: tprun failed (exit {r.returncode}); last output lines:\n" + "\n".join(r.stdout.splitlines()[-8:]))
         return {"tp": tp, "failed": True, "wall_s": wall}
-    m = SUMMARY_RE.search(r.stderr)
+    m = SUMMARY_RE.search(r.stdout)
     res = {"tp": tp, "failed": m is None, "wall_s": wall, "texts": parse_outputs(r.stdout, len(prompts))}
     res["peak_rss"] = float(m.group(11)) * MIB if m else None
     if m:
@@ -253,7 +250,7 @@ def run_tp(args, model: Path, tp, prompts, max_seq):
         res["load_s"] = wall - res["prefill_s"] - res["decode_s"]
         res["decode_step_ms"] = 1000 * res["decode_s"] / max(1, args.new_tokens - 1)
     else:
-        log(f"tp {tp}: no summary line in tprun's stderr (see {args.workdir}/tp{tp}.stderr.txt)")
+        log(f"tp {tp}: no summary line in tprun's output (see {args.workdir}/tp{tp}.out.txt)")
     if sampler:
         res["gpu_peak"] = sampler.peaks(tp)
     return res

@@ -1,10 +1,20 @@
 // cli_validators.h: CLI11 validators with readable messages for the tools' numeric options
-// (CLI11 2.3's NonNegativeNumber / PositiveNumber print DBL_MAX in full as the range's bound).
+// (CLI11 2.3's NonNegativeNumber / PositiveNumber print DBL_MAX in full as the range's bound), and the
+// checks of file arguments that run before any model loads (input readable, output directory writable).
+// They throw tpshard::Error naming the option, the path and the fix; they never create anything.
 #pragma once
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "format/error.h"
 
 namespace tpshard::cli {
 
@@ -22,5 +32,53 @@ inline CLI::Validator number_at_least_zero(bool strict) {
 }
 inline CLI::Validator non_negative() { return number_at_least_zero(false); }
 inline CLI::Validator positive() { return number_at_least_zero(true); }
+
+/// `option` names the argument in messages ("--input", "--data"). Throws tpshard::Error unless `path`
+/// exists, is not a directory and can be read by this process.
+inline void check_input_file(const std::string& option, const std::string& path) {
+  const std::string what = option + " " + path;
+  TPS_CHECK(!path.empty(), option + ": empty path", "give the path of an existing file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    TPS_CHECK(err != ENOENT && err != ENOTDIR, what + ": no such file",
+              "check the path (relative paths start at the current directory " +
+                  std::filesystem::current_path().string() + ")");
+    throw Error(what + ": cannot be read (" + std::strerror(err) + ")", "check the path and its permissions");
+  }
+  TPS_CHECK(!S_ISDIR(st.st_mode), what + ": is a directory, not a file", "give the path of a file inside it");
+  TPS_CHECK(::access(path.c_str(), R_OK) == 0, what + ": cannot be read (" + std::strerror(errno) + ")",
+            "make it readable (chmod u+r " + path + ") or run as a user who can read it");
+}
+
+/// Throws tpshard::Error unless `path` can be written: its directory exists and is writable, and the
+/// path is not a directory, nor an existing file this process cannot write. Creates nothing.
+/// `label` starts the message ("generate --output"), `option` is what the hint says to change ("--output").
+inline void check_output_file(const std::string& label, const std::string& path, const std::string& option) {
+  const std::string what = label + " " + path;
+  TPS_CHECK(!path.empty(), label + ": empty path", "give the path of the file to write");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    TPS_CHECK(!S_ISDIR(st.st_mode), what + ": is a directory", "pass a file path as " + option + ", e.g. " + path + "/out.jsonl");
+    TPS_CHECK(::access(path.c_str(), W_OK) == 0, what + ": exists and cannot be written (" + std::strerror(errno) + ")",
+              "make it writable (chmod u+w " + path + ") or pass another " + option);
+    return;
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = std::filesystem::current_path().string();
+  struct stat dst {};
+  if (::stat(dir.c_str(), &dst) != 0) {
+    const int err = errno;
+    TPS_CHECK(err != ENOENT, what + ": the directory " + dir + " does not exist",
+              "create it first (mkdir -p " + dir + ") or pass another " + option);
+    throw Error(what + ": the directory " + dir + " cannot be used (" + std::strerror(err) + ")",
+                "pass another " + option + " in a directory you can write to");
+  }
+  TPS_CHECK(S_ISDIR(dst.st_mode), what + ": " + dir + " is not a directory",
+            "pass another " + option + " in an existing directory");
+  TPS_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0,
+            what + ": the directory " + dir + " is not writable (" + std::strerror(errno) + ")",
+            "pass another " + option + " in a directory you can write to, or fix its permissions");
+}
 
 }  // namespace tpshard::cli

@@ -1,15 +1,23 @@
 // test_cli.cpp: the tprun binary end to end on the CPU backend: `logits` JSON vs the HF reference,
-// `generate` greedy text of stories260K, exit codes (1 for errors with error:/hint: lines, 2 for usage).
+// `generate` greedy text of stories260K (one prompt streamed; several printed in prompt order as each
+// finishes), exit codes (1 for errors with error:/hint: lines, 2 for usage), file arguments checked
+// before the model loads, bench-load without a GPU, where `eval triviaqa` writes by default.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "runtime/session.h"
 
 using namespace std::string_literals;
 
@@ -20,10 +28,12 @@ struct Run {
   std::string out, err;
 };
 
-Run tprun(const std::string& args) {
+/// Runs `prefix tprun args` through the shell; prefix may be "cd DIR && " and/or a privilege drop.
+Run tprun(const std::string& args, const std::string& prefix = "") {
   const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli";
   std::filesystem::create_directories(dir);
-  const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tprun " + args + " >" + dir + "/out.txt 2>" + dir + "/err.txt";
+  const std::string cmd =
+      prefix + std::string(TPSHARD_BIN_DIR) + "/tprun " + args + " >" + dir + "/out.txt 2>" + dir + "/err.txt";
   const int status = std::system(cmd.c_str());
   auto slurp = [](const std::string& p) {
     std::ifstream f(p);
@@ -101,4 +111,274 @@ TEST_CASE("tprun exit codes: 1 with error/hint for errors, 2 for usage") {
   CHECK(r.code == 2);
   r = tprun(dir + " --tp 0 generate --prompt x");
   CHECK(r.code == 2);
+}
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+/// A fresh empty directory under the test output directory.
+std::string fresh_dir(const std::string& name) {
+  const std::string d = std::string(TPSHARD_TEST_OUT_DIR) + "/" + name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+/// Command prefix that runs tprun as an unprivileged user, so permission checks mean something when the
+/// tests run as root (root may read and write anything). Empty when not root.
+std::string unprivileged() {
+  if (::geteuid() != 0) return "";
+  if (std::system("command -v setpriv >/dev/null 2>&1") == 0) return "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  REQUIRE_MESSAGE(std::system("command -v runuser >/dev/null 2>&1") == 0,
+                  "running as root without setpriv or runuser: cannot test permission errors");
+  return "runuser -u nobody -- ";
+}
+
+/// The error of a run that must fail before loading the model: exit 1, error/hint lines naming `path`
+/// and containing `problem`, no "backend" line (it is printed when the model starts loading), no stdout.
+void check_fails_before_loading(const Run& r, const std::string& path, const std::string& problem) {
+  CHECK(r.code == 1);
+  CHECK(r.err.rfind("error: ", 0) == 0);
+  CHECK(r.err.find(path) != std::string::npos);
+  CHECK(r.err.find(problem) != std::string::npos);
+  CHECK(r.err.find("\nhint: ") != std::string::npos);
+  CHECK(r.err.find("backend") == std::string::npos);
+  CHECK(r.out.empty());
+  INFO("stderr: " << r.err);
+}
+
+}  // namespace
+
+TEST_CASE("tprun generate, several prompts: stdout holds each output in prompt order, labels on stderr") {
+  const std::string dir = stories_dir();
+  const std::vector<std::string> prompts = {"''", "'Once upon a time'", "'Tom'"};
+  const std::string opts = " --max-new-tokens 30 --stop Lily";
+  // Each prompt alone (streamed, then one newline): what the batch must print, in this order.
+  std::string expected;
+  for (const std::string& p : prompts) {
+    const Run r = tprun(dir + " --tp 2 --device cpu generate --prompt " + p + opts);
+    REQUIRE(r.code == 0);
+    REQUIRE(r.out.size() > 1);
+    expected += r.out;
+  }
+  // --max-batch 2 < 3 prompts: the third waits for a free slot (continuous batching), still printed third.
+  for (const char* batch : {"2", "8"}) {
+    CAPTURE(batch);
+    const Run r = tprun(dir + " --tp 2 --device cpu --max-batch " + batch + " generate --prompt " + prompts[0] +
+                        " --prompt " + prompts[1] + " --prompt " + prompts[2] + opts);
+    REQUIRE(r.code == 0);
+    CHECK(r.out == expected);  // only generated text, one newline after each output
+    // Greedy results of stories260K with the stop string "Lily" (the same at every tp and batch size).
+    const std::vector<std::string> labels = {"--- [0] ---\n", "--- [0] stop, 14 tokens ---\n", "--- [1] ---\n",
+                                             "--- [1] stop, 10 tokens ---\n", "--- [2] ---\n",
+                                             "--- [2] stop, 2 tokens ---\n", "tprun: prefill "};
+    size_t at = 0;
+    for (const std::string& label : labels) {
+      const size_t found = r.err.find(label, at);
+      CHECK_MESSAGE(found != std::string::npos, "missing or out of order on stderr: " << label);
+      if (found != std::string::npos) at = found + label.size();
+    }
+  }
+}
+
+TEST_CASE("tprun generate, several prompts: an output is printed when it is done, not when all are") {
+  const std::string dir = stories_dir();
+  // Prompt 0 stops at "box" after about 25 tokens; prompt 1 (no "box" in its text) runs 480 tokens in
+  // the same batch. Read stdout and stderr merged, as a terminal shows them, noting when each part arrives.
+  const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tprun " + dir +
+                          " --tp 1 --device cpu --threads 1 --max-batch 2 generate --prompt Tom --prompt 'The sun' "
+                          "--stop box --max-new-tokens 480 --ignore-eos 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  using Clock = std::chrono::steady_clock;
+  std::string merged;
+  Clock::time_point first_done{}, all_done{};
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::read(::fileno(pipe), buf, sizeof buf)) > 0) {  // read(), not fread(): no waiting for a full buffer
+    merged.append(buf, static_cast<size_t>(n));
+    if (first_done == Clock::time_point{} && merged.find("--- [0] stop") != std::string::npos) first_done = Clock::now();
+    if (all_done == Clock::time_point{} && merged.find("tprun: prefill") != std::string::npos) all_done = Clock::now();
+  }
+  const int status = ::pclose(pipe);
+  INFO("output: " << merged);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  REQUIRE(first_done != Clock::time_point{});
+  REQUIRE(all_done != Clock::time_point{});
+  // Prompt 0's text and closing label come before prompt 1's label; prompt 1 ran to its length.
+  const size_t text0 = merged.find(" and Lily were playing in the park.");
+  const size_t label1 = merged.find("--- [1] ---\n");
+  REQUIRE(text0 != std::string::npos);
+  REQUIRE(label1 != std::string::npos);
+  CHECK(text0 < merged.find("--- [0] stop"));
+  CHECK(merged.find("--- [0] stop") < label1);
+  CHECK(merged.find("--- [1] length, 480 tokens ---\n") != std::string::npos);
+  // The decode of prompt 1's remaining ~440 tokens (about 90% of the decode time the summary reports)
+  // lies between prompt 0's closing label and the summary. Require a quarter of the decode time, which
+  // leaves room for a slow reader; printing everything at the end separates them by microseconds.
+  const size_t d = merged.find("| decode ");
+  REQUIRE(d != std::string::npos);
+  long long decode_tokens = 0;
+  double decode_s = 0;
+  REQUIRE(std::sscanf(merged.c_str() + d, "| decode %lld tok %lf s", &decode_tokens, &decode_s) == 2);
+  CHECK(decode_tokens > 450);
+  const double gap_s = std::chrono::duration<double>(all_done - first_done).count();
+  CAPTURE(decode_s);
+  CHECK(gap_s >= 0.25 * decode_s);
+}
+
+TEST_CASE("tprun generate --input/--output: file problems are reported before the model loads") {
+  const std::string dir = stories_dir();
+  const std::string tmp = fresh_dir("cli-files");
+  const std::string input = tmp + "/prompts.jsonl";
+  std::ofstream(input) << "{\"id\": \"a\", \"prompt\": \"Once\"}\n";
+  const std::string out = tmp + "/out.jsonl";
+  const std::string gen = dir + " --tp 2 --device cpu generate --max-new-tokens 4 ";
+
+  SUBCASE("missing input") {
+    const Run r = tprun(gen + "--input " + tmp + "/nope.jsonl --output " + out);
+    check_fails_before_loading(r, tmp + "/nope.jsonl", "no such file");
+  }
+  SUBCASE("input is a directory") {
+    const Run r = tprun(gen + "--input " + tmp + " --output " + out);
+    check_fails_before_loading(r, tmp, "is a directory");
+  }
+  SUBCASE("output directory does not exist") {
+    const Run r = tprun(gen + "--input " + input + " --output " + tmp + "/no/such/dir/out.jsonl");
+    check_fails_before_loading(r, tmp + "/no/such/dir", "does not exist");
+    CHECK(r.err.find("mkdir -p " + tmp + "/no/such/dir") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(tmp + "/no"));
+  }
+  SUBCASE("output is a directory") {
+    const Run r = tprun(gen + "--input " + input + " --output " + tmp);
+    check_fails_before_loading(r, tmp, "is a directory");
+  }
+  SUBCASE("output directory not writable, input not readable") {
+    const std::string ro = tmp + "/readonly";
+    std::filesystem::create_directories(ro);
+    REQUIRE(::chmod(tmp.c_str(), 0755) == 0);
+    REQUIRE(::chmod(ro.c_str(), 0555) == 0);
+    REQUIRE(::chmod(input.c_str(), 0644) == 0);
+    Run r = tprun(gen + "--input " + input + " --output " + ro + "/out.jsonl", unprivileged());
+    check_fails_before_loading(r, ro, "is not writable");
+    CHECK_FALSE(std::filesystem::exists(ro + "/out.jsonl"));
+
+    REQUIRE(::chmod(input.c_str(), 0) == 0);
+    r = tprun(gen + "--input " + input + " --output " + out, unprivileged());
+    check_fails_before_loading(r, input, "cannot be read");
+    CHECK_FALSE(std::filesystem::exists(out));
+    REQUIRE(::chmod(input.c_str(), 0644) == 0);
+  }
+  // Nothing was left behind by any case (prompts.jsonl and the readonly directory are the test's own).
+  for (const auto& e : std::filesystem::recursive_directory_iterator(tmp))
+    CHECK_MESSAGE((e.path() == input || e.path() == tmp + "/readonly"), "left behind: " << e.path());
+}
+
+TEST_CASE("tprun eval triviaqa: data and output problems are reported before the model loads") {
+  const std::string dir = stories_dir();
+  const std::string tmp = fresh_dir("cli-eval-files");
+  const std::string data = std::string(TPSHARD_FIXTURES_DIR) + "/triviaqa/validation_sample.hf_layout.jsonl";
+  const std::string eval = dir + " --tp 2 --device cpu eval triviaqa --shots 1 --limit 2 ";
+
+  SUBCASE("missing data file") {
+    const Run r = tprun(eval + "--data " + tmp + "/missing.jsonl --output " + tmp + "/p.jsonl");
+    check_fails_before_loading(r, tmp + "/missing.jsonl", "no such file");
+  }
+  SUBCASE("missing --shots-from file") {
+    const Run r = tprun(eval + "--data " + data + " --shots-from " + tmp + "/shots.json --output " + tmp + "/p.jsonl");
+    check_fails_before_loading(r, tmp + "/shots.json", "no such file");
+  }
+  SUBCASE("output directory does not exist") {
+    const Run r = tprun(eval + "--data " + data + " --output " + tmp + "/nodir/p.jsonl");
+    check_fails_before_loading(r, tmp + "/nodir", "does not exist");
+    CHECK_FALSE(std::filesystem::exists(tmp + "/nodir"));
+  }
+  SUBCASE("summary directory does not exist") {
+    const Run r = tprun(eval + "--data " + data + " --output " + tmp + "/p.jsonl --summary " + tmp + "/nodir/s.json");
+    check_fails_before_loading(r, tmp + "/nodir", "does not exist");
+  }
+  SUBCASE("default output in a current directory that is not writable") {
+    const std::string ro = tmp + "/readonly";
+    std::filesystem::create_directories(ro);
+    REQUIRE(::chmod(tmp.c_str(), 0755) == 0);
+    REQUIRE(::chmod(ro.c_str(), 0555) == 0);
+    const Run r = tprun(eval + "--data " + data, "cd " + ro + " && " + unprivileged());
+    check_fails_before_loading(r, "validation_sample.predictions.jsonl", "is not writable");
+    CHECK(r.err.find(ro) != std::string::npos);  // names the directory
+    CHECK(r.err.find("--output") != std::string::npos);  // and how to write elsewhere
+  }
+  // Nothing was left behind by any case (the only entry a case makes itself is the readonly directory).
+  for (const auto& e : std::filesystem::recursive_directory_iterator(tmp))
+    CHECK_MESSAGE(e.path() == tmp + "/readonly", "left behind: " << e.path());
+}
+
+TEST_CASE("tprun eval triviaqa without --output: names the default predictions file at start, writes it there") {
+  const std::string dir = stories_dir();
+  const std::string cwd = fresh_dir("cli-eval-default");
+  const std::string data = std::string(TPSHARD_FIXTURES_DIR) + "/triviaqa/validation_sample.hf_layout.jsonl";
+  const std::string preds = cwd + "/validation_sample.predictions.jsonl";
+  const std::string args = dir + " --tp 2 --device cpu eval triviaqa --data " + data + " --shots 1 --limit 3";
+  Run r = tprun(args, "cd " + cwd + " && ");
+  REQUIRE(r.code == 0);
+  INFO("stderr: " << r.err);
+  const std::string notice = "tprun: eval triviaqa: predictions -> " + preds +
+                             " (default: DATA_STEM.predictions.jsonl in the current directory; --output to choose), "
+                             "summary -> " + preds + ".summary.json\n";
+  CHECK(r.err.rfind(notice, 0) == 0);  // the first line, before the model loads
+  CHECK(r.err.find("backend cpu") > r.err.find(notice));
+  CHECK(r.err.find("exists") == std::string::npos);
+  // The file is there, with the 3 scored questions, and the summary names it.
+  std::ifstream f(preds);
+  REQUIRE(f.good());
+  int lines = 0;
+  for (std::string line; std::getline(f, line);) lines += !line.empty();
+  CHECK(lines == 3);
+  CHECK(r.out.find("predictions validation_sample.predictions.jsonl") != std::string::npos);
+  const auto summary = nlohmann::json::parse(slurp(preds + ".summary.json"));
+  CHECK(summary["n"].get<int>() == 3);
+
+  // A rerun reuses that file, and says so before loading.
+  r = tprun(args, "cd " + cwd + " && ");
+  REQUIRE(r.code == 0);
+  CHECK(r.err.rfind(notice, 0) == 0);
+  CHECK(r.err.find("validation_sample.predictions.jsonl exists: questions already in it are scored from it") <
+        r.err.find("backend cpu"));
+  CHECK(r.out.find("0 generated now, 3 resumed") != std::string::npos);
+
+  // With --output the notice names that file, without the default remark.
+  r = tprun(args + " --output " + cwd + "/mine.jsonl", "cd " + cwd + " && ");
+  REQUIRE(r.code == 0);
+  CHECK(r.err.rfind("tprun: eval triviaqa: predictions -> " + cwd + "/mine.jsonl, summary -> " + cwd +
+                        "/mine.jsonl.summary.json\n",
+                    0) == 0);
+  CHECK(std::filesystem::exists(cwd + "/mine.jsonl"));
+}
+
+TEST_CASE("tprun bench-load without a GPU says it needs a CUDA device") {
+  const std::string dir = stories_dir();
+  std::vector<std::string> runs = {dir + " --device cpu bench-load", dir + " --tp 2 --device cpu bench-load --json"};
+  // Where a GPU is visible to a CUDA build, plain bench-load really runs; everywhere else (CI) it must
+  // explain itself, whatever the options.
+  if (tpshard::resolve_device(tpshard::Device::Auto) != tpshard::Device::Cuda) {
+    runs.push_back(dir + " bench-load");
+    runs.push_back(dir + " --tp 2 bench-load --repeat 2 --no-runner");
+  }
+  for (const std::string& args : runs) {
+    CAPTURE(args);
+    const Run r = tprun(args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 1);
+    CHECK(r.err.rfind("error: bench-load measures loading the shards into GPU memory and needs a CUDA device: ", 0) == 0);
+    CHECK(r.err.find("hint: run it on a machine with an NVIDIA GPU") != std::string::npos);
+    CHECK(r.err.find("tpshard plan") != std::string::npos);
+    CHECK(r.err.find("launcher") == std::string::npos);
+    CHECK(r.err.find("rank 0") == std::string::npos);
+    CHECK(r.out.empty());
+  }
 }

@@ -1,6 +1,7 @@
 // cmd_bench_load.cpp: `tprun MODEL_DIR --tp N bench-load` (CUDA builds): every rank loads its own shard
 // into a WeightArena and reports load time, GB/s, peak host RSS and device memory by category; rank 0
-// prints one table with the spread between ranks (numbers gathered over NCCL).
+// prints one table with the spread between ranks (numbers gathered over NCCL). Without a visible GPU, or
+// with --device cpu, it stops before starting any worker (builds without CUDA: main.cpp's stub).
 // Also the hidden `comm-test` subcommand: NCCL all_reduce / all_gather / broadcast with rank-dependent,
 // exactly checkable data (used by scripts/gpu_check.sh, e.g. for the two-"node" run), optional fault
 // injection (--fail-rank) and a hold time for kill tests.
@@ -11,6 +12,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -305,6 +308,17 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--repeat", o->repeat, "load this many times, report the fastest")->capture_default_str();
   sub->add_flag("--json", o->json, "also print one JSON line per rank");
   sub->callback([&g, o] { run_bench_load(g, *o); });
+  // Without a GPU, say so before the launcher or CudaWorker answer with rank / process-count messages.
+  g.preflight.push_back([sub, &g] {
+    if (!sub->parsed()) return;
+    if (g.session.device == Device::Cpu)
+      throw_bench_load_needs_gpu("--device cpu selects the CPU backend, which has no bench-load");
+    if (resolve_device(Device::Auto) != Device::Cuda) {
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      throw_bench_load_needs_gpu(std::string("no GPU is visible to this process") +
+                                 (visible ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : std::string()));
+    }
+  });
 
   auto c = std::make_shared<CommTestOptions>();
   CLI::App* ct = app.add_subcommand("comm-test", "NCCL self-test with rank-dependent data (for gpu_check.sh)");

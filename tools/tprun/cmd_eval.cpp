@@ -1,5 +1,10 @@
 // cmd_eval.cpp: `tprun MODEL_DIR eval triviaqa --data FILE ...`: few-shot TriviaQA EM/F1 as a resumable
-// batch job. Owns: option parsing only; the job is eval/triviaqa_eval.h (formats in docs/EVAL.md).
+// batch job. Owns: option parsing, the checks that run before loading (data readable, outputs writable)
+// and the notice naming the files it writes; the job is eval/triviaqa_eval.h (formats in docs/EVAL.md).
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -9,6 +14,40 @@
 #include "tools/tprun/commands.h"
 
 namespace tpshard::tprun {
+
+namespace {
+
+std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
+
+/// Before loading: --data / --shots-from readable, the predictions and summary files writable (the
+/// defaults resolved as the job resolves them). Then one stderr line names both files, and a second
+/// one says when the predictions file exists, since its questions are then reused, not generated.
+void check_triviaqa_options(const eval::TriviaQaOptions& o, bool print_notice) {
+  cli::check_input_file("eval triviaqa --data", o.data_path);
+  if (!o.shots_from.empty()) cli::check_input_file("eval triviaqa --shots-from", o.shots_from);
+  const bool default_output = o.output_path.empty();
+  const std::string output = default_output ? eval::default_predictions_path(o.data_path) : o.output_path;
+  const std::string summary = o.summary_path.empty() ? output + ".summary.json" : o.summary_path;
+  cli::check_output_file(default_output ? "eval triviaqa: predictions file (default, as --output is not given)"
+                                        : "eval triviaqa --output",
+                         output, "--output");
+  cli::check_output_file(o.summary_path.empty() ? "eval triviaqa: summary file (default: OUTPUT.summary.json)"
+                                                : "eval triviaqa --summary",
+                         summary, o.summary_path.empty() ? "--output or --summary" : "--summary");
+  if (!print_notice) return;
+  std::fprintf(stderr, "tprun: eval triviaqa: predictions -> %s%s, summary -> %s\n", absolute(output).c_str(),
+               default_output ? " (default: DATA_STEM.predictions.jsonl in the current directory; --output to choose)"
+                              : "",
+               absolute(summary).c_str());
+  struct stat st {};
+  if (::stat(output.c_str(), &st) == 0 && st.st_size > 0)
+    std::fprintf(stderr,
+                 "tprun: eval triviaqa: %s exists: questions already in it are scored from it, not generated again "
+                 "(resume); delete it or pass another --output for a fresh run (e.g. another model or settings)\n",
+                 output.c_str());
+}
+
+}  // namespace
 
 void add_eval_command(CLI::App& app, GlobalOptions& g) {
   CLI::App* eval_cmd = app.add_subcommand("eval", "evaluation jobs (resumable: rerun the same command to finish)");
@@ -43,6 +82,9 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
   tqa->add_option("--progress-interval", o->progress_interval_s,
                   "seconds between progress lines when stderr is not a terminal (default 10)")
       ->check(tpshard::cli::positive());
+  g.preflight.push_back([tqa, o, &g] {
+    if (tqa->parsed()) check_triviaqa_options(*o, g.primary_process);
+  });
   tqa->callback([&g, o, bad] {
     o->on_bad_record = eval::parse_bad_record_policy(*bad);
     o->model_dir = g.session.model_dir;

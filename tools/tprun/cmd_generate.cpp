@@ -1,7 +1,8 @@
 // cmd_generate.cpp: `tprun MODEL_DIR generate` (prompts from --prompt or a JSONL file) and
-// `tprun MODEL_DIR chat` (one user turn rendered with the model's chat template). Text streams to
-// stdout for a single prompt; one summary line (tokens/s, memory per rank, peak RSS) goes to stderr.
-// Owns: option parsing and printing only; generation is runtime/generate.h.
+// `tprun MODEL_DIR chat` (one user turn rendered with the model's chat template). stdout gets only the
+// generated text, streamed in prompt order (several prompts still run as one batch); labels and one
+// summary line (tokens/s, memory per rank, peak RSS) go to stderr. Owns: option parsing, the checks
+// that run before loading, and printing; generation is runtime/generate.h.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -80,27 +81,82 @@ void print_summary(const RankContext& ctx, const GenerationStats& s) {
                mib(peak_rss_bytes()).c_str());
 }
 
-/// Generate for already-encoded prompts; stream when there is one, else print each result in order.
+/// Prints the outputs of several prompts in prompt order while they run as one batch. The first
+/// unfinished prompt streams; text of later prompts is held until every prompt before them is done,
+/// then printed at once and streamed on. stdout gets only generated text, each output ended by one
+/// newline; stderr gets `--- [i] ---` before output i and `--- [i] FINISH_REASON, N tokens ---` after it.
+class OrderedPrinter {
+ public:
+  explicit OrderedPrinter(size_t n) : held_(n), done_(n) {}
+
+  void on_text(size_t i, const std::string& piece) {
+    start();
+    if (i == current_) write_text(piece);
+    else held_[i] += piece;
+  }
+
+  /// generate() streams all of a request's text (r.text) through on_text before calling this.
+  void on_done(size_t i, const GenerationResult& r) {
+    start();
+    done_[i] = "--- [" + std::to_string(i) + "] " + r.finish_reason + ", " + std::to_string(r.output_ids.size()) +
+               " tokens ---\n";
+    while (current_ < done_.size() && !done_[current_].empty()) {
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      std::fputs(done_[current_].c_str(), stderr);
+      if (++current_ < done_.size()) begin(current_);
+    }
+  }
+
+ private:
+  /// The first label waits for the first result, so an error before generation starts (prompt too
+  /// long, ...) is not preceded by a dangling label.
+  void start() {
+    if (started_) return;
+    started_ = true;
+    begin(0);
+  }
+
+  void begin(size_t i) {
+    std::fprintf(stderr, "--- [%zu] ---\n", i);
+    write_text(held_[i]);
+    held_[i] = std::string();
+  }
+
+  static void write_text(const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);  // before the next label on stderr, so a terminal shows both in order
+  }
+
+  std::vector<std::string> held_;  ///< text of prompts after current_, streamed but not printed yet
+  std::vector<std::string> done_;  ///< the closing stderr label of each finished prompt; empty: running
+  size_t current_ = 0;             ///< the prompt whose text goes straight to stdout
+  bool started_ = false;
+};
+
+/// Generate for already-encoded prompts. One prompt: its text streams to stdout, then a newline. Several:
+/// OrderedPrinter (each output as soon as it and every prompt before it are done).
 void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& p) {
   std::vector<GenerationRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) requests.push_back({std::to_string(i), prompts[i], p});
   const bool out = ctx.is_output_rank();
   const bool single = prompts.size() == 1;
   GenerateCallbacks cb;
-  if (out && single)
+  std::unique_ptr<OrderedPrinter> printer;
+  if (out && single) {
     cb.on_text = [](size_t, const std::string& piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     };
-  GenerationStats stats;
-  const std::vector<GenerationResult> results = generate(*ctx.runner, *ctx.tokenizer, requests, cb, &stats);
-  if (!out) return;
-  if (single) {
-    std::fputc('\n', stdout);
-  } else {
-    for (size_t i = 0; i < results.size(); ++i)
-      std::printf("--- [%zu] (%s) ---\n%s\n", i, results[i].finish_reason.c_str(), results[i].text.c_str());
+  } else if (out) {
+    printer = std::make_unique<OrderedPrinter>(prompts.size());
+    cb.on_text = [&printer](size_t i, const std::string& piece) { printer->on_text(i, piece); };
+    cb.on_done = [&printer](size_t i, const GenerationResult& r) { printer->on_done(i, r); };
   }
+  GenerationStats stats;
+  generate(*ctx.runner, *ctx.tokenizer, requests, cb, &stats);
+  if (!out) return;
+  if (single) std::fputc('\n', stdout);
   std::fflush(stdout);
   print_summary(ctx, stats);
 }
@@ -111,19 +167,27 @@ void require_tokenizer(const RankContext& ctx) {
             "copy the model's tokenizer.json next to manifest.json, or use `tprun MODEL logits --ids ...`");
 }
 
-void run_generate(GlobalOptions& g, const GenerateOptions& o) {
+/// The checks of `generate` that need no model: option combinations, the JSONL input readable, the
+/// output's directory writable. Run by main before anything loads.
+void check_generate_options(const GenerateOptions& o) {
   const bool jsonl = !o.input.empty() || !o.output.empty();
-  if (jsonl) {
-    TPS_CHECK(!o.input.empty() && !o.output.empty(), "generate: --input and --output go together",
-              "pass both --input prompts.jsonl and --output out.jsonl");
-    TPS_CHECK(o.prompts.empty(), "generate: --prompt cannot be combined with --input", "use one of them");
-#if !TPRUN_JSONL
-    throw Error("generate --input: this build has no JSONL job support (eval/generate_jsonl.h)",
-                "use --prompt, or build with the eval library");
-#endif
-  } else {
+  if (!jsonl) {
     TPS_CHECK(!o.prompts.empty(), "generate: no prompt", "pass --prompt \"...\" (repeatable) or --input FILE --output FILE");
+    return;
   }
+  TPS_CHECK(!o.input.empty() && !o.output.empty(), "generate: --input and --output go together",
+            "pass both --input prompts.jsonl and --output out.jsonl");
+  TPS_CHECK(o.prompts.empty(), "generate: --prompt cannot be combined with --input", "use one of them");
+#if !TPRUN_JSONL
+  throw Error("generate --input: this build has no JSONL job support (eval/generate_jsonl.h)",
+              "use --prompt, or build with the eval library");
+#endif
+  cli::check_input_file("generate --input", o.input);
+  cli::check_output_file("generate --output", o.output, "--output");
+}
+
+void run_generate(GlobalOptions& g, const GenerateOptions& o) {
+  const bool jsonl = !o.input.empty() || !o.output.empty();  // options checked by check_generate_options
   run_on_ranks(g.session, [&](RankContext& ctx) {
     require_tokenizer(ctx);
     if (jsonl) {
@@ -174,6 +238,9 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
       ->check(CLI::IsMember({"stop", "skip"}));
   add_sampling_options(gen, o->params);
   gen->callback([&g, o] { run_generate(g, *o); });
+  g.preflight.push_back([gen, o] {
+    if (gen->parsed()) check_generate_options(*o);
+  });
 
   auto c = std::make_shared<GenerateOptions>();
   CLI::App* chat = app.add_subcommand("chat", "answer one user message through the model's chat template");

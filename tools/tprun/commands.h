@@ -1,8 +1,13 @@
 // commands.h: the tprun subcommands. main.cpp parses the global options and registers each
-// subcommand; each cmd_*.cpp owns one subcommand's options and its run function.
+// subcommand; each cmd_*.cpp owns one subcommand's options, its preflight checks and its run function.
 #pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
+#include "format/error.h"
 #include "runtime/session.h"
 
 namespace tpshard::tprun {
@@ -10,12 +15,30 @@ namespace tpshard::tprun {
 /// Options before the subcommand: MODEL_DIR --tp N --device cpu|cuda|auto --max-batch --max-seq-len ...
 struct GlobalOptions {
   SessionOptions session;
+  /// Checks that need no model (option combinations, input files readable, output directories
+  /// writable). main runs them all once parsing is done, before any worker starts or weights load;
+  /// each returns at once unless its own subcommand was the one parsed. Throw tpshard::Error.
+  std::vector<std::function<void()>> preflight;
+  /// True in the one process that speaks for the job: the process the user started (launcher or
+  /// single process), or rank 0 when an external launcher (mpirun, srun, torchrun) started every rank.
+  /// Notices printed by preflight checks are printed only here, so they appear once.
+  bool primary_process = true;
 };
 
 void add_generate_command(CLI::App& app, GlobalOptions& g);    // cmd_generate.cpp  (generate, chat)
 void add_tokenize_commands(CLI::App& app, GlobalOptions& g);   // cmd_tokenize.cpp  (tokenize, detokenize)
 void add_logits_command(CLI::App& app, GlobalOptions& g);      // cmd_logits.cpp
 void add_eval_command(CLI::App& app, GlobalOptions& g);        // cmd_eval.cpp      (eval triviaqa)
-void add_bench_load_command(CLI::App& app, GlobalOptions& g);  // cmd_bench_load.cpp
+void add_bench_load_command(CLI::App& app, GlobalOptions& g);  // cmd_bench_load.cpp (CUDA builds;
+                                                               // main.cpp registers a stub otherwise)
+
+/// bench-load where it cannot run. It measures loading shards into GPU memory, so it needs a CUDA build
+/// and a visible GPU; the CPU backend has no bench-load. why: what is missing here.
+[[noreturn]] inline void throw_bench_load_needs_gpu(const std::string& why) {
+  throw Error("bench-load measures loading the shards into GPU memory and needs a CUDA device: " + why,
+              "run it on a machine with an NVIDIA GPU and a CUDA build of tprun; without a GPU, `tpshard plan MODEL "
+              "--tp N` shows the memory per GPU and `tprun MODEL --device cpu generate ...` ends with the weights, "
+              "kv_cache and peak RSS per rank");
+}
 
 }  // namespace tpshard::tprun

@@ -1,7 +1,7 @@
 // main.cpp: the tprun command line. Reads like a table of contents: global options (model dir, tp,
-// device, kv_cache size, multi-node rendezvous), one subcommand per cmd_*.cpp, the launcher hook
-// (CUDA: start one worker per GPU, then wait), and the error convention:
-// tpshard::Error -> "error: ...\nhint: ..." exit 1; usage errors exit 2.
+// device, kv_cache size, multi-node rendezvous), one subcommand per cmd_*.cpp, the subcommands'
+// preflight checks (before anything loads), the launcher hook (CUDA: start one worker per GPU, then
+// wait), and the error convention: tpshard::Error -> "error: ...\nhint: ..." exit 1; usage errors exit 2.
 #include <unistd.h>
 
 #include <csignal>
@@ -41,6 +41,19 @@ tpshard::Device parse_device(const std::string& s) {
   return tpshard::Device::Auto;
 }
 
+#if !(TPSHARD_HAVE_CUDA && TPRUN_HAVE_BENCH_LOAD_CMD)
+/// Builds without CUDA: `bench-load` (with any of its options) says why it cannot run here, instead of
+/// CLI11's "unexpected argument" or a launcher message.
+void add_bench_load_unavailable(CLI::App& app, tpshard::tprun::GlobalOptions& g) {
+  CLI::App* sub = app.add_subcommand(
+      "bench-load", "CUDA builds only: load each rank's shard into GPU memory, report time, GB/s and memory");
+  sub->allow_extras();  // its options belong to the CUDA build; the error below is the answer to any of them
+  g.preflight.push_back([sub] {
+    if (sub->parsed()) tpshard::tprun::throw_bench_load_needs_gpu("this tprun was built without the CUDA backend");
+  });
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,6 +91,8 @@ int main(int argc, char** argv) {
 #endif
 #if TPSHARD_HAVE_CUDA && TPRUN_HAVE_BENCH_LOAD_CMD
   add_bench_load_command(app, g);
+#else
+  add_bench_load_unavailable(app, g);
 #endif
 
   // Runs after all options are parsed and before the subcommand's callback.
@@ -85,11 +100,17 @@ int main(int argc, char** argv) {
     g.session.device = parse_device(device);
     g.session.verify_hashes = !no_verify;
 #if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
-    const int rc = tpshard::launch_workers_if_needed(argc, argv, g.session);
-    if (rc >= 0) throw ExitNow{rc};
-    const bool worker = tpshard::is_worker_process();  // workers are stopped by their launcher
+    const tpshard::WorkerEnv env = tpshard::read_worker_env();
+    const bool worker = env.found;  // workers are stopped by their launcher
+    g.primary_process = !worker || (env.source != "tprun" && env.rank == 0);
 #else
     const bool worker = false;
+#endif
+    // Missing inputs, unwritable outputs, bad option combinations: fail in seconds, not after loading.
+    for (const auto& check : g.preflight) check();
+#if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
+    const int rc = tpshard::launch_workers_if_needed(argc, argv, g.session);
+    if (rc >= 0) throw ExitNow{rc};
 #endif
     if (!worker) {
       std::signal(SIGINT, on_interrupt);
