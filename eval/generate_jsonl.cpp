@@ -131,6 +131,7 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
       json rec = json::parse(line, nullptr, false);
       if (rec.is_discarded()) throw Error(where + ": not valid JSON", kBadHint);
       ParsedLine p = parse_line(rec, line_no, where, *ctx.tokenizer, defaults);
+      if (ctx.runner) check_request(p.item.request, ctx.runner->max_seq_len(), where);  // now, not hours in
       if (!keys.insert(id_key(p.item.id)).second)
         throw Error(where + ": duplicate id " + id_key(p.item.id), "ids must be unique for resuming; fix the input");
       items.push_back(std::move(p.item));

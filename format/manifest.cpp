@@ -36,7 +36,14 @@ T field(const json& j, const char* key, const std::string& where) {
 Manifest load_manifest(const std::string& model_dir) {
   const std::string path = model_dir + "/manifest.json";
   std::ifstream f(path);
-  if (!f) throw Error(path + ": cannot open", "point at a directory written by `tpshard convert` (it holds manifest.json)");
+  if (!f) {
+    const int err = errno;
+    if (err == EACCES)
+      throw Error(path + ": cannot open (" + std::strerror(err) + ")",
+                  "make the model directory readable for this user (chmod -R a+rX DIR), or run as its owner");
+    throw Error(path + ": cannot open" + (err ? std::string(" (") + std::strerror(err) + ")" : std::string()),
+                "point at a directory written by `tpshard convert` (it holds manifest.json)");
+  }
   json j;
   try {
     j = json::parse(f);

@@ -18,6 +18,33 @@
 
 namespace tpshard {
 
+void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who) {
+  const int64_t p = static_cast<int64_t>(r.prompt_ids.size());
+  TPS_CHECK(p > 0, who + ": empty prompt", "give at least one token (BOS for an empty prompt)");
+  TPS_CHECK(p <= max_seq,
+            who + ": prompt of " + std::to_string(p) + " tokens exceeds --max-seq-len " + std::to_string(max_seq),
+            "shorten the prompt, or raise --max-seq-len if it is below the model's max_position_embeddings");
+  TPS_CHECK(r.params.max_new_tokens >= 0 && r.params.min_new_tokens >= 0,
+            who + ": max_new_tokens and min_new_tokens must be >= 0", "fix the sampling options");
+  // The last generated token is never fed back, so p + max_new_tokens - 1 positions are needed.
+  TPS_CHECK(p + r.params.max_new_tokens - 1 <= max_seq,
+            who + ": prompt of " + std::to_string(p) + " tokens + max_new_tokens " +
+                std::to_string(r.params.max_new_tokens) + " exceeds --max-seq-len " + std::to_string(max_seq),
+            "lower max_new_tokens to " + std::to_string(std::max<int64_t>(0, max_seq - p + 1)) +
+                " or less, or raise --max-seq-len if it is below the model's max_position_embeddings");
+  const SamplingParams& sp = r.params;
+  TPS_CHECK(sp.temperature >= 0.0f, who + ": temperature " + std::to_string(sp.temperature) + " is negative",
+            "use temperature 0 (greedy) or a positive value");
+  TPS_CHECK(sp.top_k >= 0, who + ": top_k " + std::to_string(sp.top_k) + " is negative", "use top_k 0 (off) or more");
+  TPS_CHECK(sp.top_p > 0.0f && sp.top_p <= 1.0f, who + ": top_p " + std::to_string(sp.top_p) + " is outside (0, 1]",
+            "use top_p in (0, 1]; 1 turns it off");
+  TPS_CHECK(sp.min_p >= 0.0f && sp.min_p <= 1.0f, who + ": min_p " + std::to_string(sp.min_p) + " is outside [0, 1]",
+            "use min_p in [0, 1]; 0 turns it off");
+  TPS_CHECK(sp.repetition_penalty > 0.0f,
+            who + ": repetition_penalty " + std::to_string(sp.repetition_penalty) + " is not positive",
+            "use a repetition_penalty > 0; 1 turns it off");
+}
+
 namespace {
 
 /// Prompt tokens fed per forward at most (longer prompts are prefilled in pieces).
@@ -79,36 +106,7 @@ class Generator {
 
 void Generator::validate() const {
   TPS_CHECK(runner_.max_batch() >= 1, "generate: the runner has no kv_cache slots", "pass --max-batch 1 or more");
-  const int64_t max_seq = runner_.max_seq_len();
-  for (const GenerationRequest& r : requests_) {
-    const int64_t p = static_cast<int64_t>(r.prompt_ids.size());
-    TPS_CHECK(p > 0, "request " + r.id + ": empty prompt", "give at least one token (BOS for an empty prompt)");
-    TPS_CHECK(p <= max_seq,
-              "request " + r.id + ": prompt of " + std::to_string(p) + " tokens exceeds --max-seq-len " +
-                  std::to_string(max_seq),
-              "raise --max-seq-len (at most the model's max_position_embeddings) or shorten the prompt");
-    // The last generated token is never fed back, so p + max_new_tokens - 1 positions are needed.
-    TPS_CHECK(p + r.params.max_new_tokens - 1 <= max_seq,
-              "request " + r.id + ": prompt of " + std::to_string(p) + " tokens + max_new_tokens " +
-                  std::to_string(r.params.max_new_tokens) + " exceeds --max-seq-len " + std::to_string(max_seq),
-              "lower --max-new-tokens or raise --max-seq-len");
-    TPS_CHECK(r.params.max_new_tokens >= 0 && r.params.min_new_tokens >= 0,
-              "request " + r.id + ": max_new_tokens and min_new_tokens must be >= 0", "fix the sampling options");
-    const SamplingParams& sp = r.params;
-    const auto bad = [&](const std::string& what) {
-      return "request " + r.id + ": " + what;
-    };
-    TPS_CHECK(sp.temperature >= 0.0f, bad("temperature " + std::to_string(sp.temperature) + " is negative"),
-              "use temperature 0 (greedy) or a positive value");
-    TPS_CHECK(sp.top_k >= 0, bad("top_k " + std::to_string(sp.top_k) + " is negative"), "use top_k 0 (off) or more");
-    TPS_CHECK(sp.top_p > 0.0f && sp.top_p <= 1.0f, bad("top_p " + std::to_string(sp.top_p) + " is outside (0, 1]"),
-              "use top_p in (0, 1]; 1 turns it off");
-    TPS_CHECK(sp.min_p >= 0.0f && sp.min_p <= 1.0f, bad("min_p " + std::to_string(sp.min_p) + " is outside [0, 1]"),
-              "use min_p in [0, 1]; 0 turns it off");
-    TPS_CHECK(sp.repetition_penalty > 0.0f,
-              bad("repetition_penalty " + std::to_string(sp.repetition_penalty) + " is not positive"),
-              "use a repetition_penalty > 0; 1 turns it off");
-  }
+  for (const GenerationRequest& r : requests_) check_request(r, runner_.max_seq_len(), "request " + r.id);
 }
 
 void Generator::admit() {

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -60,6 +63,9 @@ inline void check_output_file(const std::string& label, const std::string& path,
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     TPS_CHECK(!S_ISDIR(st.st_mode), what + ": is a directory", "pass a file path as " + option + ", e.g. " + path + "/out.jsonl");
+    // A results file is read back (resume), synced and renamed: a device, pipe or socket cannot be one.
+    TPS_CHECK(S_ISREG(st.st_mode), what + ": is not a regular file (a device, pipe or socket)",
+              "pass a regular file as " + option + "; results are read back on a rerun, so they cannot go to a stream");
     TPS_CHECK(::access(path.c_str(), W_OK) == 0, what + ": exists and cannot be written (" + std::strerror(errno) + ")",
               "make it writable (chmod u+w " + path + ") or pass another " + option);
     return;
@@ -79,6 +85,43 @@ inline void check_output_file(const std::string& label, const std::string& path,
   TPS_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0,
             what + ": the directory " + dir + " is not writable (" + std::strerror(errno) + ")",
             "pass another " + option + " in a directory you can write to, or fix its permissions");
+}
+
+/// Exit status for a command that succeeded so far: 0, or 1 after printing an error when writing to
+/// stdout failed (a full disk, a closed pipe, /dev/full): output lost silently must not look like success.
+inline int stdout_status(const char* tool) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
+  std::fprintf(stderr, "error: %s: writing to standard output failed (%s)\nhint: check the free space where "
+                       "stdout is redirected, or the reader of the pipe\n",
+               tool, errno ? std::strerror(errno) : "I/O error");
+  return 1;
+}
+
+/// Throws tpshard::Error when an output (option, path) names the same file as an input or another output:
+/// the same path spelled differently, a hard or symbolic link (std::filesystem::equivalent when both
+/// exist), or, for paths not created yet, the same normalized absolute path. Inputs may coincide with
+/// each other. Empty paths are skipped.
+inline void check_distinct_files(const std::string& label,
+                                 const std::vector<std::pair<std::string, std::string>>& inputs,
+                                 const std::vector<std::pair<std::string, std::string>>& outputs) {
+  namespace fs = std::filesystem;
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;
+    return fs::weakly_canonical(fs::absolute(a, ec), ec) == fs::weakly_canonical(fs::absolute(b, ec), ec);
+  };
+  std::vector<std::pair<std::string, std::string>> seen = inputs;
+  for (const auto& out : outputs) {
+    for (const auto& other : seen) {
+      if (out.second.empty() || other.second.empty()) continue;
+      TPS_CHECK(!same(out.second, other.second),
+                label + ": " + other.first + " " + other.second + " and " + out.first + " " + out.second +
+                    " are the same file",
+                "pass a different " + out.first + " (writing it would overwrite " + other.first + ")");
+    }
+    seen.push_back(out);
+  }
 }
 
 }  // namespace tpshard::cli

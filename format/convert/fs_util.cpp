@@ -60,6 +60,12 @@ TempDirGuard::TempDirGuard(const std::string& out_dir) {
     throw Error(out_dir + ": cannot create the temporary directory " + tmpl + ": " + std::strerror(errno),
                 "check that " + parent_of(out_dir) + " exists and is writable, or choose another -o");
   tmp_ = buf.data();
+  // mkdtemp makes the directory 0700; once renamed into place it is the model directory, which other
+  // users (a shared model store, a service account) must be able to read: give it the mode a plain
+  // mkdir would have (0777 minus the umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::chmod(tmp_.c_str(), 0777 & ~mask);
   g_interrupted.store(false);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

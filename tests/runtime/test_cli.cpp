@@ -382,3 +382,91 @@ TEST_CASE("tprun bench-load without a GPU says it needs a CUDA device") {
     CHECK(r.out.empty());
   }
 }
+
+TEST_CASE("tprun: outputs that would overwrite an input, or are not regular files, are refused before loading") {
+  const std::string dir = stories_dir();
+  const std::string tmp = fresh_dir("cli-same-file");
+  const std::string input = tmp + "/prompts.jsonl";
+  const std::string line = "{\"id\": \"a\", \"prompt\": \"Once\"}\n";
+  std::ofstream(input) << line;
+  const std::string gen = dir + " --device cpu generate --max-new-tokens 4 ";
+  auto text_of = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+
+  SUBCASE("generate --output is the input spelled differently") {
+    const Run r = tprun(gen + "--input " + input + " --output " + tmp + "/./prompts.jsonl");
+    check_fails_before_loading(r, tmp + "/./prompts.jsonl", "are the same file");
+    CHECK(text_of(input) == line);
+  }
+  SUBCASE("generate --output is a symbolic link to the input") {
+    std::filesystem::create_symlink(input, tmp + "/link.jsonl");
+    const Run r = tprun(gen + "--input " + input + " --output " + tmp + "/link.jsonl");
+    check_fails_before_loading(r, tmp + "/link.jsonl", "are the same file");
+    CHECK(text_of(input) == line);
+  }
+  SUBCASE("generate --output is a device") {
+    const Run r = tprun(gen + "--input " + input + " --output /dev/null");
+    check_fails_before_loading(r, "/dev/null", "is not a regular file");
+  }
+  SUBCASE("eval --summary is the data file") {
+    const std::string data = tmp + "/data.jsonl";
+    std::filesystem::copy_file(std::string(TPSHARD_FIXTURES_DIR) + "/triviaqa/validation_sample.hf_layout.jsonl", data);
+    const std::string before = text_of(data);
+    const Run r = tprun(dir + " --device cpu eval triviaqa --shots 1 --limit 2 --data " + data + " --output " + tmp +
+                        "/p.jsonl --summary " + data);
+    check_fails_before_loading(r, data, "are the same file");
+    CHECK(text_of(data) == before);
+    CHECK_FALSE(std::filesystem::exists(tmp + "/p.jsonl"));
+  }
+  SUBCASE("eval --summary is the predictions file") {
+    const std::string data = std::string(TPSHARD_FIXTURES_DIR) + "/triviaqa/validation_sample.hf_layout.jsonl";
+    const Run r = tprun(dir + " --device cpu eval triviaqa --shots 1 --limit 2 --data " + data + " --output " + tmp +
+                        "/p.jsonl --summary " + tmp + "/p.jsonl");
+    check_fails_before_loading(r, tmp + "/p.jsonl", "are the same file");
+  }
+}
+
+TEST_CASE("tprun generate --input: a bad sampling value on a late line fails at once, naming FILE:LINE") {
+  const std::string dir = stories_dir();
+  const std::string tmp = fresh_dir("cli-late-bad");
+  const std::string input = tmp + "/late.jsonl";
+  {
+    std::ofstream f(input);
+    for (int i = 0; i < 20; ++i) f << "{\"id\": \"" << i << "\", \"prompt\": \"Once\"}\n";
+    f << "{\"id\": \"zz\", \"prompt\": \"y\", \"top_p\": 3}\n";
+  }
+  const Run r = tprun(dir + " --device cpu generate --max-new-tokens 4 --batch-size 2 --input " + input + " --output " +
+                      tmp + "/out.jsonl");
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.err.find(input + ":21: top_p 3") != std::string::npos, r.err);
+  CHECK_FALSE(std::filesystem::exists(tmp + "/out.jsonl"));  // nothing generated before the check
+  // with --on-bad-record skip the line is skipped with a warning and the rest runs
+  const Run s = tprun(dir + " --device cpu generate --max-new-tokens 4 --batch-size 2 --on-bad-record skip --input " +
+                      input + " --output " + tmp + "/out.jsonl");
+  CHECK_MESSAGE(s.code == 0, s.err);
+  CHECK(s.err.find(input + ":21: top_p 3") != std::string::npos);
+  std::ifstream out(tmp + "/out.jsonl");
+  int lines = 0;
+  for (std::string l; std::getline(out, l);) ++lines;
+  CHECK(lines == 20);
+}
+
+TEST_CASE("tprun / tpshard: a failed write to stdout is an error, not a silent success") {
+  const std::string dir = stories_dir();
+  const std::string bin = TPSHARD_BIN_DIR;
+  CHECK(std::system((bin + "/tprun " + dir + " --device cpu tokenize --text 'Once upon a time' >/dev/full 2>/dev/null").c_str()) != 0);
+  CHECK(std::system((bin + "/tprun " + dir + " --device cpu tokenize --text 'Once upon a time' >/dev/null 2>/dev/null").c_str()) == 0);
+  CHECK(std::system((bin + "/tpshard inspect " + dir + " >/dev/full 2>/dev/null").c_str()) != 0);
+}
+
+TEST_CASE("tpshard convert: the model directory gets the umask's mode, not mkdtemp's 0700") {
+  struct stat st {};
+  REQUIRE(::stat(stories_dir().c_str(), &st) == 0);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  CHECK((st.st_mode & 0777) == (0777 & ~mask));
+}

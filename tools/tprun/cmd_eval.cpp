@@ -34,6 +34,8 @@ void check_triviaqa_options(const eval::TriviaQaOptions& o, bool print_notice) {
   cli::check_output_file(o.summary_path.empty() ? "eval triviaqa: summary file (default: OUTPUT.summary.json)"
                                                 : "eval triviaqa --summary",
                          summary, o.summary_path.empty() ? "--output or --summary" : "--summary");
+  cli::check_distinct_files("eval triviaqa", {{"--data", o.data_path}, {"--shots-from", o.shots_from}},
+                            {{"--output", output}, {"--summary", summary}});
   if (!print_notice) return;
   std::fprintf(stderr, "tprun: eval triviaqa: predictions -> %s%s, summary -> %s\n", absolute(output).c_str(),
                default_output ? " (default: DATA_STEM.predictions.jsonl in the current directory; --output to choose)"

@@ -184,6 +184,7 @@ void check_generate_options(const GenerateOptions& o) {
 #endif
   cli::check_input_file("generate --input", o.input);
   cli::check_output_file("generate --output", o.output, "--output");
+  cli::check_distinct_files("generate", {{"--input", o.input}}, {{"--output", o.output}});
 }
 
 void run_generate(GlobalOptions& g, const GenerateOptions& o) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <new>
 #include <cstdio>
 #include <string>
 
@@ -131,9 +132,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
     return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of host memory (std::bad_alloc)\n"
+                         "hint: lower --max-batch / --max-seq-len (the CPU backend reserves its kv_cache up front), or use "
+                         "fewer --threads\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return tpshard::cli::stdout_status("tprun");
 }

@@ -64,9 +64,15 @@ int main(int argc, char** argv) {
       copt.progress = !quiet;
       return cli::run_convert(copt);
     }
-    if (*inspect) return cli::run_inspect(model_dir, tp, tensors, rank);
+    if (*inspect) {
+      const int rc = cli::run_inspect(model_dir, tp, tensors, rank);
+      return rc != 0 ? rc : cli::stdout_status("tpshard");
+    }
     if (*verify) return cli::run_verify(model_dir, tp);
-    if (*plan) return cli::run_plan(model_dir, tp, batch, max_seq, gpu_gib);
+    if (*plan) {
+      const int rc = cli::run_plan(model_dir, tp, batch, max_seq, gpu_gib);
+      return rc != 0 ? rc : cli::stdout_status("tpshard");
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
