@@ -295,7 +295,7 @@ ChatTemplate load_chat_template(const std::string& model_dir) {
     if (text.empty())
       throw Error(config_path + ": has no \"chat_template\" (the model is not a chat model, or the file is from an "
                                 "old checkpoint)",
-                  "pass a plain --prompt instead");
+                  "use `tprun MODEL generate --prompt ...` (plain text completion) instead of chat");
   }
   return parse_chat_template(text, token_string(config, "bos_token"), token_string(config, "eos_token"), source);
 }

@@ -85,6 +85,7 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
       ctx.tp_size = opts.tp_size;
       ctx.device = Device::Cpu;
       ctx.manifest = &manifest;
+      ctx.model_dir = opts.model_dir;
       ctx.runner = runner.get();
       ctx.comm = &comm;
       ctx.tokenizer = tokenizer.get();

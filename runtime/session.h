@@ -50,6 +50,7 @@ struct RankContext {
   ModelRunner* runner = nullptr;
   Communicator* comm = nullptr;
   const Tokenizer* tokenizer = nullptr;  ///< shared, read-only
+  std::string model_dir;                 ///< the directory the model was loaded from (for messages)
   bool is_output_rank() const { return tp_rank == 0; }
 };
 

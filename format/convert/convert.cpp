@@ -314,6 +314,12 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     copy_file_synced(src, tmp.path() + "/" + f);
     m.tokenizer_files.push_back(f);
   }
+  if (std::find(m.tokenizer_files.begin(), m.tokenizer_files.end(), "tokenizer.json") == m.tokenizer_files.end() &&
+      std::find(m.tokenizer_files.begin(), m.tokenizer_files.end(), "tokenizer.model") == m.tokenizer_files.end())
+    std::fprintf(stderr,
+                 "warning: %s has no tokenizer.json or tokenizer.model: the shards are written, but tprun generate / "
+                 "eval / chat will need one (copy it into %s)\n",
+                 o.hf_dir.c_str(), o.out_dir.c_str());
   copy_file_synced(o.hf_dir + "/config.json", tmp.path() + "/hf_config.json");
   save_manifest(m, tmp.path());
   check_interrupt();

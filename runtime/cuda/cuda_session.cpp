@@ -198,6 +198,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     ctx.tp_size = worker.tp_size();
     ctx.device = Device::Cuda;
     ctx.manifest = &manifest;
+    ctx.model_dir = opts.model_dir;
     ctx.runner = runner.get();
     ctx.comm = &worker.comm();
     ctx.tokenizer = tokenizer.get();

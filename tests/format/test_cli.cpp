@@ -69,6 +69,10 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(read_text(log).find(" 1.25 KiB  (2 * layers") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem 0.01", log) == 1);
   CHECK(read_text(log).find("does not fit") != std::string::npos);
+  CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem -1", log) != 0);
+  CHECK(read_text(log).find("must be > 0") != std::string::npos);
+  CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 100000", log) == 1);
+  CHECK(read_text(log).find("max_position_embeddings") != std::string::npos);
   CHECK(run_tpshard("verify " + (d / "nothing"), log) == 1);
   CHECK(read_text(log).find("manifest.json: cannot open") != std::string::npos);
 }

@@ -162,8 +162,9 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
 }
 
 void require_tokenizer(const RankContext& ctx) {
-  TPS_CHECK(ctx.tokenizer != nullptr, ctx.manifest ? "model directory has no tokenizer.json or tokenizer.model"
-                                                   : "no tokenizer",
+  TPS_CHECK(ctx.tokenizer != nullptr,
+            ctx.manifest ? ctx.model_dir + ": the model directory has no tokenizer.json or tokenizer.model"
+                         : std::string("no tokenizer"),
             "copy the model's tokenizer.json next to manifest.json, or use `tprun MODEL logits --ids ...`");
 }
 

@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
   plan->add_option("--tp", tp, "tp size")->required();
   plan->add_option("--batch", batch, "sequences per batch")->required()->check(tpshard::cli::positive());
   plan->add_option("--max-seq", max_seq, "max tokens per sequence (prompt + generated)")->required()->check(tpshard::cli::positive());
-  plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H200: 139)");
+  plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H200: 139)")
+      ->check(tpshard::cli::positive());
 
   try {
     app.parse(argc, argv);
