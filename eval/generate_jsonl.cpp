@@ -34,6 +34,25 @@ void read_param(const json& rec, const char* name, T& out, const std::string& wh
   }
 }
 
+/// The keys a request line may have; anything else is reported once per name (a typo such as
+/// "max_new_token" would otherwise silently fall back to the default).
+const char* const kKnownKeys[] = {"id", "prompt", "prompt_ids", "max_new_tokens", "min_new_tokens", "temperature",
+                                  "top_k", "top_p", "min_p", "repetition_penalty", "seed", "ignore_eos", "stop"};
+
+/// Warn on stderr (output rank only) about keys of rec that no request field reads, once per key name.
+void warn_unknown_keys(const json& rec, const std::string& where, std::unordered_set<std::string>& warned, bool print) {
+  if (!rec.is_object()) return;
+  for (auto it = rec.begin(); it != rec.end(); ++it) {
+    bool known = false;
+    for (const char* k : kKnownKeys) known = known || it.key() == k;
+    if (known || !warned.insert(it.key()).second || !print) continue;
+    std::string list;
+    for (const char* k : kKnownKeys) list += std::string(list.empty() ? "" : ", ") + k;
+    std::fprintf(stderr, "warning: %s: key \"%s\" is not a request field and is ignored (reported once; fields: %s)\n",
+                 where.c_str(), it.key().c_str(), list.c_str());
+  }
+}
+
 struct ParsedLine {
   BatchItem item;
   std::string prompt_text;
@@ -121,6 +140,7 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
   std::vector<BatchItem> items;
   std::vector<std::string> prompts;
   std::unordered_set<std::string> keys;
+  std::unordered_set<std::string> warned_keys;
   std::string line;
   size_t line_no = 0, skipped = 0;
   while (std::getline(in, line)) {
@@ -130,6 +150,7 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
     try {
       json rec = json::parse(line, nullptr, false);
       if (rec.is_discarded()) throw Error(where + ": not valid JSON", kBadHint);
+      warn_unknown_keys(rec, where, warned_keys, ctx.is_output_rank());
       ParsedLine p = parse_line(rec, line_no, where, *ctx.tokenizer, defaults);
       if (ctx.runner) check_request(p.item.request, ctx.runner->max_seq_len(), where);  // now, not hours in
       if (!keys.insert(id_key(p.item.id)).second)

@@ -470,3 +470,16 @@ TEST_CASE("tpshard convert: the model directory gets the umask's mode, not mkdte
   ::umask(mask);
   CHECK((st.st_mode & 0777) == (0777 & ~mask));
 }
+
+TEST_CASE("tprun generate --input: a key that is not a request field is reported once, by name") {
+  const std::string dir = stories_dir();
+  const std::string tmp = fresh_dir("cli-unknown-key");
+  const std::string input = tmp + "/p.jsonl";
+  std::ofstream(input) << "{\"id\": \"a\", \"prompt\": \"x\", \"max_new_token\": 2}\n"
+                       << "{\"id\": \"b\", \"prompt\": \"y\", \"max_new_token\": 3, \"max_new_tokens\": 2}\n";
+  const Run r = tprun(dir + " --device cpu generate --max-new-tokens 3 --input " + input + " --output " + tmp + "/o.jsonl");
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(r.err.find(input + ":1: key \"max_new_token\" is not a request field") != std::string::npos);
+  CHECK(r.err.find(input + ":2: key") == std::string::npos);  // once per key name
+  CHECK(r.err.find("\"max_new_tokens\"") == std::string::npos);  // known keys are not reported
+}
