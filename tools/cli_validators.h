@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -85,17 +84,6 @@ inline void check_output_file(const std::string& label, const std::string& path,
   TPS_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0,
             what + ": the directory " + dir + " is not writable (" + std::strerror(errno) + ")",
             "pass another " + option + " in a directory you can write to, or fix its permissions");
-}
-
-/// Exit status for a command that succeeded so far: 0, or 1 after printing an error when writing to
-/// stdout failed (a full disk, a closed pipe, /dev/full): output lost silently must not look like success.
-inline int stdout_status(const char* tool) {
-  errno = 0;
-  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
-  std::fprintf(stderr, "error: %s: writing to standard output failed (%s)\nhint: check the free space where "
-                       "stdout is redirected, or the reader of the pipe\n",
-               tool, errno ? std::strerror(errno) : "I/O error");
-  return 1;
 }
 
 /// Throws tpshard::Error when an output (option, path) names the same file as an input or another output:

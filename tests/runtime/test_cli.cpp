@@ -461,6 +461,8 @@ TEST_CASE("tprun / tpshard: a failed write to stdout is an error, not a silent s
   CHECK(std::system((bin + "/tprun " + dir + " --device cpu tokenize --text 'Once upon a time' >/dev/full 2>/dev/null").c_str()) != 0);
   CHECK(std::system((bin + "/tprun " + dir + " --device cpu tokenize --text 'Once upon a time' >/dev/null 2>/dev/null").c_str()) == 0);
   CHECK(std::system((bin + "/tpshard inspect " + dir + " >/dev/full 2>/dev/null").c_str()) != 0);
+  CHECK(std::system((bin + "/tpshard verify " + dir + " >/dev/full 2>/dev/null").c_str()) != 0);
+  CHECK(std::system((bin + "/tpshard verify " + dir + " >/dev/null 2>/dev/null").c_str()) == 0);
 }
 
 TEST_CASE("tpshard convert: the model directory gets the umask's mode, not mkdtemp's 0700") {

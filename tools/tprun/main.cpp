@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/cli_validators.h"
+#include "tools/stdout_status.h"
 #include "format/error.h"
 #include "tools/tprun/commands.h"
 #if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "tools/cli_validators.h"
+#include "tools/stdout_status.h"
 #include "format/error.h"
 #include "tools/tpshard/commands.h"
 
@@ -58,21 +59,19 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  int rc = 0;
   try {
     if (*convert) {
       cli::parse_compress(compress, &copt.codec, &copt.zstd_level);
       copt.hash_source = !no_source_hash;
       copt.progress = !quiet;
-      return cli::run_convert(copt);
-    }
-    if (*inspect) {
-      const int rc = cli::run_inspect(model_dir, tp, tensors, rank);
-      return rc != 0 ? rc : cli::stdout_status("tpshard");
-    }
-    if (*verify) return cli::run_verify(model_dir, tp);
-    if (*plan) {
-      const int rc = cli::run_plan(model_dir, tp, batch, max_seq, gpu_gib);
-      return rc != 0 ? rc : cli::stdout_status("tpshard");
+      rc = cli::run_convert(copt);
+    } else if (*inspect) {
+      rc = cli::run_inspect(model_dir, tp, tensors, rank);
+    } else if (*verify) {
+      rc = cli::run_verify(model_dir, tp);
+    } else if (*plan) {
+      rc = cli::run_plan(model_dir, tp, batch, max_seq, gpu_gib);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -82,5 +81,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return rc != 0 ? rc : cli::stdout_status("tpshard");
 }
