@@ -61,7 +61,34 @@ __global__ void gather_rows_kernel(const T* src, T* dst, const int32_t* rows, in
     dst[static_cast<int64_t>(blockIdx.x) * width + i] = src[r * width + i];
 }
 
+__global__ void argmax_merge_advance_kernel(ArgmaxAdvanceParams p) {
+  griddep_wait();
+  griddep_launch_dependents();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.n) return;
+  float bv = -INFINITY;
+  int32_t bi = -1;
+  for (int r = 0; r < p.tp_size; ++r) {
+    const ArgmaxPair c = p.pairs[static_cast<int64_t>(r) * p.n + t];
+    if (c.index < 0) continue;
+    if (bi < 0 || c.value > bv || (c.value == bv && c.index < bi)) { bv = c.value; bi = c.index; }
+  }
+  const int32_t id = bi < 0 ? 0 : bi;
+  p.ids[t] = id;
+  if (p.tokens && p.slots[t] != p.skip_slot && p.positions[t] + 1 < p.max_seq_len) {
+    p.tokens[t] = id;
+    p.positions[t] += 1;
+  }
+}
+
 }  // namespace
+
+void argmax_merge_advance(const ArgmaxAdvanceParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  const int threads = p.n < 128 ? ((p.n + 31) / 32) * 32 : 128;
+  launch_pdl(argmax_merge_advance_kernel, dim3((p.n + threads - 1) / threads), dim3(threads), 0, stream, p);
+  check_launch("argmax_merge_advance_kernel");
+}
 
 void vocab_argmax(const ArgmaxParams& p, cudaStream_t stream) {
   if (p.n == 0) return;

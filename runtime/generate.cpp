@@ -175,6 +175,7 @@ void Generator::step_decode() {
     c.slot = a->slot;
     c.start_pos = static_cast<int>(requests_[a->req].prompt_ids.size() + a->output.size() - 1);
     c.tokens = {a->output.back()};
+    c.last_step = static_cast<int>(a->output.size()) + 1 >= requests_[a->req].params.max_new_tokens;
     chunks.push_back(std::move(c));
     want_logits = want_logits || needs_logits(*a);
   }

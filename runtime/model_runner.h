@@ -14,6 +14,10 @@ struct SeqChunk {
   int slot = 0;                 ///< kv_cache row, 0 <= slot < max_batch
   int start_pos = 0;            ///< tokens already in this slot's cache (their K/V are reused)
   std::vector<int32_t> tokens;  ///< at least one
+  /// Hint: the caller will not continue this sequence after this forward() (e.g. its max_new_tokens is
+  /// reached). A runner that computes decode steps ahead (the CUDA runner's lookahead) skips that work.
+  /// Results never depend on it.
+  bool last_step = false;
 };
 
 /// A transformer with its shard of weights and its kv_cache, on one tp_rank. SPMD: every rank of the

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +73,12 @@ class CudaRunner : public ModelRunner {
     TPS_CUDA_CHECK(cudaMallocHost(&host_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
     TPS_CUDA_CHECK(cudaMallocHost(&host_pairs_, static_cast<size_t>(tp_size) * max_rows_ * sizeof(ArgmaxPair)));
     use_graphs_ = opts.use_cuda_graphs && std::getenv("TPSHARD_NO_CUDA_GRAPHS") == nullptr;
+    lookahead_ = opts.lookahead && std::getenv("TPSHARD_NO_LOOKAHEAD") == nullptr;
+    TPS_CUDA_CHECK(cudaMalloc(&ids_dev_, static_cast<size_t>(max_rows_) * sizeof(int32_t)));
+    for (int p = 0; p < 2; ++p) {
+      TPS_CUDA_CHECK(cudaMallocHost(&ids_host_[p], static_cast<size_t>(max_rows_) * sizeof(int32_t)));
+      TPS_CUDA_CHECK(cudaEventCreateWithFlags(&ids_ready_[p], cudaEventDisableTiming));
+    }
   }
 
   ~CudaRunner() override {
@@ -83,9 +90,15 @@ class CudaRunner : public ModelRunner {
     cudaFree(gathered_pairs_);
     cudaFreeHost(host_logits_);
     cudaFreeHost(host_pairs_);
+    cudaFree(ids_dev_);
+    for (int p = 0; p < 2; ++p) {
+      cudaFreeHost(ids_host_[p]);
+      cudaEventDestroy(ids_ready_[p]);
+    }
   }
 
   const ModelConfig& config() const override { return config_; }
+  const LookaheadStats& stats() const { return stats_; }
   int max_batch() const override { return opts_.max_batch; }
   int max_seq_len() const override { return opts_.max_seq_len; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
@@ -98,6 +111,7 @@ class CudaRunner : public ModelRunner {
       decode_step(chunks, logits, argmax);
       return;
     }
+    ahead_.valid = false;  // the prefill below rewrites the device meta the ahead step would continue from
     // Prefill (or mixed): pieces of chunks packed into steps of at most max_tokens tokens and max_rows chunk ends.
     const int max_tokens = model_->max_tokens();
     int32_t* meta = model_->meta_host();
@@ -151,8 +165,32 @@ class CudaRunner : public ModelRunner {
   }
 
   /// One token per chunk: pad to a bucket (padding tokens write the scratch slot) and replay its graph.
+  /// Lookahead (greedy decode without logits, graphs on): the graph ends with argmax_merge_advance, which
+  /// writes this step's tokens into the device meta as the NEXT step's inputs (positions + 1). Right
+  /// after step s, the runner launches the graph once more (step s + 1, the "ahead" step) before it waits
+  /// for step s's ids, so the GPU computes s + 1 while the host hands s's tokens to the caller and prepares
+  /// the next call. The next call takes the ahead step's results when its chunks are the ahead rows (or a
+  /// subset of them, in order) fed with the tokens this runner returned; otherwise they are discarded.
+  /// Discarding is safe: the ahead step only wrote K/V at position start_pos + 1 of its slots, which any
+  /// later chunk reaching that position writes before reading (attention reads positions < its own).
   void decode_step(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) {
     const int n = static_cast<int>(chunks.size());
+    ++stats_.decode_steps;
+    if (ahead_.valid && !logits && argmax) {
+      std::vector<int> rows;
+      if (match_ahead(chunks, &rows)) {
+        const int parity = ahead_.parity;
+        ++stats_.ahead_used;
+        const bool continue_ahead = static_cast<int>(rows.size()) == ahead_.n && can_run_ahead(chunks, ahead_.bucket);
+        ahead_.valid = false;
+        if (continue_ahead) launch_ahead(chunks, ahead_.bucket);  // step s + 2 while we wait for s + 1
+        wait_ids(parity);
+        for (int i = 0; i < n; ++i) argmax[i] = ids_host_[parity][rows[i]];
+        if (ahead_.valid) ahead_.prev_ids.assign(argmax, argmax + n);
+        return;
+      }
+      ahead_.valid = false;  // mismatch: the ahead step's results are dropped (see above)
+    }
     const int b = bucket_for(n);
     const int max_tokens = model_->max_tokens();
     int32_t* meta = model_->meta_host();
@@ -169,19 +207,114 @@ class CudaRunner : public ModelRunner {
     if (it != graphs_.end()) {
       TPS_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     } else {
-      model_->run(m);  // eager: also creates the cuBLASLt plans the capture needs
+      run_decode(m);  // eager: also creates the cuBLASLt plans the capture needs
       if (use_graphs_) capture(b, m);
     }
-    std::vector<int> row_chunk(n);
-    for (int i = 0; i < n; ++i) row_chunk[i] = i;
-    collect(row_chunk, logits, argmax, b);
+    const int parity = enqueue_ids_copy(b);
+    if (argmax && !logits && can_run_ahead(chunks, b)) launch_ahead(chunks, b);
+    if (logits) {
+      std::vector<int> row_chunk(n);
+      for (int i = 0; i < n; ++i) row_chunk[i] = i;
+      collect(row_chunk, logits, nullptr, b);  // waits for the whole stream
+    }
+    wait_ids(parity);
+    if (argmax) {
+      for (int i = 0; i < n; ++i) argmax[i] = ids_host_[parity][i];
+      if (ahead_.valid) ahead_.prev_ids.assign(argmax, argmax + n);
+    }
+  }
+
+  /// The decode step for StepMeta m (bucket rows): the transformer, then the greedy tail: all_gather of
+  /// the argmax pairs (tp > 1) and argmax_merge_advance into ids_dev_ and the meta (next step's inputs).
+  /// Everything on stream_, capturable.
+  void run_decode(const StepMeta& m) {
+    model_->run(m);
+    const ArgmaxPair* pairs = model_->argmax_local();
+    if (tp_size_ > 1) {
+      comm_.all_gather(pairs, gathered_pairs_, 2 * static_cast<size_t>(m.n), DType::F32);
+      pairs = gathered_pairs_;
+    }
+    ArgmaxAdvanceParams a;
+    a.pairs = pairs;
+    a.tp_size = tp_size_;
+    a.n = m.n;
+    a.ids = ids_dev_;
+    a.tokens = const_cast<int32_t*>(m.tokens);
+    a.positions = const_cast<int32_t*>(m.positions);
+    a.slots = m.slots;
+    a.skip_slot = opts_.max_batch;
+    a.max_seq_len = opts_.max_seq_len;
+    argmax_merge_advance(a, stream_);
+  }
+
+  /// Copy the step's merged ids (rows) to the next pinned buffer and record its event; returns the parity.
+  int enqueue_ids_copy(int rows) {
+    const int p = next_parity_;
+    next_parity_ ^= 1;
+    TPS_CUDA_CHECK(cudaMemcpyAsync(ids_host_[p], ids_dev_, static_cast<size_t>(rows) * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream_));
+    TPS_CUDA_CHECK(cudaEventRecord(ids_ready_[p], stream_));
+    return p;
+  }
+
+  /// Wait until ids_host_[parity] holds its step's ids: busy-polls the event for up to 20 ms (a decode
+  /// step takes 1-20 ms; sleeping would add timer slack to every step), then falls back to the
+  /// communicator's synchronize(), which waits for the whole stream with its error checks and timeout.
+  void wait_ids(int parity) {
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned it = 0;; ++it) {
+      const cudaError_t q = cudaEventQuery(ids_ready_[parity]);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) TPS_CUDA_CHECK(q);
+      if (it % 256 == 0 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(20)) break;
+    }
+    nccl_->synchronize();
+  }
+
+  /// True when the step after `chunks` may be computed ahead: lookahead on, the bucket's graph exists,
+  /// no chunk is marked last_step, and every row's next position fits the kv_cache.
+  bool can_run_ahead(const std::vector<SeqChunk>& chunks, int bucket) const {
+    if (!lookahead_ || graphs_.find(bucket) == graphs_.end()) return false;
+    for (const SeqChunk& c : chunks)
+      if (c.last_step || c.start_pos + 2 > opts_.max_seq_len) return false;
+    return true;
+  }
+
+  /// Replay the bucket's graph on the inputs the previous replay advanced to, then copy its ids.
+  void launch_ahead(const std::vector<SeqChunk>& chunks, int bucket) {
+    TPS_CUDA_CHECK(cudaGraphLaunch(graphs_.at(bucket), stream_));
+    ahead_.parity = enqueue_ids_copy(bucket);
+    ahead_.bucket = bucket;
+    ahead_.n = static_cast<int>(chunks.size());
+    ahead_.slots.resize(chunks.size());
+    ahead_.positions.resize(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      ahead_.slots[i] = chunks[i].slot;
+      ahead_.positions[i] = chunks[i].start_pos + 1;
+    }
+    ahead_.valid = true;  // prev_ids (the tokens it was fed) are set by the caller once known
+  }
+
+  /// Map each chunk to a row of the ahead step (same slot, next position, fed the id returned for that row
+  /// by the previous call), in order; false when any chunk has no such row.
+  bool match_ahead(const std::vector<SeqChunk>& chunks, std::vector<int>* rows) const {
+    if (static_cast<int>(ahead_.prev_ids.size()) != ahead_.n) return false;
+    int j = 0;
+    for (const SeqChunk& c : chunks) {
+      while (j < ahead_.n && ahead_.slots[j] != c.slot) ++j;
+      if (j == ahead_.n || c.tokens.size() != 1 || c.start_pos != ahead_.positions[j] ||
+          c.tokens[0] != ahead_.prev_ids[j])
+        return false;
+      rows->push_back(j++);
+    }
+    return true;
   }
 
   void capture(int b, const StepMeta& m) {
     cudaGraph_t graph = nullptr;
     TPS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      model_->run(m);
+      run_decode(m);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -271,9 +404,27 @@ class CudaRunner : public ModelRunner {
   ArgmaxPair* host_pairs_ = nullptr;
   bool use_graphs_ = true;
   std::map<int, cudaGraphExec_t> graphs_;
+  bool lookahead_ = true;
+  LookaheadStats stats_;
+  int32_t* ids_dev_ = nullptr;                       // [max_rows] merged greedy ids of the last decode step
+  int32_t* ids_host_[2] = {nullptr, nullptr};        // pinned copies, alternating between consecutive steps
+  cudaEvent_t ids_ready_[2] = {nullptr, nullptr};
+  int next_parity_ = 0;
+  /// The decode step launched ahead (decode_step's comment).
+  struct Ahead {
+    bool valid = false;
+    int parity = 0, bucket = 0, n = 0;
+    std::vector<int> slots, positions;  // rows of the ahead step: slot and the position it was fed
+    std::vector<int32_t> prev_ids;      // the token it was fed per row (= ids returned by the previous call)
+  } ahead_;
 };
 
 }  // namespace
+
+LookaheadStats lookahead_stats(const ModelRunner& runner) {
+  const auto* r = dynamic_cast<const CudaRunner*>(&runner);
+  return r ? r->stats() : LookaheadStats{};
+}
 
 std::unique_ptr<ModelRunner> make_cuda_runner(const Manifest& manifest, int tp_rank, int tp_size,
                                               const WeightArena& weights, Communicator& comm,

@@ -1,5 +1,6 @@
 // cuda_runner.h: the CUDA transformer (issue: GPU runtime part 2) behind the ModelRunner interface.
 #pragma once
+#include <cstdint>
 #include <memory>
 
 #include "format/manifest.h"
@@ -16,11 +17,22 @@ struct CudaRunnerOptions {
   /// Tokens per GPU step (the activation workspace is sized for it); a longer forward runs in several
   /// steps. 0: kMaxStepTokens (format/memory_plan.h, 1024), the size `tpshard plan` assumes.
   int max_step_tokens = 0;
+  /// Greedy decode lookahead (cuda_runner.cpp, decode_step): compute decode step s + 1 on the GPU while
+  /// the host handles step s. Off also with TPSHARD_NO_LOOKAHEAD=1 (A/B timing). Results are identical.
+  bool lookahead = true;
 };
 
 /// Build the runner for this rank. `comm` is the NCCL communicator (its stream is the compute stream);
 /// `weights` must outlive the runner. Allocates kv_cache and workspace once, up front; throws Error
 /// with the numbers when they do not fit in free device memory.
+/// Decode steps whose results came from the lookahead (computed ahead), and decode steps in total, of a
+/// runner made by make_cuda_runner (both 0 for any other runner). For tests and benchmarks.
+struct LookaheadStats {
+  int64_t ahead_used = 0;
+  int64_t decode_steps = 0;
+};
+LookaheadStats lookahead_stats(const ModelRunner& runner);
+
 std::unique_ptr<ModelRunner> make_cuda_runner(const Manifest& manifest, int tp_rank, int tp_size,
                                               const WeightArena& weights, Communicator& comm,
                                               const CudaRunnerOptions& opts);

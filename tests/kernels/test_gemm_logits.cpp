@@ -103,6 +103,56 @@ TEST_CASE("merge_argmax: largest value over ranks, lowest id on ties, ranks with
   CHECK(out[2] == 0);
 }
 
+TEST_CASE("argmax_merge_advance: the host merge rule on the GPU, and the next decode step's inputs in place") {
+  std::mt19937 rng(21);
+  for (int tp : {1, 2, 3}) {
+    for (int n : {1, 7, 50, 130}) {
+      // values from a small set so ties across ranks are common; some pairs invalid (vocab padding)
+      std::vector<cuda::ArgmaxPair> g(static_cast<size_t>(tp) * n);
+      for (auto& c : g) {
+        c.value = static_cast<float>(static_cast<int>(rng() % 4));
+        c.index = rng() % 5 == 0 ? -1 : static_cast<int32_t>(rng() % 1000);
+      }
+      std::vector<int32_t> ref(n);
+      cuda::merge_argmax(g.data(), tp, n, ref.data());
+      const int scratch = 9, max_seq = 64;
+      std::vector<int32_t> tokens(n), positions(n), slots(n);
+      for (int t = 0; t < n; ++t) {
+        tokens[t] = -5;
+        slots[t] = t % 6 == 5 ? scratch : t % 9;
+        positions[t] = t % 11 == 3 ? max_seq - 1 : static_cast<int32_t>(rng() % (max_seq - 1));
+      }
+      DeviceBuffer d_g(g.size() * sizeof(cuda::ArgmaxPair)), d_ids(n * 4);
+      REQUIRE(cudaMemcpy(d_g.ptr, g.data(), g.size() * sizeof(cuda::ArgmaxPair), cudaMemcpyHostToDevice) == cudaSuccess);
+      Buf d_tok = upload_i32(tokens), d_pos = upload_i32(positions), d_slot = upload_i32(slots);
+      for (bool advance : {false, true}) {
+        cuda::ArgmaxAdvanceParams p;
+        p.pairs = d_g.as<cuda::ArgmaxPair>();
+        p.tp_size = tp;
+        p.n = n;
+        p.ids = d_ids.as<int32_t>();
+        p.tokens = advance ? d_tok->as<int32_t>() : nullptr;
+        p.positions = d_pos->as<int32_t>();
+        p.slots = d_slot->as<int32_t>();
+        p.skip_slot = scratch;
+        p.max_seq_len = max_seq;
+        cuda::argmax_merge_advance(p, nullptr);
+        std::vector<int32_t> ids(n), tok(n), pos(n);
+        REQUIRE(cudaMemcpy(ids.data(), d_ids.ptr, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        REQUIRE(cudaMemcpy(tok.data(), d_tok->ptr, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        REQUIRE(cudaMemcpy(pos.data(), d_pos->ptr, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        for (int t = 0; t < n; ++t) {
+          INFO("tp " << tp << " n " << n << " row " << t << " advance " << advance);
+          CHECK(ids[t] == ref[t]);
+          const bool moves = advance && slots[t] != scratch && positions[t] + 1 < max_seq;
+          CHECK(tok[t] == (moves ? ref[t] : -5));
+          CHECK(pos[t] == (moves ? positions[t] + 1 : positions[t]));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("gather_rows: last-token rows") {
   std::mt19937 rng(9);
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {

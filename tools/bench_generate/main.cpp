@@ -3,6 +3,7 @@
 //   bench_generate MODEL --tp 2 --batch 48 --prompt-len 128 --new-tokens 128        -> one JSON line
 //   bench_generate MODEL --check-reference tests/fixtures/tiny-llama/reference.json  -> PASS/FAIL lines
 //   bench_generate MODEL --check-greedy tests/fixtures/stories260K/expected_greedy200_ids.txt
+//   bench_generate MODEL --check-lookahead  -> PASS/FAIL lines (decode lookahead on == off, check_lookahead.h)
 // Options: --no-graphs (eager decode), --no-copy-bw (skip the 2 GiB copy-bandwidth probe), --no-greedy (logits only), --atol/--rtol (last_logits tolerance:
 // |gpu - ref| <= atol + rtol * max|ref| for every logit of a prompt), --max-seq-len, --max-step-tokens
 // (a small value makes the runner split prompts across several GPU steps).
@@ -31,6 +32,7 @@
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/nccl_comm.h"
 #include "runtime/cuda/weight_arena.h"
+#include "tools/bench_generate/check_lookahead.h"
 #include "tools/copy_bandwidth.h"
 
 using namespace tpshard;
@@ -48,6 +50,7 @@ struct Args {
   bool copy_bw = true;  ///< measure the device-to-device copy bandwidth first (2 GiB for a moment on GPU 0)
   bool greedy = true;  ///< --check-reference also compares greedy tokens (off for reduced-precision copies)
   std::string check_reference, check_greedy;
+  bool check_lookahead = false;  ///< --check-lookahead: the decode lookahead changes no result (check_lookahead.h)
   double atol = 1e-3, rtol = 1e-3;  ///< last_logits: |gpu - ref| <= atol + rtol * max|ref| per prompt
 };
 
@@ -85,6 +88,8 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
     std::fflush(stdout);
   };
 
+  if (a.check_lookahead) return check_lookahead(m, rank, a.tp, arena, comm, say);
+
   if (!a.check_reference.empty()) {
     std::ifstream f(a.check_reference);
     const nlohmann::json ref = nlohmann::json::parse(f);
@@ -117,7 +122,8 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
     for (int i = 0; i < n; ++i) got[i].push_back(next[i]);
     const size_t steps = a.greedy ? greedy[0].size() : 0;
     for (size_t s = 1; s < steps; ++s) {
-      for (int i = 0; i < n; ++i) chunks[i] = {i, static_cast<int>(prompts[i].size() + s - 1), {got[i].back()}};
+      for (int i = 0; i < n; ++i)
+        chunks[i] = {i, static_cast<int>(prompts[i].size() + s - 1), {got[i].back()}, s + 1 == steps};
       runner->forward(chunks, nullptr, next.data());
       for (int i = 0; i < n; ++i) got[i].push_back(next[i]);
     }
@@ -179,7 +185,7 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
     std::vector<SeqChunk> step(a.batch);
     t0 = Clock::now();
     for (int s = 1; s < a.new_tokens; ++s) {
-      for (int i = 0; i < a.batch; ++i) step[i] = {i, a.prompt_len + s - 1, {next[i]}};
+      for (int i = 0; i < a.batch; ++i) step[i] = {i, a.prompt_len + s - 1, {next[i]}, s + 1 == a.new_tokens};
       runner->forward(step, nullptr, next.data());
     }
     decode_s = seconds_since(t0);
@@ -196,6 +202,9 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
   j["prefill_tok_s"] = a.batch * a.prompt_len / prefill_s;
   j["decode_tok_s"] = a.batch * steps / decode_s;
   j["ms_per_step"] = 1e3 * decode_s / steps;
+  const cuda::LookaheadStats la = cuda::lookahead_stats(*runner);  // both rounds
+  j["lookahead_steps"] = la.ahead_used;
+  j["decode_calls"] = la.decode_steps;
   j["weight_bytes_per_rank"] = rep.arena_bytes;
   j["effective_gbps"] = rep.arena_bytes * (steps / decode_s) / 1e9;
   j["copy_gbps"] = copy_gbps;
@@ -229,6 +238,7 @@ int main(int argc, char** argv) {
     else if (k == "--max-step-tokens") a.max_step_tokens = std::stoi(val());
     else if (k == "--check-reference") a.check_reference = val();
     else if (k == "--check-greedy") a.check_greedy = val();
+    else if (k == "--check-lookahead") a.check_lookahead = true;
     else if (k == "--atol") a.atol = std::stod(val());
     else if (k == "--rtol") a.rtol = std::stod(val());
     else if (a.model.empty()) a.model = k;
