@@ -178,18 +178,22 @@ def memory_row(shape, layers, tp, batch, plen, new, o, label=""):
     w = o["weight_bytes_per_rank"] / 2**30
     kv = o.get("kv_cache_bytes", 0) / 2**30
     peak = o["peak_proc_mib"] / 1024
+    if "after_comm" not in mib and "after_nccl" in mib:  # bench_generate before the communicator choice
+        mib = dict(mib, after_comm=mib["after_nccl"])
     d = lambda a, b: (mib.get(a, 0) - mib.get(b, 0)) / 1024
-    runner = d("after_runner", "after_nccl") - kv
+    runner = d("after_runner", "after_comm") - kv
     ctx = peak - d("end", "after_context")  # what the process held before its first allocation: context + modules
     bound = w + kv + 1.0
     print(f"| {shape} | {layers}/{SHAPES[shape][3]} | {tp} | {batch} | {plen}+{new} | {label or 'default'} | {peak:.2f} | "
-          f"{w:.2f} | {kv:.2f} | {runner:.2f} | {d('after_nccl', 'after_weights'):.2f} | {d('end', 'after_runner'):.2f} | "
+          f"{w:.2f} | {kv:.2f} | {runner:.2f} | {o.get('comm', 'nccl')} {d('after_comm', 'after_weights'):.2f} | {d('end', 'after_runner'):.2f} | "
           f"{ctx:.2f} | {peak - w - kv:.2f} | {'yes' if peak <= bound else 'NO'} |", flush=True)
 
 
 MEMORY_VARIANTS = [
-    ("NCCL_MAX_NCHANNELS=8 NCCL_BUFFSIZE=1MiB", {"NCCL_MAX_NCHANNELS": "8", "NCCL_BUFFSIZE": "1048576"}),
-    ("NCCL_MAX_NCHANNELS=4 NCCL_BUFFSIZE=1MiB", {"NCCL_MAX_NCHANNELS": "4", "NCCL_BUFFSIZE": "1048576"}),
+    ("NCCL (TPSHARD_COMM=nccl), 8 channels x 1 MiB", {"TPSHARD_COMM": "nccl", "NCCL_MAX_NCHANNELS": "8",
+                                                     "NCCL_BUFFSIZE": "1048576"}),
+    ("NCCL (TPSHARD_COMM=nccl), 4 channels x 1 MiB", {"TPSHARD_COMM": "nccl", "NCCL_MAX_NCHANNELS": "4",
+                                                     "NCCL_BUFFSIZE": "1048576"}),
 ]
 
 
@@ -270,10 +274,11 @@ def main():
     print("peak GiB/GPU: the largest memory of the bench_generate process on one GPU, polled with nvidia-smi "
           "(CUDA context and library modules included, other processes excluded)")
     print("\nMemory per GPU (GiB; GPU 0 of the process; peak = nvidia-smi per-process maximum; runner = activations "
-          "+ cuBLASLt workspace + custom all_reduce staging; NCCL = its communicator after the first collective; "
+          "+ cuBLASLt workspace + custom all_reduce staging (NCCL path); comm = the communicator's kind (local / peer / "
+          "nccl) and its memory after the first collective; "
           "steps = allocated while running (graphs, lazily loaded kernels); context = CUDA context and library "
           "modules; target: peak <= weights + kv_cache + 1 GiB)\n")
-    print("| model shape | layers | tp | batch | tokens | configuration | peak | weights | kv_cache | runner | NCCL | steps | "
+    print("| model shape | layers | tp | batch | tokens | configuration | peak | weights | kv_cache | runner | comm | steps | "
           "context | peak - weights - kv | met |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for key, o in results.items():
@@ -300,13 +305,15 @@ def main():
         ablations(args, rows, results, copy_bw, ngpu)
 
 
+# (label, environment, smallest tp it applies to). The switches measured in session 2 (TPSHARD_NO_GEMV,
+# TPSHARD_NO_PDL, TPSHARD_NO_FUSED_SPLIT_MERGE, TPSHARD_NO_GROUPED_GEMV) still exist; their table is in
+# docs/BENCHMARKS.md. Each entry here costs a full model run on the GPU machine.
 ABLATIONS = [
-    ("all on", {}),
-    ("no decode GEMV (cuBLASLt + epilogue kernels)", {"TPSHARD_NO_GEMV": "1"}),
-    ("no programmatic dependent launch", {"TPSHARD_NO_PDL": "1"}),
-    ("attention splits merged by a second kernel", {"TPSHARD_NO_FUSED_SPLIT_MERGE": "1"}),
-    ("no grouped GEMV (parallel residual: 4 launches instead of 2)", {"TPSHARD_NO_GROUPED_GEMV": "1"}),
-    ("NCCL all_reduce instead of custom (tp > 1)", {"TPSHARD_NO_CUSTOM_ALL_REDUCE": "1"}),
+    ("all on", {}, 1),
+    ("no decode lookahead (host round trip between steps)", {"TPSHARD_NO_LOOKAHEAD": "1"}, 1),
+    ("previous decode attention kernel", {"TPSHARD_ATTN_V1": "1"}, 1),
+    ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
+    ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
 ]
 
 
@@ -321,10 +328,8 @@ def ablations(args, rows, results, copy_bw, ngpu):
         for tp in tps:
             if tp > ngpu:
                 continue
-            for name, env in ABLATIONS:
-                if tp == 1 and "TPSHARD_NO_CUSTOM_ALL_REDUCE" in env:
-                    continue
-                if "TPSHARD_NO_GROUPED_GEMV" in env and shape == "llama-7b":  # no parallel residual: no change
+            for name, env, min_tp in ABLATIONS:
+                if tp < min_tp:
                     continue
                 try:
                     o = results.get((shape, layers, tp, batch, plen, new)) if not env else \

@@ -314,6 +314,20 @@ else
       k_result FAIL "stories260K greedy 200 ids ($opt)" "$(cat "$WORK/out.txt") $(tail -1 "$WORK/err.txt")"
     fi
   done
+  # decode lookahead: identical ids and logits with and without it over a script that drops rows, feeds a
+  # non-argmax token, prefills between decode steps and asks for logits (check_lookahead.h); parallel and
+  # sequential residual models, tp 1 and 2
+  for m in tiny-gpt-neox-par tiny-llama3-rope; do
+    for TP in 1 2; do
+      [ "$TP" -le "$NGPU" ] || continue
+      if run_logged "lookahead $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --check-lookahead &&
+         ! grep -q FAIL "$WORK/out.txt" && [ "$(grep -c '^PASS' "$WORK/out.txt")" -eq 3 ]; then
+        k_result PASS "decode lookahead $m tp $TP: same ids and logits as without it" "$(grep 'computed ahead' "$WORK/out.txt")"
+      else
+        k_result FAIL "decode lookahead $m tp $TP" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
+      fi
+    done
+  done
 fi
 # tprun: the CUDA backend's logits vs the CPU backend's (same binary, same shard files)
 if [ -x "$BIN/tprun" ] && [ -d "$WORK/k_tiny-gpt-neox-par" ]; then
