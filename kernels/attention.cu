@@ -1,10 +1,14 @@
 // attention.cu: causal varlen attention over the kv_cache with optional split-K (see attention.cuh).
 // One block per (token, head, split); keys in tiles of kTile with a running max and sum; a warp
 // computes one key's score at a time; then each thread accumulates one output dim over its share of
-// the tile's keys.
+// the tile's keys. attention() sends decode steps to the decode kernel (attention_decode.cu).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/attention.cuh"
+#include "kernels/attention_decode.cuh"
+#include "kernels/attention_rotary.cuh"
 #include "kernels/common.cuh"
 #include "kernels/pdl.cuh"
 
@@ -15,23 +19,6 @@ constexpr int kTile = 128;
 
 template <typename T>
 __device__ void combine_splits(const AttentionParams& p, int t, int h);
-
-/// Dim d of head x after rotary embedding at position pos, as apply_rotary (rotary.cu) stores it:
-/// computed in fp32, rounded once to T. Dims >= rot are returned unchanged.
-template <typename T>
-__device__ __forceinline__ float rotated(const T* x, int d, int half, int rot, float pos, const float* inv_freq) {
-  const float xd = to_f32(x[d]);
-  if (d >= rot) return xd;
-  const int i = d < half ? d : d - half;
-  float s, c;
-  sincosf(pos * inv_freq[i], &s, &c);
-  if (d < half) {
-    const float x1 = xd, x2 = to_f32(x[d + half]);
-    return to_f32(from_f32<T>(x1 * c - x2 * s));
-  }
-  const float x1 = to_f32(x[d - half]), x2 = xd;
-  return to_f32(from_f32<T>(x2 * c + x1 * s));
-}
 
 template <typename T>
 __global__ void attention_kernel(AttentionParams p) {
@@ -212,21 +199,38 @@ int attention_num_splits(int n, int num_heads, int max_context, int max_splits) 
   return std::max(1, std::min(splits, max_splits));
 }
 
-void attention(const AttentionParams& p, cudaStream_t stream) {
-  if (p.n == 0) return;
+void attention_validate(const AttentionParams& p) {
   TPS_CHECK(p.head_dim > 0 && p.head_dim <= 256 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0,
             "kernels/attention: unsupported head_dim " + std::to_string(p.head_dim) + " or heads " +
                 std::to_string(p.num_heads) + "/" + std::to_string(p.num_kv_heads),
             "head_dim must be <= 256 and heads a multiple of kv_heads");
   TPS_CHECK(p.num_splits == 1 || p.partial, "kernels/attention: num_splits > 1 needs the partial workspace",
             "pass AttentionParams::partial");
+  TPS_CHECK(!p.rotary_append || p.rotary_ndims == 0 || (p.inv_freq && p.rotary_ndims % 2 == 0 && p.rotary_ndims <= p.head_dim),
+            "kernels/attention: rotary_append needs inv_freq and an even rotary_ndims <= head_dim",
+            "pass AttentionParams::inv_freq / rotary_ndims");
+}
+
+void attention(const AttentionParams& p, cudaStream_t stream) {
+  // TPSHARD_ATTN_V1=1: decode steps on the tiled kernel too (A/B timing); read once, like pdl_enabled()
+  static const bool v1 = [] {
+    const char* e = std::getenv("TPSHARD_ATTN_V1");
+    return e != nullptr && std::strcmp(e, "0") != 0;
+  }();
+  if ((p.decode || p.rotary_append) && !v1 && attention_decode_supported(p)) {
+    attention_decode(p, stream);
+  } else {
+    attention_tiled(p, stream);
+  }
+}
+
+void attention_tiled(const AttentionParams& p, cudaStream_t stream) {
+  if (p.n == 0) return;
+  attention_validate(p);
   const int threads = p.head_dim > 128 ? 256 : 128;
   const int groups = threads / p.head_dim;
   const size_t smem = sizeof(float) * (p.head_dim + kTile + 32 + static_cast<size_t>(groups) * p.head_dim);
   dim3 grid(p.n, p.num_heads, p.num_splits);
-  TPS_CHECK(!p.rotary_append || p.rotary_ndims == 0 || (p.inv_freq && p.rotary_ndims % 2 == 0 && p.rotary_ndims <= p.head_dim),
-            "kernels/attention: rotary_append needs inv_freq and an even rotary_ndims <= head_dim",
-            "pass AttentionParams::inv_freq / rotary_ndims");
   TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(attention_kernel<T>, grid, dim3(threads), smem, stream, p));
   check_launch("attention_kernel");
   if (p.num_splits > 1 && !p.split_counters) {

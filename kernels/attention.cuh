@@ -43,11 +43,24 @@ struct AttentionParams {
   bool rotary_append = false;
   const float* inv_freq = nullptr;  ///< [rotary_ndims/2] f32 (rotary_append)
   int rotary_ndims = 0;             ///< even, <= head_dim; 0: no rotary (rotary_append)
+  /// Every token is the only query token of its sequence in this call (a decode step): attention() uses
+  /// the decode kernel (attention_decode.cuh). rotary_append implies it. Results are the same within
+  /// fp32 rounding either way.
+  bool decode = false;
 };
 
 /// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t].
-/// Launched with programmatic dependent launch (kernels/pdl.cuh).
+/// Launched with programmatic dependent launch (kernels/pdl.cuh). Decode steps (decode or rotary_append)
+/// go to attention_decode() when it supports the shape, unless the environment sets TPSHARD_ATTN_V1
+/// (read once; for A/B timing); everything else to attention_tiled().
 void attention(const AttentionParams& p, cudaStream_t stream);
+
+/// The general kernel (prefill and decode): one block per (token, head, split), keys in tiles of 128
+/// with block-wide max / sum per tile.
+void attention_tiled(const AttentionParams& p, cudaStream_t stream);
+
+/// Throws Error when p breaks the contract above (head_dim, heads / kv_heads, partial, rotary_append).
+void attention_validate(const AttentionParams& p);
 
 /// A num_splits that fills the GPU for n tokens (1 when n * heads already does), at most max_splits.
 int attention_num_splits(int n, int num_heads, int max_context, int max_splits);

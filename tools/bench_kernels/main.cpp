@@ -4,8 +4,9 @@
 //      tokens, through the decode GEMV and through cuBLASLt + the separate epilogue kernels; weights
 //      rotate over enough copies (>= 512 MiB) that L2 never holds them; calls are captured in a CUDA
 //      graph back to back, as in a decode step;
-//   2. the other kernels of a batch-1 decode layer (add_norm, attention with fused rotary + kv_cache
-//      append and in-kernel split merge, argmax), each in a graph of 64 back-to-back calls;
+//   2. the other kernels of a batch-1 decode layer (add_norm, argmax), each in a graph of 64 back-to-back
+//      calls; then decode attention with fused rotary + kv_cache append and in-kernel split merge, the
+//      tiled kernel (TPSHARD_ATTN_V1) next to the decode kernel, batch 1 and 48, contexts 32..4096;
 //   3. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
 //      graph, both ranks replaying together.
 // Usage: bench_kernels [--only linear|pieces|all_reduce]. Prints markdown tables; the copy bandwidth it
@@ -24,6 +25,7 @@
 
 #include "format/error.h"
 #include "kernels/attention.cuh"
+#include "kernels/attention_decode.cuh"
 #include "kernels/linear.cuh"
 #include "kernels/logits.cuh"
 #include "kernels/norm.cuh"
@@ -162,6 +164,82 @@ void bench_linear() {
   cudaStreamDestroy(s);
 }
 
+/// Decode attention with rotary + kv_cache append + split merge fused, as the transformer launches it:
+/// the tiled kernel (what TPSHARD_ATTN_V1=1 selects) next to the decode kernel, same inputs. All tokens
+/// of a batch at the same context, each in its own kv_cache slot; num_splits as attention_num_splits
+/// picks it for max_seq_len = max(160, context) (the decode kernel may use fewer, see
+/// attention_decode_splits).
+void bench_attention_decode(cudaStream_t s) {
+  std::printf("\n## Decode attention: tiled kernel (TPSHARD_ATTN_V1=1) vs decode kernel (us per call, 64 calls per graph)\n\n");
+  std::printf("| model shape | batch | context | splits (decode kernel uses) | tiled us | decode us | speedup |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  auto zeros = [](size_t bytes) {
+    void* p = nullptr;
+    TPS_CUDA_CHECK(cudaMalloc(&p, bytes));
+    TPS_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+  };
+  struct AttnCase { const char* what; int heads, hd, rot; DType t; };
+  for (const AttnCase& c : {AttnCase{"pythia-1.4b: 16 heads, hd 128, rotary 32, f16", 16, 128, 32, DType::F16},
+                            AttnCase{"llama-7b tp1: 32 heads, hd 128, bf16", 32, 128, 128, DType::BF16},
+                            AttnCase{"llama-7b tp2: 16 heads, hd 128, bf16", 16, 128, 128, DType::BF16}}) {
+    for (int n : {1, 48}) {
+      for (int ctx : {32, 100, 160, 1000, 4096}) {
+        const int max_seq = std::max(160, ctx), slots = n + 1;
+        const int64_t stride = static_cast<int64_t>(3 * c.heads) * c.hd;
+        const size_t cache_bytes = static_cast<size_t>(slots) * c.heads * max_seq * c.hd * 2;
+        void* qkv = zeros(n * stride * 2);
+        void* kc = zeros(cache_bytes);
+        void* vc = zeros(cache_bytes);
+        std::vector<int32_t> meta_h(2 * n);
+        for (int i = 0; i < n; ++i) {
+          meta_h[i] = i + 1;            // slot
+          meta_h[n + i] = ctx - 1;      // position
+        }
+        int32_t* meta = static_cast<int32_t*>(zeros(meta_h.size() * 4));
+        TPS_CUDA_CHECK(cudaMemcpy(meta, meta_h.data(), meta_h.size() * 4, cudaMemcpyHostToDevice));
+        std::vector<float> inv(c.rot / 2);
+        for (int i = 0; i < c.rot / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.rot));
+        float* d_inv = static_cast<float*>(zeros(inv.size() * 4));
+        TPS_CUDA_CHECK(cudaMemcpy(d_inv, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+        const int splits = attention_num_splits(n, c.heads, max_seq, 16);
+        float* partial = static_cast<float*>(zeros(static_cast<size_t>(n) * c.heads * 16 * (c.hd + 2) * 4));
+        int* counters = static_cast<int*>(zeros(static_cast<size_t>(n) * c.heads * 4));
+        void* out = zeros(static_cast<size_t>(n) * c.heads * c.hd * 2);
+        AttentionParams a;
+        a.q = qkv;
+        a.q_stride = stride;
+        a.k_cache = kc;
+        a.v_cache = vc;
+        a.slots = meta;
+        a.positions = meta + n;
+        a.out = out;
+        a.partial = partial;
+        a.split_counters = counters;
+        a.dtype = c.t;
+        a.n = n;
+        a.num_heads = c.heads;
+        a.num_kv_heads = c.heads;
+        a.head_dim = c.hd;
+        a.max_seq_len = max_seq;
+        a.num_splits = splits;
+        a.scale = 0.088f;
+        a.decode = true;
+        a.rotary_append = true;
+        a.inv_freq = d_inv;
+        a.rotary_ndims = c.rot;
+        const double tiled = time_graph_us(s, 64, 20, [&](int) { attention_tiled(a, s); });
+        const double decode = time_graph_us(s, 64, 20, [&](int) { attention_decode(a, s); });
+        std::printf("| %s | %d | %d | %d (%d) | %.2f | %.2f | %.2fx |\n", c.what, n, ctx, splits,
+                    attention_decode_splits(ctx, splits), tiled, decode, tiled / decode);
+        for (void* p : {qkv, kc, vc, static_cast<void*>(meta), static_cast<void*>(d_inv), static_cast<void*>(partial),
+                        static_cast<void*>(counters), out})
+          cudaFree(p);
+      }
+    }
+  }
+}
+
 /// Batch-1 decode: the non-GEMM kernels of one layer, as the transformer launches them.
 void bench_pieces() {
   TPS_CUDA_CHECK(cudaSetDevice(0));
@@ -205,58 +283,6 @@ void bench_pieces() {
     std::printf("| add_norm | %s, hidden %d | %.2f |\n", c.what, c.hidden, us);
     for (void* p : {res, add, w, o0, o1}) cudaFree(p);
   }
-  struct AttnCase { const char* what; int heads, hd, rot; DType t; };
-  for (const AttnCase& c : {AttnCase{"pythia-1.4b: 16 heads, hd 128, rotary 32", 16, 128, 32, DType::F16},
-                            AttnCase{"llama-7b tp1: 32 heads, hd 128", 32, 128, 128, DType::BF16},
-                            AttnCase{"llama-7b tp2: 16 heads, hd 128", 16, 128, 128, DType::BF16}}) {
-    for (int ctx : {32, 100, 160}) {
-      const int max_seq = 160, slots = 2;
-      const int64_t stride = static_cast<int64_t>(3 * c.heads) * c.hd;
-      void* qkv = zeros(stride * 2);
-      void* kc = zeros(static_cast<size_t>(slots) * c.heads * max_seq * c.hd * 2);
-      void* vc = zeros(static_cast<size_t>(slots) * c.heads * max_seq * c.hd * 2);
-      const int32_t meta_h[2] = {0, ctx - 1};
-      int32_t* meta = static_cast<int32_t*>(zeros(8));
-      TPS_CUDA_CHECK(cudaMemcpy(meta, meta_h, 8, cudaMemcpyHostToDevice));
-      std::vector<float> inv(c.rot / 2);
-      for (int i = 0; i < c.rot / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.rot));
-      float* d_inv = static_cast<float*>(zeros(inv.size() * 4));
-      TPS_CUDA_CHECK(cudaMemcpy(d_inv, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
-      const int splits = attention_num_splits(1, c.heads, max_seq, 16);
-      float* partial = static_cast<float*>(zeros(static_cast<size_t>(c.heads) * 16 * (c.hd + 2) * 4));
-      int* counters = static_cast<int*>(zeros(static_cast<size_t>(c.heads) * 4));
-      void* out = zeros(static_cast<size_t>(c.heads) * c.hd * 2);
-      const double us = time_graph_us(s, 64, 20, [&](int) {
-        AttentionParams a;
-        a.q = qkv;
-        a.q_stride = stride;
-        a.k_cache = kc;
-        a.v_cache = vc;
-        a.slots = meta;
-        a.positions = meta + 1;
-        a.out = out;
-        a.partial = partial;
-        a.split_counters = counters;
-        a.dtype = c.t;
-        a.n = 1;
-        a.num_heads = c.heads;
-        a.num_kv_heads = c.heads;
-        a.head_dim = c.hd;
-        a.max_seq_len = max_seq;
-        a.num_splits = splits;
-        a.scale = 0.088f;
-        a.rotary_append = true;
-        a.inv_freq = d_inv;
-        a.rotary_ndims = c.rot;
-        attention(a, s);
-      });
-      std::printf("| attention decode (rotary + append + split merge fused) | %s, context %d, %d splits | %.2f |\n",
-                  c.what, ctx, splits, us);
-      for (void* p : {qkv, kc, vc, static_cast<void*>(meta), static_cast<void*>(d_inv), static_cast<void*>(partial),
-                      static_cast<void*>(counters), out})
-        cudaFree(p);
-    }
-  }
   for (int vocab : {50304, 16000}) {
     float* logits = static_cast<float*>(zeros(static_cast<size_t>(vocab) * 4));
     ArgmaxPair* pairs = static_cast<ArgmaxPair*>(zeros(64));
@@ -274,6 +300,7 @@ void bench_pieces() {
     cudaFree(logits);
     cudaFree(pairs);
   }
+  bench_attention_decode(s);
   std::fflush(stdout);
   cudaStreamDestroy(s);
 }

@@ -285,6 +285,7 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.max_seq_len = max_seq_len_;
   a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  a.decode = m.decode;  // one token per sequence: the decode attention kernel
   if (m.decode) {  // rotary + kv_cache append inside the attention kernel
     a.rotary_append = true;
     a.inv_freq = inv_freq_;
