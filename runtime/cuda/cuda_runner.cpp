@@ -19,12 +19,15 @@
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/transformer.h"
 #include "runtime/cuda/layers/weights.h"
+#include "runtime/cuda/device_comm.h"
 #include "runtime/cuda/nccl_comm.h"
+#include "runtime/cuda/peer_comm.h"
 
 namespace tpshard::cuda {
 namespace {
 
-/// Largest all_reduce handled by the custom one-shot kernel (decode steps); larger ones go to NCCL.
+/// NCCL path only: largest all_reduce handled by the custom one-shot kernel (decode steps); larger ones go
+/// to NCCL. (The peer communicator does every all_reduce itself.)
 constexpr size_t kCustomAllReduceMaxBytes = 2u << 20;
 
 /// Decode batch-size buckets (format/memory_plan.h): 1, 2, 4, 8, then multiples of 8.
@@ -42,12 +45,12 @@ class CudaRunner : public ModelRunner {
     TPS_CHECK(comm.size() == tp_size && comm.rank() == tp_rank,
               "cuda runner: communicator is rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) +
                   " but the runner was asked for rank " + std::to_string(tp_rank) + " of " + std::to_string(tp_size),
-              "create the NCCL communicator with the runner's tp_rank / tp_size");
-    auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
-    TPS_CHECK(nccl, "cuda runner: the communicator is not an NcclCommunicator",
-              "build the CUDA runner with runtime/cuda/nccl_comm's communicator");
-    nccl_ = nccl;
-    stream_ = nccl->stream();
+              "create the communicator with the runner's tp_rank / tp_size");
+    auto* device_comm = dynamic_cast<DeviceCommunicator*>(&comm);
+    TPS_CHECK(device_comm, "cuda runner: the communicator is not a DeviceCommunicator",
+              "build the CUDA runner with the communicator of runtime/cuda/make_device_comm.h");
+    device_comm_ = device_comm;
+    stream_ = device_comm->stream();
     layout_ = make_tp_layout(config_, tp_size);
     weights_ = bind_weights(weights, config_, layout_);
     weight_bytes_ = weights.bytes();
@@ -57,7 +60,8 @@ class CudaRunner : public ModelRunner {
     const int max_tokens = static_cast<int>(std::max<long long>(max_rows_, std::min(step, cap)));
     model_ = std::make_unique<Transformer>(config_, layout_, tp_rank, weights_, comm, stream_, max_tokens, max_rows_,
                                            opts.max_batch + 1, opts.max_seq_len);
-    if (tp_size > 1) {  // collective: every rank gets here in the same order
+    auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
+    if (tp_size > 1 && nccl) {  // collective: every rank gets here in the same order, with the same kind
       const size_t want = static_cast<size_t>(max_rows_) * config_.hidden_size * sizeof(float);
       std::string why_not;
       car_ = CustomAllReduce::try_create(*nccl, std::min(want, kCustomAllReduceMaxBytes), &why_not);
@@ -66,6 +70,10 @@ class CudaRunner : public ModelRunner {
       } else if (tp_rank == 0 && std::getenv("TPSHARD_NO_CUSTOM_ALL_REDUCE") == nullptr) {
         std::fprintf(stderr, "note: decode all_reduces use NCCL (custom all_reduce unavailable: %s)\n", why_not.c_str());
       }
+    } else if (auto* peer = dynamic_cast<PeerCommunicator*>(&comm)) {
+      // Every all_reduce goes through the peer communicator's regions; handing its CustomAllReduce to the
+      // transformer only lets it use the fused all_reduce + add_norm kernel too (same regions, same stream).
+      model_->set_custom_all_reduce(peer->custom_all_reduce());
     }
     const size_t vpr = layout_.vocab_size_per_rank;
     TPS_CUDA_CHECK(cudaMalloc(&gathered_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
@@ -268,7 +276,7 @@ class CudaRunner : public ModelRunner {
       if (q != cudaErrorNotReady) TPS_CUDA_CHECK(q);
       if (it % 256 == 0 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(20)) break;
     }
-    nccl_->synchronize();
+    device_comm_->synchronize();
   }
 
   /// True when the step after `chunks` may be computed ahead: lookahead on, the bucket's graph exists,
@@ -344,7 +352,7 @@ class CudaRunner : public ModelRunner {
   void collect(const std::vector<int>& row_chunk, float* logits, int32_t* argmax, int rows = -1) {
     const int r = rows < 0 ? static_cast<int>(row_chunk.size()) : rows;
     if (r == 0) {  // a middle piece of a long prompt: nothing to gather (same on every rank), but the
-      nccl_->synchronize();  // pinned metadata buffer may only be rewritten once its copy has run
+      device_comm_->synchronize();  // pinned metadata buffer may only be rewritten once its copy has run
       return;
     }
     const size_t vpr = layout_.vocab_size_per_rank;
@@ -367,7 +375,7 @@ class CudaRunner : public ModelRunner {
       TPS_CUDA_CHECK(cudaMemcpyAsync(host_logits_, src, static_cast<size_t>(tp_size_) * r * vpr * sizeof(float),
                                      cudaMemcpyDeviceToHost, stream_));
     }
-    nccl_->synchronize();
+    device_comm_->synchronize();
     if (argmax) {
       std::vector<int32_t> best(r);
       merge_argmax(host_pairs_, tp_size_, r, best.data());
@@ -390,7 +398,7 @@ class CudaRunner : public ModelRunner {
   int tp_rank_ = 0, tp_size_ = 1;
   CudaRunnerOptions opts_;
   Communicator& comm_;
-  NcclCommunicator* nccl_ = nullptr;
+  DeviceCommunicator* device_comm_ = nullptr;  ///< comm_ as the CUDA communicator (stream, synchronize)
   cudaStream_t stream_ = nullptr;
   TpLayout layout_;
   ModelWeights weights_;

@@ -22,7 +22,8 @@ struct CudaRunnerOptions {
   bool lookahead = true;
 };
 
-/// Build the runner for this rank. `comm` is the NCCL communicator (its stream is the compute stream);
+/// Build the runner for this rank. `comm` is a DeviceCommunicator (make_device_comm.h: local, peer or NCCL;
+/// its stream is the compute stream);
 /// `weights` must outlive the runner. Allocates kv_cache and workspace once, up front; throws Error
 /// with the numbers when they do not fit in free device memory.
 /// Decode steps whose results came from the lookahead (computed ahead), and decode steps in total, of a

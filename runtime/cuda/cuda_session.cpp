@@ -1,6 +1,6 @@
 // cuda_session.cpp: run_cuda_worker and cuda_device_count (cuda_session.h), CudaWorker and the memory
-// plan (worker.h). Control flow of one worker: identity -> cudaSetDevice -> rendezvous -> NCCL ->
-// memory plan -> WeightArena -> make_cuda_runner -> fn(ctx).
+// plan (worker.h). Control flow of one worker: identity -> cudaSetDevice -> rendezvous -> communicator
+// (local / peer / NCCL, make_device_comm.h) -> memory plan -> WeightArena -> make_cuda_runner -> fn(ctx).
 #include "runtime/cuda/cuda_session.h"
 
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include "format/shard_file.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/cuda_runner.h"
+#include "runtime/cuda/make_device_comm.h"
 #include "runtime/cuda/weight_arena.h"
 #include "runtime/cuda/worker.h"
 #include "tokenizer/tokenizer.h"
@@ -83,7 +84,9 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
   TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_context, &marks_.total));
 
   const double timeout = worker_timeout_s();
-  ncclUniqueId id{};
+  SingleExchange single;
+  std::unique_ptr<RendezvousExchange> over_rendezvous;
+  HostExchange* exchange = &single;
   if (env_.world_size > 1) {
     std::string master = opts.master_addr.empty() ? env_.master_addr : opts.master_addr;
     if (env_.source == "tprun") master = env_.master_addr;  // the launcher resolved it
@@ -91,27 +94,23 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
               "rank " + std::to_string(env_.rank) + ": no rendezvous address for a multi-node " + env_.source + " job",
               "export TPRUN_MASTER=HOST:PORT (rank 0's host) or MASTER_ADDR/MASTER_PORT, or pass --master-addr");
     rendezvous_ = std::make_unique<Rendezvous>(master, env_.rank, env_.world_size, timeout);
-    std::string blob;
-    if (env_.rank == 0) {
-      TPS_NCCL_CHECK(ncclGetUniqueId(&id));
-      blob.assign(reinterpret_cast<const char*>(&id), sizeof(id));
-    }
-    blob = rendezvous_->broadcast(blob);
-    TPS_CHECK(blob.size() == sizeof(id), "rank " + std::to_string(env_.rank) + ": malformed NCCL id from rank 0",
-              "every node must run the same tprun build");
-    std::memcpy(&id, blob.data(), sizeof(id));
+    over_rendezvous = std::make_unique<RendezvousExchange>(*rendezvous_);
+    exchange = over_rendezvous.get();
+  }
+  DeviceCommOptions co;
+  co.timeout_s = timeout;
+  co.exchange_done = [this] {  // the rendezvous' exchanges are over: watch the peers from now on
+    if (!rendezvous_) return;
     const int me = env_.rank;
     rendezvous_->start_monitor([me](const std::string& why) {
       std::string msg = "error: rank " + std::to_string(me) + " stopping: " + why + "\n";
       if (write(2, msg.data(), msg.size()) < 0) {}
-      _exit(kExitPeerFailed);  // the driver frees the context; NCCL kernels die with the process
+      _exit(kExitPeerFailed);  // the driver frees the context; spinning kernels die with the process
     });
-  } else {
-    TPS_NCCL_CHECK(ncclGetUniqueId(&id));
-  }
-  comm_ = std::make_unique<NcclCommunicator>(id, env_.rank, env_.world_size, timeout);
-  comm_->barrier();  // the first collective sets up NCCL's connections and buffers: count them as NCCL's
-  TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_nccl, &marks_.total));
+  };
+  comm_ = make_device_comm(*exchange, co, &comm_choice_);
+  comm_->barrier();  // the first collective sets up NCCL's connections and buffers: count them as the comm's
+  TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_comm, &marks_.total));
 }
 
 CudaWorker::~CudaWorker() {
@@ -121,7 +120,7 @@ CudaWorker::~CudaWorker() {
 
 void CudaWorker::report_failure(const std::string& message) {
   if (rendezvous_) rendezvous_->report_failure(message);
-  if (comm_) comm_->abort();  // the peers are stopping: never wait for them in ncclCommFinalize
+  if (comm_) comm_->abort();  // the peers are stopping: never wait for them (NCCL finalize, peer barrier)
 }
 
 int effective_max_seq_len(const SessionOptions& opts, const Manifest& m) {

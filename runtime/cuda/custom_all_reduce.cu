@@ -56,6 +56,10 @@ namespace {
 // Why a flag can be trusted: rank r writes flags_i[b][r] only with increasing epochs, and can be at most
 // one epoch ahead of rank i's wait (r's signal e+1 needs r past its wait of call e, which needs i's
 // signal e, sent in i's call e): hence ">= e", never "== e".
+// Other kernels on the same region (peer_kernels.cu: chunked all_reduce, all_gather, broadcast, barrier)
+// follow the same protocol: kBlocks blocks, steps 0-4 with their own chunking of a dense staging layout
+// (byte i of the message at byte i of data[p]), every block signalling every peer on every call. The
+// argument above uses only that, so calls of any of them interleave freely on one stream.
 // ---------------------------------------------------------------------------------------------------
 
 constexpr int kMaxRanks = CustomAllReduce::kMaxRanks;
@@ -275,22 +279,47 @@ uint64_t timeout_from_env() {
 
 }  // namespace
 
-CustomAllReduce::CustomAllReduce(NcclCommunicator& comm, size_t max_bytes) {
+CustomAllReduce::CustomAllReduce(HostExchange& exchange, cudaStream_t stream, size_t max_bytes) {
   std::string why;
-  if (!init(comm, max_bytes, &why))
+  if (!init(exchange, stream, max_bytes, &why))
+    throw Error("custom all_reduce (tp_rank " + std::to_string(exchange.rank()) + "): " + why,
+                "use CustomAllReduce::try_create to fall back to NCCL");
+}
+
+CustomAllReduce::CustomAllReduce(DeviceCommunicator& comm, size_t max_bytes) {
+  CommHostExchange exchange(comm);
+  std::string why;
+  if (!init(exchange, comm.stream(), max_bytes, &why))
     throw Error("custom all_reduce (tp_rank " + std::to_string(comm.rank()) + "): " + why,
                 "use CustomAllReduce::try_create to fall back to NCCL");
 }
 
-std::unique_ptr<CustomAllReduce> CustomAllReduce::try_create(NcclCommunicator& comm, size_t max_bytes,
-                                                             std::string* why_not) {
+std::unique_ptr<CustomAllReduce> CustomAllReduce::try_create(HostExchange& exchange, cudaStream_t stream,
+                                                             size_t max_bytes, std::string* why_not) {
   std::unique_ptr<CustomAllReduce> car(new CustomAllReduce());
   std::string why;
-  if (!car->init(comm, max_bytes, &why)) {
+  if (!car->init(exchange, stream, max_bytes, &why)) {
     if (why_not) *why_not = why;
     return nullptr;
   }
   return car;
+}
+
+std::unique_ptr<CustomAllReduce> CustomAllReduce::try_create(DeviceCommunicator& comm, size_t max_bytes,
+                                                             std::string* why_not) {
+  CommHostExchange exchange(comm);
+  return try_create(exchange, comm.stream(), max_bytes, why_not);
+}
+
+PeerRegions CustomAllReduce::regions() const {
+  PeerRegions v;
+  for (int r = 0; r < kMaxRanks; ++r) v.regions[r] = static_cast<uint8_t*>(peer_region_[r]);
+  v.data_bytes = data_bytes_;
+  v.timeout_ns = timeout_ns_;
+  v.rank = rank_;
+  v.size = size_;
+  v.device = device_;
+  return v;
 }
 
 CustomAllReduce::~CustomAllReduce() { release(); }
@@ -309,9 +338,9 @@ void CustomAllReduce::release() {
   if (switch_device) (void)cudaSetDevice(prev);
 }
 
-bool CustomAllReduce::init(NcclCommunicator& comm, size_t max_bytes, std::string* why_not) {
-  rank_ = comm.rank();
-  size_ = comm.size();
+bool CustomAllReduce::init(HostExchange& exchange, cudaStream_t stream, size_t max_bytes, std::string* why_not) {
+  rank_ = exchange.rank();
+  size_ = exchange.size();
   max_bytes_ = max_bytes;
   timeout_ns_ = timeout_from_env();
   auto fail = [&](const std::string& why) {
@@ -349,18 +378,26 @@ bool CustomAllReduce::init(NcclCommunicator& comm, size_t max_bytes, std::string
       region_ = nullptr;
       local_why = cuda_why(("cudaMalloc of " + std::to_string(region_bytes) + " bytes").c_str(), e);
     }
-    if (local_why.empty() && (e = cudaMemsetAsync(region_, 0, region_bytes, comm.stream())) != cudaSuccess)
+    if (local_why.empty() && (e = cudaMemsetAsync(region_, 0, region_bytes, stream)) != cudaSuccess)
       local_why = cuda_why("cudaMemsetAsync", e);
+    // The zeroing must be complete before any peer can signal into this region (after the exchanges).
+    if (local_why.empty() && (e = cudaStreamSynchronize(stream)) != cudaSuccess)
+      local_why = cuda_why("cudaStreamSynchronize after zeroing the region", e);
     if (local_why.empty() && (e = cudaIpcGetMemHandle(&mine.handle, region_)) != cudaSuccess)
       local_why = cuda_why("cudaIpcGetMemHandle", e);
     mine.ptr = uint64_t(reinterpret_cast<uintptr_t>(region_));
     mine.ok = local_why.empty() ? 1 : 0;
     copy_why(mine.why, local_why);
-    // all_gather_host synchronizes comm.stream(): the memset is complete on this rank after it.
-    const std::vector<uint8_t> gathered = comm.all_gather_host(&mine, sizeof(mine));
+    const std::vector<std::string> gathered =
+        exchange.all_gather(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
     std::vector<PeerInfo> info(size_);
-    for (int r = 0; r < size_; ++r)
-      std::memcpy(&info[r], gathered.data() + size_t(r) * sizeof(PeerInfo), sizeof(PeerInfo));
+    for (int r = 0; r < size_; ++r) {
+      TPS_CHECK(gathered[size_t(r)].size() == sizeof(PeerInfo),
+                "custom all_reduce: rank " + std::to_string(r) + " sent " + std::to_string(gathered[size_t(r)].size()) +
+                    " bytes of peer info, expected " + std::to_string(sizeof(PeerInfo)),
+                "every rank must run the same tpshard build");
+      std::memcpy(&info[r], gathered[size_t(r)].data(), sizeof(PeerInfo));
+    }
 
     std::vector<std::pair<int, std::string>> fails;
     for (int r = 0; r < size_; ++r)
@@ -431,12 +468,16 @@ bool CustomAllReduce::init(NcclCommunicator& comm, size_t max_bytes, std::string
     v.ok = local_why.empty() ? 1 : 0;
     copy_why(v.why, local_why);
     // This exchange is also the barrier the zeroing needs: it completes on a rank only once every rank
-    // entered it, i.e. after every rank's memset completed (step 1's gather synchronized each stream).
-    const std::vector<uint8_t> verdicts = comm.all_gather_host(&v, sizeof(v));
+    // entered it, i.e. after every rank's memset completed (each rank synchronized its stream in step 1).
+    const std::vector<std::string> verdicts =
+        exchange.all_gather(std::string(reinterpret_cast<const char*>(&v), sizeof(v)));
     fails.clear();
     for (int r = 0; r < size_; ++r) {
       Verdict vr;
-      std::memcpy(&vr, verdicts.data() + size_t(r) * sizeof(Verdict), sizeof(Verdict));
+      TPS_CHECK(verdicts[size_t(r)].size() == sizeof(Verdict),
+                "custom all_reduce: rank " + std::to_string(r) + " sent a malformed verdict",
+                "every rank must run the same tpshard build");
+      std::memcpy(&vr, verdicts[size_t(r)].data(), sizeof(Verdict));
       if (!vr.ok) fails.emplace_back(r, std::string(vr.why, strnlen(vr.why, sizeof(vr.why))));
     }
     if (!fails.empty()) return fail(combine_reasons(fails));

@@ -2,7 +2,8 @@
 // Owns: the per-rank IPC-shared staging region (double-buffered data + flags + call counters), mapping the
 // peers' regions (CUDA IPC across processes, peer access within one process), and the one-kernel
 // in-place sum. Does not own: choosing between it and NCCL (the transformer's all_reduce does that),
-// the communicator itself (nccl_comm.h; used here only to exchange handles at creation).
+// the host exchange used at creation (host_exchange.h), the other kernels on the same regions
+// (peer_kernels.h, used by PeerCommunicator through regions()).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,9 +13,13 @@
 #include <string>
 
 #include "format/dtype.h"
-#include "runtime/cuda/nccl_comm.h"
+#include "kernels/norm.cuh"
+#include "runtime/cuda/device_comm.h"
+#include "runtime/host_exchange.h"
 
 namespace tpshard::cuda {
+
+struct PeerRegions;
 
 /// In-place all_reduce (sum) for tp ranks whose GPUs are peers on one host (NVLink), done by ONE kernel per
 /// call: every rank copies its message into its own staging buffer, signals the peers, and reads and sums
@@ -40,16 +45,18 @@ class CustomAllReduce {
   static constexpr int kBlocks = 32;    ///< blocks of every launch (fixed: see the protocol)
   static constexpr int kThreads = 512;  ///< threads per block
 
-  /// Collective over the ranks of `comm` (every rank constructs it, same max_bytes). Allocates on the
+  /// Collective over the ranks of `exchange` (every rank constructs it, same max_bytes). Allocates on the
   /// current device one IPC-shareable region of 2 x max_bytes (rounded up to 16) of data + flags + call
-  /// counters, zeroes it, exchanges (hostname, pid, device ordinal, PCI bus id, cudaIpcMemHandle_t, raw
-  /// pointer) with comm.all_gather_host, and maps every peer's region: cudaIpcOpenMemHandle for peers in
-  /// other processes, cudaDeviceEnablePeerAccess + the raw pointer for peers in this process (ranks as
-  /// threads, as in tools/bench_generate). Uses comm.stream() and synchronizes it.
+  /// counters, zeroes it on `stream` and synchronizes it, exchanges (hostname, pid, device ordinal, PCI bus
+  /// id, cudaIpcMemHandle_t, raw pointer) with exchange.all_gather, and maps every peer's region:
+  /// cudaIpcOpenMemHandle for peers in other processes, cudaDeviceEnablePeerAccess + the raw pointer for
+  /// peers in this process (ranks as threads, as in tools/bench_generate).
   /// Throws Error (the same decision on every rank, so no rank is left waiting) when it cannot work:
   /// disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE, tp_size not in 2..8, max_bytes 0, ranks on different hosts,
   /// no peer access between the devices, an allocation or IPC call failed on some rank.
-  CustomAllReduce(NcclCommunicator& comm, size_t max_bytes);
+  CustomAllReduce(HostExchange& exchange, cudaStream_t stream, size_t max_bytes);
+  /// The same with the exchange done through comm.all_gather_host and comm.stream() (the NCCL path).
+  CustomAllReduce(DeviceCommunicator& comm, size_t max_bytes);
   /// Closes the IPC mappings and frees the region (no collective, no sync: see the class comment).
   ~CustomAllReduce();
   CustomAllReduce(const CustomAllReduce&) = delete;
@@ -59,7 +66,9 @@ class CustomAllReduce {
   /// the reasons listed there; all ranks return nullptr together. TPSHARD_NO_CUSTOM_ALL_REDUCE=1 gives
   /// why_not "disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE" (for A/B benchmarks). Errors of the communicator
   /// itself (a peer died during the exchange) still throw.
-  static std::unique_ptr<CustomAllReduce> try_create(NcclCommunicator& comm, size_t max_bytes,
+  static std::unique_ptr<CustomAllReduce> try_create(HostExchange& exchange, cudaStream_t stream, size_t max_bytes,
+                                                     std::string* why_not);
+  static std::unique_ptr<CustomAllReduce> try_create(DeviceCommunicator& comm, size_t max_bytes,
                                                      std::string* why_not);
 
   /// True when all_reduce_sum accepts (buf, count, dtype): count x dtype_size(dtype) <= max_bytes, buf
@@ -75,15 +84,28 @@ class CustomAllReduce {
   /// Throws Error when !eligible(buf, count, dtype) or the current device is not the one of creation.
   void all_reduce_sum(void* buf, size_t count, DType dtype, cudaStream_t stream);
 
+  /// True when all_reduce_add_norm accepts p: dtype F32/F16/BF16, hidden a multiple of 4 with rows of a
+  /// multiple of 16 bytes and at most 4 x kThreads x 16 bytes, n x row bytes <= max_bytes, add0 / residual
+  /// / out0 / out1 16-byte aligned, weight0 and out0 given. Pure host check.
+  bool add_norm_eligible(const AddNormParams& p) const;
+  /// all_reduce_sum of p.add0 ([n, hidden] of p.dtype: this rank's row-parallel partial sums), then
+  /// add_norm(p) (kernels/norm.cuh) with those summed rows as add0, in ONE kernel (all_reduce_norm.cu).
+  /// The sum is in fp32 in rank order, rounded once to dtype, as all_reduce_sum; p.add0 is left as it
+  /// was (not summed). Same collective rules as all_reduce_sum (every rank makes the same calls, in the
+  /// same order as its all_reduce_sum calls); one kernel, capturable. Throws Error when !add_norm_eligible(p).
+  void all_reduce_add_norm(const AddNormParams& p, cudaStream_t stream);
+
   int tp_rank() const { return rank_; }
   int tp_size() const { return size_; }
   size_t max_bytes() const { return max_bytes_; }
+  /// The mapped regions and protocol parameters, for the other kernels of the protocol (peer_kernels.h).
+  PeerRegions regions() const;
 
  private:
   CustomAllReduce() = default;  ///< empty; try_create then calls init
   /// Collective setup shared by the constructor and try_create; false + *why_not when it cannot work
   /// (then nothing is left allocated, and every rank returned false).
-  bool init(NcclCommunicator& comm, size_t max_bytes, std::string* why_not);
+  bool init(HostExchange& exchange, cudaStream_t stream, size_t max_bytes, std::string* why_not);
   void release();
 
   int rank_ = 0;
@@ -95,6 +117,17 @@ class CustomAllReduce {
   void* region_ = nullptr;             ///< this rank's region (cudaMalloc), layout in custom_all_reduce.cu
   void* peer_region_[kMaxRanks] = {};  ///< every rank's region as seen from this device (own included)
   bool ipc_opened_[kMaxRanks] = {};    ///< peer_region_[r] came from cudaIpcOpenMemHandle (close it)
+};
+
+/// Every rank's region as mapped on this device, and the protocol parameters (passed by value into the
+/// kernels of peer_kernels.h, so graph replays see the same pointers).
+struct PeerRegions {
+  uint8_t* regions[CustomAllReduce::kMaxRanks] = {};  ///< [r]: rank r's region (own at [rank]); null past size
+  uint64_t data_bytes = 0;  ///< D: bytes of each of the two staging buffers (multiple of 16)
+  uint64_t timeout_ns = 0;  ///< spin limit of the kernels, 0 = none
+  int rank = 0;             ///< tp_rank of this device
+  int size = 0;             ///< tp_size
+  int device = -1;          ///< CUDA device of this rank
 };
 
 }  // namespace tpshard::cuda

@@ -1,4 +1,5 @@
-// nccl_comm.h: the CUDA backend's Communicator (runtime/comm.h) over NCCL, one process per GPU.
+// nccl_comm.h: the CUDA backend's DeviceCommunicator (device_comm.h) over NCCL, one process per GPU (or
+// ranks as threads); used for multi-host jobs and when TPSHARD_COMM=nccl (make_device_comm.h).
 // Owns: communicator creation from a unique id (non-blocking NCCL config, init polled with a timeout),
 // the compute stream every collective is enqueued on, asynchronous-error polling, abort.
 // Does not own: exchanging the unique id (runtime/rendezvous.h), choosing the device (cuda_session).
@@ -11,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/comm.h"
+#include "runtime/cuda/device_comm.h"
 
 namespace tpshard::cuda {
 
 /// NCCL communicator of tp_size ranks. All buffers passed to the Communicator methods are DEVICE
 /// pointers; the collectives are enqueued on stream() and return without waiting (stream order).
 /// barrier() and all_gather_host() wait. Any NCCL failure throws Error naming the rank and the call.
-class NcclCommunicator : public Communicator {
+class NcclCommunicator : public DeviceCommunicator {
  public:
   /// Create rank `rank` of `size` on the current device (call cudaSetDevice first). Sets
   /// NCCL_NVLS_ENABLE=0, NCCL_MAX_NCHANNELS=8 and NCCL_BUFFSIZE=1 MiB when unset (memory; see the .cpp). Waits at most timeout_s for the other ranks to join, then throws
@@ -38,15 +39,16 @@ class NcclCommunicator : public Communicator {
 
   /// Wait until all work on stream() is done, polling ncclCommGetAsyncError; throws Error on an NCCL
   /// error or after timeout_s without completion (then the communicator is aborted).
-  void synchronize();
+  void synchronize() override;
   /// Gather `bytes` of HOST memory from every rank: result[r * bytes + i] (synchronous; for small
   /// reports such as bench-load's per-rank numbers).
-  std::vector<uint8_t> all_gather_host(const void* data, size_t bytes);
+  std::vector<uint8_t> all_gather_host(const void* data, size_t bytes) override;
 
-  cudaStream_t stream() const { return stream_; }  ///< the compute stream (non-blocking flag)
+  cudaStream_t stream() const override { return stream_; }  ///< the compute stream (non-blocking flag)
   ncclComm_t nccl() const { return comm_; }
   /// ncclCommAbort; safe from another thread (watchdog). Later calls throw.
-  void abort();
+  void abort() override;
+  const char* name() const override { return "nccl"; }
 
  private:
   /// Poll ncclCommGetAsyncError until the communicator is no longer in progress (non-blocking mode).

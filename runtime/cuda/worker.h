@@ -1,6 +1,7 @@
 // worker.h: the process-level steps of one CUDA worker, in the order they must happen: read who we
 // are from the launcher's environment, cudaSetDevice(local_rank) before any other CUDA/NCCL call,
-// rendezvous, NCCL communicator, failure watch; plus the device-memory plan check.
+// rendezvous, device communicator (make_device_comm.h: local, peer or NCCL), failure watch; plus the
+// device-memory plan check.
 // Used by cuda_session.cpp (run_cuda_worker) and tools/tprun/cmd_bench_load.cpp.
 // Does not own: loading weights (weight_arena.h), the transformer (cuda_runner.h).
 #pragma once
@@ -10,7 +11,8 @@
 #include <string>
 
 #include "format/manifest.h"
-#include "runtime/cuda/nccl_comm.h"
+#include "runtime/comm_select.h"
+#include "runtime/cuda/device_comm.h"
 #include "runtime/launcher.h"
 #include "runtime/rendezvous.h"
 #include "runtime/session.h"
@@ -21,15 +23,15 @@ namespace tpshard::cuda {
 struct DeviceMemoryMarks {
   size_t total = 0;
   size_t free_after_context = 0;  ///< after the CUDA context exists
-  size_t free_after_nccl = 0;     ///< after the NCCL communicator exists
+  size_t free_after_comm = 0;     ///< after the communicator exists (and ran its first collective)
   size_t context_bytes() const { return total - free_after_context; }  ///< incl. other processes on the GPU
-  size_t nccl_bytes() const { return free_after_context - free_after_nccl; }
+  size_t comm_bytes() const { return free_after_context - free_after_comm; }  ///< the communicator's memory
 };
 
 /// One worker process of a CUDA job. The constructor does, in order: read_worker_env (or rank 0 of 1 when
 /// no launcher is involved), check world size == opts.tp_size, cudaSetDevice(local_rank), create the
-/// context, rendezvous on the master address, exchange the NCCL unique id, create the communicator, and
-/// start watching the peers: when another rank fails this process prints its message and exits with
+/// context, rendezvous on the master address, choose and create the communicator (make_device_comm.h;
+/// NCCL only when needed, its unique id sent over the rendezvous), and start watching the peers: when another rank fails this process prints its message and exits with
 /// kExitPeerFailed within about a second. Ranks != 0 get stdout on /dev/null. Throws Error naming the rank.
 class CudaWorker {
  public:
@@ -42,7 +44,8 @@ class CudaWorker {
   int tp_size() const { return env_.world_size; }
   int device() const { return env_.local_rank; }
   const WorkerEnv& env() const { return env_; }
-  NcclCommunicator& comm() { return *comm_; }
+  DeviceCommunicator& comm() { return *comm_; }
+  const CommChoice& comm_choice() const { return comm_choice_; }  ///< which communicator, and why
   const DeviceMemoryMarks& marks() const { return marks_; }
   /// Tell the other ranks this one failed (they stop at once); call before rethrowing.
   void report_failure(const std::string& message);
@@ -51,7 +54,8 @@ class CudaWorker {
   WorkerEnv env_;
   DeviceMemoryMarks marks_;
   std::unique_ptr<Rendezvous> rendezvous_;
-  std::unique_ptr<NcclCommunicator> comm_;
+  std::unique_ptr<DeviceCommunicator> comm_;
+  CommChoice comm_choice_;
 };
 
 /// Throws Error when the memory plan of format/memory_plan.h (weights + kv_cache + activations +

@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -529,6 +530,125 @@ TEST_CASE("CustomAllReduce: latency vs NCCL at decode sizes (printed; results ch
       TPS_CUDA_CHECK(cudaEventDestroy(stop));
     });
     INFO("tp " << n);
+    f.report();
+  }
+}
+
+// ---- all_reduce_add_norm: the all_reduce fused with the residual add and norm that follow it ----
+
+TEST_CASE("CustomAllReduce::all_reduce_add_norm: sum over ranks + residual add + LayerNorm/RMSNorm, two outputs") {
+  short_spin_timeout();
+  struct Shape {
+    int rows, hidden;
+  };
+  const Shape shapes[] = {{1, 2048}, {3, 4096}, {40, 6144}, {2, 64}, {33, 1000}};
+  for (int n : rank_counts()) {
+    Failures f;
+    run_with_car(n, f, [&](int rank, NcclCommunicator& comm, CustomAllReduce& car) {
+      int salt = 0;
+      for (DType t : kDTypes) {
+        for (NormKind kind : {NormKind::LayerNorm, NormKind::RmsNorm}) {
+          for (const Shape& sh : shapes) {
+            ++salt;
+            const size_t count = static_cast<size_t>(sh.rows) * sh.hidden, es = dtype_size(t);
+            const bool ln = kind == NormKind::LayerNorm;
+            // host data: partial sums per rank, residual (same on all ranks), biases, norm weights
+            const std::vector<uint8_t> part = make_input(count, t, rank, salt);
+            std::vector<float> residual(count);
+            for (size_t i = 0; i < count; ++i) residual[i] = input_value(i, 97, salt) * 7.0f;
+            const std::vector<uint8_t> b0 = make_input(sh.hidden, t, 11, salt), b1 = make_input(sh.hidden, t, 12, salt);
+            std::vector<uint8_t> w0(sh.hidden * es), w1(sh.hidden * es), be0(sh.hidden * es), be1(sh.hidden * es);
+            for (int i = 0; i < sh.hidden; ++i) {
+              store(w0, i, t, 0.5f + 0.001f * float(i % 997));
+              store(w1, i, t, -1.0f + 0.002f * float(i % 991));
+              store(be0, i, t, 0.01f * float(i % 13) - 0.06f);
+              store(be1, i, t, 0.02f * float(i % 7) - 0.07f);
+            }
+            // device copies; the fused call must leave `part` unchanged
+            DeviceMem d_part(count * es), d_res(count * 4), d_b0(sh.hidden * es), d_b1(sh.hidden * es), d_w0(sh.hidden * es),
+                d_w1(sh.hidden * es), d_be0(sh.hidden * es), d_be1(sh.hidden * es), d_o0(count * es), d_o1(count * es);
+            cudaStream_t s = comm.stream();
+            auto up = [&](void* dst, const void* src, size_t bytes) {
+              TPS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+            };
+            up(d_part.ptr, part.data(), count * es);
+            up(d_res.ptr, residual.data(), count * 4);
+            up(d_b0.ptr, b0.data(), sh.hidden * es);
+            up(d_b1.ptr, b1.data(), sh.hidden * es);
+            up(d_w0.ptr, w0.data(), sh.hidden * es);
+            up(d_w1.ptr, w1.data(), sh.hidden * es);
+            up(d_be0.ptr, be0.data(), sh.hidden * es);
+            up(d_be1.ptr, be1.data(), sh.hidden * es);
+            cuda::AddNormParams p;
+            p.residual = static_cast<float*>(d_res.ptr);
+            p.add0 = d_part.ptr;
+            p.add_bias0 = d_b0.ptr;
+            p.add_bias1 = d_b1.ptr;
+            p.weight0 = d_w0.ptr;
+            p.bias0 = ln ? d_be0.ptr : nullptr;
+            p.out0 = d_o0.ptr;
+            p.weight1 = d_w1.ptr;
+            p.bias1 = ln ? d_be1.ptr : nullptr;
+            p.out1 = d_o1.ptr;
+            p.dtype = t;
+            p.kind = kind;
+            p.eps = 1e-5f;
+            p.n = sh.rows;
+            p.hidden = sh.hidden;
+            const std::string what = label(n, rank, t, count, std::string(ln ? " layernorm" : " rmsnorm") +
+                                                                 " rows " + std::to_string(sh.rows) + " hidden " +
+                                                                 std::to_string(sh.hidden));
+            const bool eligible = car.add_norm_eligible(p);
+            if (!eligible) {
+              if (count * es <= kMaxBytes && sh.hidden % 8 == 0) f.add(what + ": not eligible");
+              continue;  // every rank decides the same (same shapes), so no call is left unmatched
+            }
+            car.all_reduce_add_norm(p, s);
+            const std::vector<uint8_t> got_part = download(d_part.ptr, count * es, s);
+            const std::vector<uint8_t> got_res = download(d_res.ptr, count * 4, s);
+            const std::vector<uint8_t> got0 = download(d_o0.ptr, count * es, s), got1 = download(d_o1.ptr, count * es, s);
+            if (got_part != part) f.add(what + ": the partial sums were modified");
+            // reference: the documented all_reduce sum (rounded once to dtype), then add_norm in double
+            const std::vector<uint8_t> sum = reference_sum(count, t, n, salt);
+            const double atol = t == DType::F32 ? 1e-4 : (t == DType::F16 ? 2e-3 : 1.6e-2);
+            const double rtol = t == DType::F32 ? 1e-4 : (t == DType::F16 ? 4e-3 : 1.6e-2);
+            int bad = 0;
+            std::string first;
+            for (int row = 0; row < sh.rows; ++row) {
+              std::vector<double> v(sh.hidden);
+              double mean = 0, var = 0;
+              for (int i = 0; i < sh.hidden; ++i) {
+                const size_t e = static_cast<size_t>(row) * sh.hidden + i;
+                float x = residual[e];
+                x += load(sum, e, t);
+                x += load(b0, i, t) + load(b1, i, t);
+                v[i] = x;
+                float gr;
+                std::memcpy(&gr, got_res.data() + 4 * e, 4);
+                if (std::fabs(gr - x) > 1e-5 * (1 + std::fabs(x)) && bad++ < 3)
+                  first += " residual[" + std::to_string(e) + "] " + std::to_string(gr) + " vs " + std::to_string(x) + ";";
+                mean += ln ? x : 0.0;
+              }
+              mean /= sh.hidden;
+              for (double x : v) var += (x - mean) * (x - mean);
+              const double rstd = 1.0 / std::sqrt(var / sh.hidden + 1e-5);
+              for (int i = 0; i < sh.hidden; ++i) {
+                const size_t e = static_cast<size_t>(row) * sh.hidden + i;
+                const double y = (v[i] - mean) * rstd;
+                const double r0 = y * load(w0, i, t) + (ln ? load(be0, i, t) : 0.0);
+                const double r1 = y * load(w1, i, t) + (ln ? load(be1, i, t) : 0.0);
+                const double g0 = load(got0, e, t), g1 = load(got1, e, t);
+                if (!(std::fabs(g0 - r0) <= atol + rtol * std::fabs(r0)) && bad++ < 3)
+                  first += " out0[" + std::to_string(e) + "] " + std::to_string(g0) + " vs " + std::to_string(r0) + ";";
+                if (!(std::fabs(g1 - r1) <= atol + rtol * std::fabs(r1)) && bad++ < 3)
+                  first += " out1[" + std::to_string(e) + "] " + std::to_string(g1) + " vs " + std::to_string(r1) + ";";
+              }
+            }
+            if (bad) f.add(what + ": " + std::to_string(bad) + " values off:" + first);
+          }
+        }
+      }
+    });
     f.report();
   }
 }

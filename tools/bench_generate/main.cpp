@@ -1,22 +1,25 @@
 // bench_generate: time prefill and decode of the CUDA runner on a converted model, or check it end to
-// end against committed references. One process, one thread per tp rank (GPU r), NCCL between them.
+// end against committed references. One process, one thread per tp rank (GPU r); the communicator is the
+// one make_device_comm picks (local at tp 1, peer on one NVLink host), or NCCL with --comm nccl (or
+// TPSHARD_COMM=nccl).
 //   bench_generate MODEL --tp 2 --batch 48 --prompt-len 128 --new-tokens 128        -> one JSON line
 //   bench_generate MODEL --check-reference tests/fixtures/tiny-llama/reference.json  -> PASS/FAIL lines
 //   bench_generate MODEL --check-greedy tests/fixtures/stories260K/expected_greedy200_ids.txt
 //   bench_generate MODEL --check-lookahead  -> PASS/FAIL lines (decode lookahead on == off, check_lookahead.h)
 // Options: --no-graphs (eager decode), --no-copy-bw (skip the 2 GiB copy-bandwidth probe), --no-greedy (logits only), --atol/--rtol (last_logits tolerance:
 // |gpu - ref| <= atol + rtol * max|ref| for every logit of a prompt), --max-seq-len, --max-step-tokens
-// (a small value makes the runner split prompts across several GPU steps).
+// (a small value makes the runner split prompts across several GPU steps), --comm auto|nccl.
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -30,8 +33,9 @@
 #include "format/manifest.h"
 #include "format/shard_file.h"
 #include "runtime/cuda/cuda_runner.h"
-#include "runtime/cuda/nccl_comm.h"
+#include "runtime/cuda/make_device_comm.h"
 #include "runtime/cuda/weight_arena.h"
+#include "runtime/host_exchange.h"
 #include "tools/bench_generate/check_lookahead.h"
 #include "tools/copy_bandwidth.h"
 
@@ -57,7 +61,8 @@ struct Args {
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// Everything rank r does; rank 0 prints. Returns non-zero when a check failed.
-int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank, std::mutex& print_mu) {
+int run_rank(const Args& a, const Manifest& m, const std::shared_ptr<ThreadExchangeGroup>& group, int rank,
+             std::mutex& print_mu) {
   if (cudaSetDevice(rank) != cudaSuccess) throw Error("bench_generate: no GPU " + std::to_string(rank), "use --tp <= GPUs");
   const double copy_gbps =
       rank == 0 && a.copy_bw && a.check_reference.empty() && a.check_greedy.empty() ? device_copy_gbps() : 0;
@@ -74,9 +79,11 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
   cuda::LoadReport rep;
   cuda::WeightArena arena(reader, cuda::LoadOptions{}, &rep);
   mem["after_weights"] = used_mib();
-  cuda::NcclCommunicator comm(id, rank, a.tp);
+  ThreadExchange exchange(group, rank);
+  const std::unique_ptr<cuda::DeviceCommunicator> comm_owner = cuda::make_device_comm(exchange);
+  cuda::DeviceCommunicator& comm = *comm_owner;
   comm.barrier();  // NCCL allocates its buffers at the first collective
-  mem["after_nccl"] = used_mib();
+  mem["after_comm"] = used_mib();
   cuda::CudaRunnerOptions o;
   o.use_cuda_graphs = a.graphs;
   if (a.max_step_tokens > 0) o.max_step_tokens = a.max_step_tokens;
@@ -213,6 +220,7 @@ int run_rank(const Args& a, const Manifest& m, const ncclUniqueId& id, int rank,
   mem["end"] = (total_b - free_b) / 1048576.0;
   j["mem_mib_gpu0"] = mem;
   j["graphs"] = a.graphs;
+  j["comm"] = comm.name();
   say(j.dump());
   return 0;
 }
@@ -241,6 +249,14 @@ int main(int argc, char** argv) {
     else if (k == "--check-lookahead") a.check_lookahead = true;
     else if (k == "--atol") a.atol = std::stod(val());
     else if (k == "--rtol") a.rtol = std::stod(val());
+    else if (k == "--comm") {
+      const std::string c = val();
+      if (c != "auto" && c != "nccl") {
+        std::fprintf(stderr, "error: --comm %s: expected auto or nccl\n", c.c_str());
+        return 2;
+      }
+      setenv("TPSHARD_COMM", c.c_str(), 1);  // read by make_device_comm on every rank thread
+    }
     else if (a.model.empty()) a.model = k;
     else {
       std::fprintf(stderr, "error: unknown argument %s\n", k.c_str());
@@ -249,13 +265,12 @@ int main(int argc, char** argv) {
   }
   if (a.model.empty()) {
     std::fprintf(stderr, "usage: bench_generate MODEL [--tp N] [--batch B --prompt-len P --new-tokens N] "
-                         "[--check-reference FILE] [--check-greedy FILE] [--no-graphs]\n");
+                         "[--check-reference FILE] [--check-greedy FILE] [--no-graphs] [--comm auto|nccl]\n");
     return 2;
   }
   try {
     const Manifest m = load_manifest(a.model);
-    ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess) throw Error("bench_generate: ncclGetUniqueId failed", "check the NCCL install");
+    auto group = std::make_shared<ThreadExchangeGroup>(a.tp);
     std::vector<int> rc(a.tp, 0);
     std::vector<std::string> err(a.tp);
     std::mutex mu;
@@ -263,7 +278,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < a.tp; ++r)
       threads.emplace_back([&, r] {
         try {
-          rc[r] = run_rank(a, m, id, r, mu);
+          rc[r] = run_rank(a, m, group, r, mu);
         } catch (const Error& e) {
           err[r] = std::string(e.what()) + (e.hint().empty() ? "" : "\nhint: " + e.hint());
           rc[r] = 1;
@@ -271,6 +286,7 @@ int main(int argc, char** argv) {
           err[r] = e.what();
           rc[r] = 1;
         }
+        if (rc[r] != 0 && !err[r].empty()) group->abort("rank " + std::to_string(r) + " failed");  // wake waiters
       });
     for (auto& t : threads) t.join();
     int worst = 0;

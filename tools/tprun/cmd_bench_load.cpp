@@ -1,8 +1,8 @@
 // cmd_bench_load.cpp: `tprun MODEL_DIR --tp N bench-load` (CUDA builds): every rank loads its own shard
 // into a WeightArena and reports load time, GB/s, peak host RSS and device memory by category; rank 0
-// prints one table with the spread between ranks (numbers gathered over NCCL). Without a visible GPU, or
+// prints one table with the spread between ranks (numbers gathered over the communicator). Without a visible GPU, or
 // with --device cpu, it stops before starting any worker (builds without CUDA: main.cpp's stub).
-// Also the hidden `comm-test` subcommand: NCCL all_reduce / all_gather / broadcast with rank-dependent,
+// Also the hidden `comm-test` subcommand: the communicator's (NCCL or peer) all_reduce / all_gather / broadcast with rank-dependent,
 // exactly checkable data (used by scripts/gpu_check.sh, e.g. for the two-"node" run), optional fault
 // injection (--fail-rank) and a hold time for kill tests.
 #include <sys/resource.h>
@@ -48,7 +48,7 @@ struct BenchLoadOptions {
 struct RankStats {
   double load_s, gbps, read_s, hash_s, zstd_s, setup_s;
   double rss_before_mib, rss_peak_mib, rss_after_load_mib;
-  double weights_mib, kv_cache_mib, workspace_mib, context_mib, nccl_mib, total_mib;
+  double weights_mib, kv_cache_mib, workspace_mib, context_mib, comm_mib, total_mib;
   double file_mib;
 };
 
@@ -101,7 +101,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     s.file_mib = mib(double(best.file_bytes));
     s.weights_mib = mib(double(free0) - double(free1));
     s.context_mib = mib(double(worker.marks().context_bytes()));
-    s.nccl_mib = mib(double(worker.marks().nccl_bytes()));
+    s.comm_mib = mib(double(worker.marks().comm_bytes()));
     s.kv_cache_mib = s.workspace_mib = std::nan("");
     if (!o.no_runner) {
       const int seq = effective_max_seq_len(g.session, manifest);
@@ -136,18 +136,18 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
             "\"zstd_s\": %.4f, \"setup_s\": %.4f, \"file_mib\": %.1f, \"rss_before_mib\": %.1f, \"rss_peak_mib\": %.1f, "
             "\"rss_after_load_mib\": %.1f, "
             "\"weights_mib\": %.1f, \"kv_cache_mib\": %s, \"workspace_mib\": %s, \"context_mib\": %.1f, "
-            "\"nccl_mib\": %.1f, \"device_total_mib\": %.1f, \"verify\": %s, \"ring\": \"%zux%zuMiB\", \"readers\": %d}\n",
+            "\"comm_mib\": %.1f, \"comm\": \"%s\", \"device_total_mib\": %.1f, \"verify\": %s, \"ring\": \"%zux%zuMiB\", \"readers\": %d}\n",
             r, worker.tp_size(), x.load_s, x.gbps, x.read_s, x.hash_s, x.zstd_s, x.setup_s, x.file_mib,
             x.rss_before_mib, x.rss_peak_mib, x.rss_after_load_mib, x.weights_mib, cell(x.kv_cache_mib) == "n/a" ? "null" : cell(x.kv_cache_mib).c_str(),
-            cell(x.workspace_mib) == "n/a" ? "null" : cell(x.workspace_mib).c_str(), x.context_mib, x.nccl_mib,
-            x.total_mib, lo.verify_hashes ? "true" : "false", o.ring_buffers, o.ring_mib, o.readers);
+            cell(x.workspace_mib) == "n/a" ? "null" : cell(x.workspace_mib).c_str(), x.context_mib, x.comm_mib,
+            worker.comm().name(), x.total_mib, lo.verify_hashes ? "true" : "false", o.ring_buffers, o.ring_mib, o.readers);
       }
     }
     std::printf("bench-load %s tp %d: ring %zu x %zu MiB pinned, %d readers, hashes %s%s, best of %d\n",
                 g.session.model_dir.c_str(), worker.tp_size(), o.ring_buffers, o.ring_mib, o.readers,
                 lo.verify_hashes ? "verified" : "not verified", o.direct_io ? ", O_DIRECT" : "", std::max(1, o.repeat));
     std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s\n", "rank", "load_s", "GB/s", "read_s",
-                "hash_s", "file_MiB", "RSS_MiB", "peakRSS", "weights", "kv_cache", "workspace", "ctx", "nccl");
+                "hash_s", "file_MiB", "RSS_MiB", "peakRSS", "weights", "kv_cache", "workspace", "ctx", "comm");
     double tmin = 1e30, tmax = 0;
     for (int r = 0; r < worker.tp_size(); ++r) {
       const RankStats& x = st[size_t(r)];
@@ -155,11 +155,11 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
       tmax = std::max(tmax, x.load_s);
       std::printf("%4d %8.3f %7.2f %7.3f %7.3f %9.0f %9.0f %10.0f %9.0f %10s %9s %7.0f %9.0f\n", r, x.load_s, x.gbps,
                   x.read_s, x.hash_s, x.file_mib, x.rss_before_mib, x.rss_peak_mib, x.weights_mib,
-                  cell(x.kv_cache_mib).c_str(), cell(x.workspace_mib).c_str(), x.context_mib, x.nccl_mib);
+                  cell(x.kv_cache_mib).c_str(), cell(x.workspace_mib).c_str(), x.context_mib, x.comm_mib);
     }
     std::printf("spread: load time min %.3f s, max %.3f s (max/min %.2f); device MiB: weights, kv_cache and "
-                "workspace from cudaMemGetInfo deltas (kv_cache by formula), ctx = CUDA context, nccl = communicator\n",
-                tmin, tmax, tmax / std::max(tmin, 1e-9));
+                "workspace from cudaMemGetInfo deltas (kv_cache by formula), ctx = CUDA context, comm = communicator (%s)\n",
+                tmin, tmax, tmax / std::max(tmin, 1e-9), worker.comm().name());
     std::fflush(stdout);
   } catch (const std::exception& e) {
     worker.report_failure(e.what());
@@ -186,7 +186,7 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
   const int rank = worker.tp_rank();
   const int n = worker.tp_size();
   try {
-    NcclCommunicator& comm = worker.comm();
+    DeviceCommunicator& comm = worker.comm();
     if (rank == o.fail_rank) throw Error("rank " + std::to_string(rank) + ": injected failure (comm-test --fail-rank)",
                                          "this failure was requested on the command line");
     // all_reduce_sum, f32: rank r contributes (r + 1) * (i % 7 + 1); the sum is (i % 7 + 1) * n(n+1)/2 exactly.
@@ -205,7 +205,7 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
         TPS_CHECK(mine[i] == want,
                   "comm-test rank " + std::to_string(rank) + ": all_reduce_sum[" + std::to_string(i) + "] of " +
                       std::to_string(count) + " = " + std::to_string(mine[i]) + ", expected " + std::to_string(want),
-                  "NCCL returned a wrong sum: check the GPUs / NCCL_ALGO and NCCL_PROTO settings");
+                  std::string(comm.name()) + " returned a wrong sum: check the GPUs (NCCL: NCCL_ALGO / NCCL_PROTO; TPSHARD_COMM=nccl to compare)");
       }
     }
     report += "all_reduce_sum ok";
@@ -228,7 +228,7 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
           TPS_CHECK(got[size_t(r) * count + i] == float(r * 1000 + int(i % 1000)),
                     "comm-test rank " + std::to_string(rank) + ": all_gather block " + std::to_string(r) + " element " +
                         std::to_string(i) + " is wrong",
-                    "NCCL all_gather mixed up ranks");
+                    std::string(comm.name()) + " all_gather mixed up ranks");
       report += ", all_gather ok";
     }
     // broadcast from the last rank: bytes (root * 31 + i) & 0xff.
@@ -247,7 +247,7 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
       for (size_t i = 0; i < bytes; ++i)
         TPS_CHECK(h[i] == uint8_t((root * 31 + int(i)) & 0xff),
                   "comm-test rank " + std::to_string(rank) + ": broadcast byte " + std::to_string(i) + " is wrong",
-                  "NCCL broadcast failed");
+                  std::string(comm.name()) + " broadcast failed");
       report += ", broadcast ok";
     }
     comm.barrier();
@@ -285,8 +285,8 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
     gethostname(host, sizeof(host) - 1);
     std::fprintf(stderr, "comm-test rank %d: device %d, host %s: %s\n", rank, worker.device(), host, report.c_str());
     if (rank == 0)
-      std::printf("comm-test ok: world %d, %s, all_reduce %zu MiB f16 busbw %.1f GB/s\n", n, report.c_str(), o.max_mib,
-                  busbw);
+      std::printf("comm-test ok: world %d, %s, all_reduce %zu MiB f16 busbw %.1f GB/s, communicator %s\n", n,
+                  report.c_str(), o.max_mib, busbw, comm.name());
     std::fflush(stdout);
   } catch (const std::exception& e) {
     worker.report_failure(e.what());
@@ -321,7 +321,7 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   });
 
   auto c = std::make_shared<CommTestOptions>();
-  CLI::App* ct = app.add_subcommand("comm-test", "NCCL self-test with rank-dependent data (for gpu_check.sh)");
+  CLI::App* ct = app.add_subcommand("comm-test", "communicator self-test with rank-dependent data (for gpu_check.sh)");
   ct->group("");  // hidden from --help
   ct->add_option("--hold-seconds", c->hold_seconds, "keep all_reducing this long (kill tests)");
   ct->add_option("--fail-rank", c->fail_rank, "this rank throws an error after joining (failure tests)");

@@ -45,6 +45,14 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
           static_cast<int>(c.head_dim), w.dtype) {
   use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
   use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
+  use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
+  {
+    // Default 16 MiB: what HBM streams in ~4 us, about one decode attention kernel; a third of H200's L2.
+    const char* v = std::getenv("TPSHARD_L2_PREFETCH_MIB");
+    const double mib = v && *v ? std::atof(v) : 16.0;
+    prefetch_attn_bytes_ = mib > 0 ? static_cast<uint64_t>(mib * 1048576.0) : 0;
+    prefetch_norm_bytes_ = prefetch_attn_bytes_ / 2;
+  }
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
   const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
@@ -113,6 +121,47 @@ void Transformer::all_reduce(void* buf, size_t count, DType dtype) {
   }
 }
 
+L2Prefetch Transformer::prefetch_for(const StepMeta& m, const GemvArgs& g, uint64_t budget) const {
+  L2Prefetch p;
+  if (!m.decode || budget == 0 || !use_gemv_ || m.n > kLinearGemvMaxTokens || !gemv_supported(g)) return p;
+  const uint64_t es = dtype_size(g.dtype);
+  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (g.epilogue == GemvEpilogue::GatedAct) {
+    // gate rows [0, out) and up rows [out, 2 out) are read pairwise: the start of both halves
+    const uint64_t half = static_cast<uint64_t>(g.out) * g.in * es;
+    const char* w = static_cast<const char*>(g.w);
+    if (!aligned(w) || !aligned(w + half)) return p;
+    p.ptr[0] = w;
+    p.ptr[1] = w + half;
+    p.bytes[0] = p.bytes[1] = std::min(half, budget / 2);
+  } else if (g.x2) {
+    // two input segments: row r reads w[r] then w2[r], so the first rows of both
+    const uint64_t row = static_cast<uint64_t>(g.in) * es, row2 = static_cast<uint64_t>(g.in2) * es;
+    const uint64_t rows = std::min<uint64_t>(g.out, budget / (row + row2));
+    if (!aligned(g.w) || !aligned(g.w2)) return p;
+    p.ptr[0] = g.w;
+    p.ptr[1] = g.w2;
+    p.bytes[0] = rows * row;
+    p.bytes[1] = rows * row2;
+  } else {
+    if (!aligned(g.w)) return p;
+    p.ptr[0] = g.w;
+    p.bytes[0] = std::min<uint64_t>(static_cast<uint64_t>(g.out) * g.in * es, budget);
+  }
+  return p;
+}
+
+void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce) {
+  if (reduce && layout_.tp_size > 1) {
+    if (use_fused_norm_ && car_ && car_->add_norm_eligible(p)) {
+      car_->all_reduce_add_norm(p, stream_);
+      return;
+    }
+    all_reduce(const_cast<void*>(p.add0), static_cast<size_t>(p.n) * p.hidden, p.dtype);
+  }
+  add_norm(p, stream_);
+}
+
 void Transformer::linear(const GemvArgs& a, void* scratch) { cuda::linear(a, gemm_, scratch, use_gemv_, stream_); }
 
 void Transformer::run(const StepMeta& m) {
@@ -145,10 +194,7 @@ void Transformer::run(const StepMeta& m) {
   fn.eps = static_cast<float>(c_.norm_eps);
   fn.n = m.n;
   fn.hidden = H;
-  add_norm(fn, stream_);
-  if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
-
-  GemvArgs g;
+  GemvArgs g;  // the LM head
   g.x = m.decode ? h1_ : last_;
   g.w = w_.output;
   g.y = logits_;
@@ -157,6 +203,9 @@ void Transformer::run(const StepMeta& m) {
   g.in = H;
   g.dtype = w_.dtype;
   g.out_dtype = DType::F32;
+  fn.prefetch = prefetch_for(m, g, prefetch_norm_bytes_);
+  reduce_add_norm(fn, pending.reduce);
+  if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
   linear(g, nullptr);
 
   ArgmaxParams a;
@@ -190,7 +239,8 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   nrm.eps = static_cast<float>(c_.norm_eps);
   nrm.n = m.n;
   nrm.hidden = H;
-  add_norm(nrm, stream_);
+  nrm.prefetch = prefetch_for(m, qkv_args(i, m, h1_), prefetch_norm_bytes_);
+  reduce_add_norm(nrm, pending.reduce);
 
   if (c_.use_parallel_residual) {
     // x + attn(ln1(x)) + mlp(ln2(x)): both partial sums into out_, one all_reduce, biases added once
@@ -203,7 +253,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
     if (use_grouped_ && use_gemv_ && m.n <= kLinearGemvMaxTokens && !gemv_pair_unsupported_reason(q, u) &&
         gemv_supported(od)) {  // decode: 3 launches for the layer's 4 products
       gemv_pair(q, u, stream_);
-      attention_core(i, m);
+      attention_core(i, m, prefetch_for(m, od, prefetch_attn_bytes_));
       gemv(od, stream_);
     } else {
       linear(q, nullptr);
@@ -212,14 +262,13 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
       linear(u, ffn_);
       linear(down_args(i, m, out_, 1.f), nullptr);
     }
-    all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
-    pending = {out_, lw.attn_output_bias, lw.ffn_down_bias};
+    pending = {out_, lw.attn_output_bias, lw.ffn_down_bias, /*reduce=*/true};  // all_reduce fused into the next norm
     return;
   }
   linear(qkv_args(i, m, h1_), nullptr);
-  attention_core(i, m);
-  linear(out_args(i, m, out_, 0.f), nullptr);
-  all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
+  const GemvArgs o = out_args(i, m, out_, 0.f);
+  attention_core(i, m, prefetch_for(m, o, prefetch_attn_bytes_));
+  linear(o, nullptr);
   AddNormParams n2 = nrm;
   n2.add0 = out_;
   n2.add_bias0 = lw.attn_output_bias;
@@ -227,11 +276,12 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.weight0 = lw.ffn_norm_weight;
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
-  add_norm(n2, stream_);
-  linear(up_args(i, m, h2_), ffn_);
+  const GemvArgs up = up_args(i, m, h2_);
+  n2.prefetch = prefetch_for(m, up, prefetch_norm_bytes_);
+  reduce_add_norm(n2, /*reduce=*/true);
+  linear(up, ffn_);
   linear(down_args(i, m, out_, 0.f), nullptr);
-  all_reduce(out_, static_cast<size_t>(m.n) * H, w_.dtype);
-  pending = {out_, lw.ffn_down_bias, nullptr};
+  pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true};
 }
 
 GemvArgs Transformer::qkv_args(int i, const StepMeta& m, const void* h) const {
@@ -263,7 +313,7 @@ GemvArgs Transformer::out_args(int i, const StepMeta& m, void* out, float beta) 
   return o;
 }
 
-void Transformer::attention_core(int i, const StepMeta& m) {
+void Transformer::attention_core(int i, const StepMeta& m, const L2Prefetch& prefetch) {
   const int hd = static_cast<int>(c_.head_dim);
   const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
   const int qkv_rows = (heads + 2 * kvh) * hd;
@@ -286,6 +336,7 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   a.decode = m.decode;  // one token per sequence: the decode attention kernel
+  a.prefetch = prefetch;
   if (m.decode) {  // rotary + kv_cache append inside the attention kernel
     a.rotary_append = true;
     a.inv_freq = inv_freq_;

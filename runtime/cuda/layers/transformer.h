@@ -1,6 +1,6 @@
 // transformer.h: the per-rank transformer forward on the GPU (Megatron-LM tensor parallelism):
 // vocab-parallel embedding + all_reduce; per layer column-parallel QKV and MLP up/gate, row-parallel
-// attention output and MLP down, each followed by one NCCL all_reduce (GPT-NeoX parallel residual: the
+// attention output and MLP down, each followed by one all_reduce of the communicator (GPT-NeoX parallel residual: the
 // attention and MLP partial sums share one all_reduce); final norm; vocab-parallel logits and argmax.
 // Activations are in the weights' dtype; the residual stream is fp32 (documented in docs/KERNELS.md).
 // Everything is enqueued on one stream, with no host synchronization, so it can be captured in a CUDA graph.
@@ -13,6 +13,7 @@
 #include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/logits.cuh"
+#include "kernels/prefetch.cuh"
 #include "runtime/comm.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/kv_cache.h"
@@ -50,7 +51,8 @@ class Transformer {
   /// Enqueue the whole forward of one step: after it, logits_local() holds [n_rows, vocab_pr] f32 and
   /// argmax_local() holds [n_rows] (value, global id) pairs of this rank's vocabulary range.
   void run(const StepMeta& m);
-  /// Use `car` (not owned; may be null) for all_reduces it is eligible for, NCCL for the rest.
+  /// Use `car` (not owned; may be null) for all_reduces it is eligible for, the communicator for the rest
+  /// (the runner sets its own on the NCCL path, the peer communicator's on the peer path).
   void set_custom_all_reduce(CustomAllReduce* car) { car_ = car; }
   float* logits_local() const { return logits_; }
   ArgmaxPair* argmax_local() const { return argmax_; }
@@ -64,7 +66,15 @@ class Transformer {
     const void* add0 = nullptr;
     const void* bias0 = nullptr;
     const void* bias1 = nullptr;
+    bool reduce = false;  ///< add0 holds this rank's row-parallel partial sums: all_reduce them first
   };
+  /// The L2 prefetch for a latency-bound kernel of a decode step that precedes GEMV `g` (and `g2` when
+  /// it runs in the same launch, e.g. gemv_pair): the first `budget` bytes of the rows the GEMV's first
+  /// blocks read; empty when the step is not a GEMV decode step or prefetching is off.
+  L2Prefetch prefetch_for(const StepMeta& m, const GemvArgs& g, uint64_t budget) const;
+  /// add_norm(p) after the all_reduce of p.add0 when `reduce`: one fused kernel
+  /// (CustomAllReduce::all_reduce_add_norm) when the custom all_reduce takes it, else all_reduce + add_norm.
+  void reduce_add_norm(const AddNormParams& p, bool reduce);
   void layer(int i, const StepMeta& m, Pending& pending);
   /// The layer's products as GemvArgs (shapes of this rank): column-parallel QKV (+bias) of h into qkv_;
   /// row-parallel output projection of attn_ into out (+ beta out); MLP up/gate (+bias, activation) of h
@@ -74,7 +84,7 @@ class Transformer {
   GemvArgs up_args(int i, const StepMeta& m, const void* h) const;
   GemvArgs down_args(int i, const StepMeta& m, void* out, float beta) const;
   /// qkv_ -> attn_: rotary and kv_cache append (fused into the attention kernel at decode), attention.
-  void attention_core(int i, const StepMeta& m);
+  void attention_core(int i, const StepMeta& m, const L2Prefetch& prefetch = {});
   /// Prefill path: rotary on Q/K of the QKV rows in place, then K/V appended to the kv_cache.
   void apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows);
   void all_reduce(void* buf, size_t count, DType dtype);
@@ -93,6 +103,10 @@ class Transformer {
   Gemm gemm_;
   bool use_gemv_ = true;             ///< false when TPSHARD_NO_GEMV is set (A/B timing)
   bool use_grouped_ = true;          ///< false when TPSHARD_NO_GROUPED_GEMV is set (A/B timing)
+  bool use_fused_norm_ = true;       ///< false when TPSHARD_NO_FUSED_ALL_REDUCE_NORM is set (A/B timing)
+  /// Bytes of the next GEMV's weights a decode-step norm / attention kernel prefetches into L2
+  /// (TPSHARD_L2_PREFETCH_MIB sets the attention figure, the norm one is half of it; 0 = off).
+  uint64_t prefetch_norm_bytes_ = 0, prefetch_attn_bytes_ = 0;
   CustomAllReduce* car_ = nullptr;
   std::vector<float> inv_freq_host_;
   // device buffers
