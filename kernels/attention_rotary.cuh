@@ -1,11 +1,21 @@
 // attention_rotary.cuh: the rotary embedding of one dim, as the attention kernels apply it when they
 // fuse rotary + kv_cache append (AttentionParams::rotary_append). Shared by the tiled kernel
 // (attention.cu) and the decode kernel (attention_decode.cu) so that both round exactly alike.
-// Does not own: the in-place rotary kernel (rotary.cu), whose formula this one repeats.
+// The in-place rotary kernel (rotary.cu) uses the same rotary_first / rotary_second.
 #pragma once
 #include "kernels/common.cuh"
 
 namespace tpshard::cuda {
+
+/// The rotated pair (x1 cos - x2 sin, x2 cos + x1 sin) with every product and sum rounded separately
+/// (__fmul_rn / __fadd_rn: never contracted into FMAs), so every kernel that rotates (rotary.cu, the fused
+/// attention kernels) gets bit-identical fp32 values whatever the compiler does around it.
+__device__ __forceinline__ float rotary_first(float x1, float x2, float c, float s) {
+  return __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+}
+__device__ __forceinline__ float rotary_second(float x1, float x2, float c, float s) {
+  return __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
 
 /// Dim d of head x after rotary embedding at position pos, as apply_rotary (rotary.cu) stores it:
 /// computed in fp32, rounded once to T. Dims >= rot are returned unchanged. half = rot / 2;
@@ -19,10 +29,10 @@ __device__ __forceinline__ float rotated(const T* x, int d, int half, int rot, f
   sincosf(pos * inv_freq[i], &s, &c);
   if (d < half) {
     const float x1 = xd, x2 = to_f32(x[d + half]);
-    return to_f32(from_f32<T>(x1 * c - x2 * s));
+    return to_f32(from_f32<T>(rotary_first(x1, x2, c, s)));
   }
   const float x1 = to_f32(x[d - half]), x2 = xd;
-  return to_f32(from_f32<T>(x2 * c + x1 * s));
+  return to_f32(from_f32<T>(rotary_second(x1, x2, c, s)));
 }
 
 }  // namespace tpshard::cuda

@@ -1,6 +1,7 @@
 // rotary.cu: rotary position embedding on Q and K, and the inv_freq table (see rotary.cuh).
 #include <cmath>
 
+#include "kernels/attention_rotary.cuh"
 #include "kernels/common.cuh"
 #include "kernels/rotary.cuh"
 
@@ -48,8 +49,8 @@ __global__ void rotary_kernel(RotaryParams p) {
     float s, c;
     sincosf(pos * p.inv_freq[i], &s, &c);
     const float x1 = to_f32(x[i]), x2 = to_f32(x[i + half]);
-    x[i] = from_f32<T>(x1 * c - x2 * s);
-    x[i + half] = from_f32<T>(x2 * c + x1 * s);
+    x[i] = from_f32<T>(rotary_first(x1, x2, c, s));  // attention_rotary.cuh: the fused kernels round alike
+    x[i + half] = from_f32<T>(rotary_second(x1, x2, c, s));
   }
 }
 
