@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "format/dtype.h"
-#include "kernels/prefetch.cuh"
 
 namespace tpshard::cuda {
 
@@ -48,9 +47,6 @@ struct AttentionParams {
   /// the decode kernel (attention_decode.cuh). rotary_append implies it. Results are the same within
   /// fp32 rounding either way.
   bool decode = false;
-  /// Optional: the next kernel's weights, pulled into L2 while this latency-bound kernel runs (decode
-  /// kernel only; prefetch.cuh).
-  L2Prefetch prefetch;
 };
 
 /// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t].

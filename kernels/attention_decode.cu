@@ -102,7 +102,6 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
 
   const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  issue_l2_prefetch(p.prefetch);  // the next GEMV's weights (constant): before the wait, by every block
   griddep_wait();  // q and the kv_cache come from the previous kernels; every block waits before exit
   griddep_launch_dependents();
   const int hd = p.head_dim;

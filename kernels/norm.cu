@@ -14,7 +14,6 @@ __device__ __forceinline__ float opt(const void* p, int64_t i) {
 template <typename T, bool kLayerNorm>
 __global__ void add_norm_kernel(AddNormParams p) {
   __shared__ float scratch[32];
-  issue_l2_prefetch(p.prefetch);  // constant weights: before the wait
   griddep_wait();  // the residual and the adds come from the previous kernels
   griddep_launch_dependents();
   const int64_t row = blockIdx.x;

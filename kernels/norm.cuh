@@ -7,7 +7,6 @@
 
 #include "format/dtype.h"
 #include "format/model_config.h"
-#include "kernels/prefetch.cuh"
 
 namespace tpshard::cuda {
 
@@ -27,7 +26,6 @@ struct AddNormParams {
   float eps = 1e-5f;
   int n = 0;
   int hidden = 0;
-  L2Prefetch prefetch;  ///< optional: the next kernel's weights, pulled into L2 meanwhile (prefetch.cuh)
 };
 
 /// residual += add0 + add_bias0 + add_bias1 (those given); then per row

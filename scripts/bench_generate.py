@@ -312,8 +312,6 @@ ABLATIONS = [
     ("all on", {}, 1),
     ("no decode lookahead (host round trip between steps)", {"TPSHARD_NO_LOOKAHEAD": "1"}, 1),
     ("previous decode attention kernel", {"TPSHARD_ATTN_V1": "1"}, 1),
-    ("no L2 prefetch of the next weights", {"TPSHARD_L2_PREFETCH_MIB": "0"}, 1),
-    ("L2 prefetch 32 MiB (default 16)", {"TPSHARD_L2_PREFETCH_MIB": "32"}, 1),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
     ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
 ]

@@ -9,7 +9,6 @@
 
 #include "kernels/common.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/prefetch.cuh"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/custom_all_reduce_protocol.cuh"
@@ -37,7 +36,6 @@ template <typename T, int kRanks, bool kLayerNorm>
 __global__ void __launch_bounds__(kThreads) all_reduce_add_norm_kernel(FusedParams p) {
   constexpr int kElems = 16 / sizeof(T);
   __shared__ float scratch[32];
-  issue_l2_prefetch(p.a.prefetch);  // the next GEMV's weights (constant): before the wait
   griddep_wait();
   griddep_launch_dependents();  // all our blocks are resident by now: a dependent cannot starve them
   const AddNormParams& a = p.a;

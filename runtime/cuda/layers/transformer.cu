@@ -46,13 +46,6 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
   use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
   use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
-  {
-    // Default 16 MiB: what HBM streams in ~4 us, about one decode attention kernel; a third of H200's L2.
-    const char* v = std::getenv("TPSHARD_L2_PREFETCH_MIB");
-    const double mib = v && *v ? std::atof(v) : 16.0;
-    prefetch_attn_bytes_ = mib > 0 ? static_cast<uint64_t>(mib * 1048576.0) : 0;
-    prefetch_norm_bytes_ = prefetch_attn_bytes_ / 2;
-  }
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
   const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
@@ -121,36 +114,6 @@ void Transformer::all_reduce(void* buf, size_t count, DType dtype) {
   }
 }
 
-L2Prefetch Transformer::prefetch_for(const StepMeta& m, const GemvArgs& g, uint64_t budget) const {
-  L2Prefetch p;
-  if (!m.decode || budget == 0 || !use_gemv_ || m.n > kLinearGemvMaxTokens || !gemv_supported(g)) return p;
-  const uint64_t es = dtype_size(g.dtype);
-  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  if (g.epilogue == GemvEpilogue::GatedAct) {
-    // gate rows [0, out) and up rows [out, 2 out) are read pairwise: the start of both halves
-    const uint64_t half = static_cast<uint64_t>(g.out) * g.in * es;
-    const char* w = static_cast<const char*>(g.w);
-    if (!aligned(w) || !aligned(w + half)) return p;
-    p.ptr[0] = w;
-    p.ptr[1] = w + half;
-    p.bytes[0] = p.bytes[1] = std::min(half, budget / 2);
-  } else if (g.x2) {
-    // two input segments: row r reads w[r] then w2[r], so the first rows of both
-    const uint64_t row = static_cast<uint64_t>(g.in) * es, row2 = static_cast<uint64_t>(g.in2) * es;
-    const uint64_t rows = std::min<uint64_t>(g.out, budget / (row + row2));
-    if (!aligned(g.w) || !aligned(g.w2)) return p;
-    p.ptr[0] = g.w;
-    p.ptr[1] = g.w2;
-    p.bytes[0] = rows * row;
-    p.bytes[1] = rows * row2;
-  } else {
-    if (!aligned(g.w)) return p;
-    p.ptr[0] = g.w;
-    p.bytes[0] = std::min<uint64_t>(static_cast<uint64_t>(g.out) * g.in * es, budget);
-  }
-  return p;
-}
-
 void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce) {
   if (reduce && layout_.tp_size > 1) {
     if (use_fused_norm_ && car_ && car_->add_norm_eligible(p)) {
@@ -203,7 +166,6 @@ void Transformer::run(const StepMeta& m) {
   g.in = H;
   g.dtype = w_.dtype;
   g.out_dtype = DType::F32;
-  fn.prefetch = prefetch_for(m, g, prefetch_norm_bytes_);
   reduce_add_norm(fn, pending.reduce);
   if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
   linear(g, nullptr);
@@ -239,7 +201,6 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   nrm.eps = static_cast<float>(c_.norm_eps);
   nrm.n = m.n;
   nrm.hidden = H;
-  nrm.prefetch = prefetch_for(m, qkv_args(i, m, h1_), prefetch_norm_bytes_);
   reduce_add_norm(nrm, pending.reduce);
 
   if (c_.use_parallel_residual) {
@@ -253,7 +214,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
     if (use_grouped_ && use_gemv_ && m.n <= kLinearGemvMaxTokens && !gemv_pair_unsupported_reason(q, u) &&
         gemv_supported(od)) {  // decode: 3 launches for the layer's 4 products
       gemv_pair(q, u, stream_);
-      attention_core(i, m, prefetch_for(m, od, prefetch_attn_bytes_));
+      attention_core(i, m);
       gemv(od, stream_);
     } else {
       linear(q, nullptr);
@@ -267,7 +228,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   }
   linear(qkv_args(i, m, h1_), nullptr);
   const GemvArgs o = out_args(i, m, out_, 0.f);
-  attention_core(i, m, prefetch_for(m, o, prefetch_attn_bytes_));
+  attention_core(i, m);
   linear(o, nullptr);
   AddNormParams n2 = nrm;
   n2.add0 = out_;
@@ -277,7 +238,6 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
   const GemvArgs up = up_args(i, m, h2_);
-  n2.prefetch = prefetch_for(m, up, prefetch_norm_bytes_);
   reduce_add_norm(n2, /*reduce=*/true);
   linear(up, ffn_);
   linear(down_args(i, m, out_, 0.f), nullptr);
@@ -313,7 +273,7 @@ GemvArgs Transformer::out_args(int i, const StepMeta& m, void* out, float beta) 
   return o;
 }
 
-void Transformer::attention_core(int i, const StepMeta& m, const L2Prefetch& prefetch) {
+void Transformer::attention_core(int i, const StepMeta& m) {
   const int hd = static_cast<int>(c_.head_dim);
   const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
   const int qkv_rows = (heads + 2 * kvh) * hd;
@@ -336,7 +296,6 @@ void Transformer::attention_core(int i, const StepMeta& m, const L2Prefetch& pre
   a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   a.decode = m.decode;  // one token per sequence: the decode attention kernel
-  a.prefetch = prefetch;
   if (m.decode) {  // rotary + kv_cache append inside the attention kernel
     a.rotary_append = true;
     a.inv_freq = inv_freq_;

@@ -13,7 +13,6 @@
 #include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/logits.cuh"
-#include "kernels/prefetch.cuh"
 #include "runtime/comm.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/kv_cache.h"
@@ -68,10 +67,6 @@ class Transformer {
     const void* bias1 = nullptr;
     bool reduce = false;  ///< add0 holds this rank's row-parallel partial sums: all_reduce them first
   };
-  /// The L2 prefetch for a latency-bound kernel of a decode step that precedes GEMV `g` (and `g2` when
-  /// it runs in the same launch, e.g. gemv_pair): the first `budget` bytes of the rows the GEMV's first
-  /// blocks read; empty when the step is not a GEMV decode step or prefetching is off.
-  L2Prefetch prefetch_for(const StepMeta& m, const GemvArgs& g, uint64_t budget) const;
   /// add_norm(p) after the all_reduce of p.add0 when `reduce`: one fused kernel
   /// (CustomAllReduce::all_reduce_add_norm) when the custom all_reduce takes it, else all_reduce + add_norm.
   void reduce_add_norm(const AddNormParams& p, bool reduce);
@@ -84,7 +79,7 @@ class Transformer {
   GemvArgs up_args(int i, const StepMeta& m, const void* h) const;
   GemvArgs down_args(int i, const StepMeta& m, void* out, float beta) const;
   /// qkv_ -> attn_: rotary and kv_cache append (fused into the attention kernel at decode), attention.
-  void attention_core(int i, const StepMeta& m, const L2Prefetch& prefetch = {});
+  void attention_core(int i, const StepMeta& m);
   /// Prefill path: rotary on Q/K of the QKV rows in place, then K/V appended to the kv_cache.
   void apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows);
   void all_reduce(void* buf, size_t count, DType dtype);
@@ -104,9 +99,6 @@ class Transformer {
   bool use_gemv_ = true;             ///< false when TPSHARD_NO_GEMV is set (A/B timing)
   bool use_grouped_ = true;          ///< false when TPSHARD_NO_GROUPED_GEMV is set (A/B timing)
   bool use_fused_norm_ = true;       ///< false when TPSHARD_NO_FUSED_ALL_REDUCE_NORM is set (A/B timing)
-  /// Bytes of the next GEMV's weights a decode-step norm / attention kernel prefetches into L2
-  /// (TPSHARD_L2_PREFETCH_MIB sets the attention figure, the norm one is half of it; 0 = off).
-  uint64_t prefetch_norm_bytes_ = 0, prefetch_attn_bytes_ = 0;
   CustomAllReduce* car_ = nullptr;
   std::vector<float> inv_freq_host_;
   // device buffers
