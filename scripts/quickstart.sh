@@ -3,7 +3,7 @@
 # (stories260K, a real tiny Llama trained by llama2.c, shipped in assets/stories260K):
 #   1. install dependencies and build;
 #   2. convert the llama2.c checkpoint to a Hugging Face checkpoint (scripts/llama2c_to_hf.py);
-#   3. tpshard convert --tp 1,2 (per-rank shard files + manifest);
+#   3. tpshard convert --tp 1,2[,TP] (per-rank shard files + manifest);
 #   4. tprun: tell a story, streamed, on the GPU when one is present, else on the CPU.
 # Environment: TP (default 1), PROMPT, MAX_NEW_TOKENS.
 set -euo pipefail
@@ -12,6 +12,12 @@ bash scripts/install_deps.sh
 bash scripts/build.sh build
 mkdir -p models
 python3 scripts/llama2c_to_hf.py assets/stories260K models/stories260K-hf
-build/bin/tpshard convert models/stories260K-hf -o models/stories260K --tp 1,2 --force
-build/bin/tprun models/stories260K --tp "${TP:-1}" --device auto \
-  generate --prompt "${PROMPT:-Once upon a time}" --max-new-tokens "${MAX_NEW_TOKENS:-200}"
+TP=${TP:-1}
+PROMPT=${PROMPT:-Once upon a time}
+# shards for tp 1 and 2, and for $TP when it is another size (tpshard convert refuses sizes the model's
+# heads do not divide, with the sizes that work)
+TPS=$(printf '1\n2\n%s\n' "$TP" | sort -un | paste -sd, -)
+build/bin/tpshard convert models/stories260K-hf -o models/stories260K --tp "$TPS" --force
+printf '%s' "$PROMPT"  # the generated text continues the prompt
+build/bin/tprun models/stories260K --tp "$TP" --device auto \
+  generate --prompt "$PROMPT" --max-new-tokens "${MAX_NEW_TOKENS:-200}"
