@@ -23,11 +23,13 @@
 #include "format/dtype.h"
 #include "format/error.h"
 #include "runtime/cuda/check.h"
+#include "tests/gpu/collective_test_util.h"
 #include "runtime/cuda/cuda_session.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/nccl_comm.h"
 
 using namespace tpshard;
+using namespace tpshard::test;
 using tpshard::cuda::CustomAllReduce;
 using tpshard::cuda::NcclCommunicator;
 
@@ -35,19 +37,6 @@ namespace {
 
 constexpr size_t kMaxBytes = size_t(1) << 20;
 
-/// Failures found on rank threads; reported by the main thread (doctest asserts stay on one thread).
-struct Failures {
-  std::mutex mu;
-  std::vector<std::string> list;
-  void add(const std::string& s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (list.size() < 40) list.push_back(s);
-  }
-  void report() {
-    for (const auto& s : list) FAIL_CHECK(s);
-    CHECK(list.empty());
-  }
-};
 
 /// Rank counts to test: 2, 3, 4 and every GPU, as far as there are GPUs (and all pairs are peers).
 std::vector<int> rank_counts() {
@@ -59,14 +48,6 @@ std::vector<int> rank_counts() {
   return out;
 }
 
-bool all_peers(int n) {
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) {
-      int can = 0;
-      if (i != j && (cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess || !can)) return false;
-    }
-  return true;
-}
 
 /// Runs fn(rank, comm) on n threads (rank r on GPU r, its own NcclCommunicator); rethrows the first error.
 void run_ranks(int n, const std::function<void(int, NcclCommunicator&)>& fn) {
@@ -105,55 +86,10 @@ bool have_peer_gpus(int n) {
 
 // ---- host data in a dtype, and the reference sum ----
 
-/// Input element i of `rank` for variant `salt`: a value with a non-terminating binary fraction (so the
-/// sums round), both signs.
-float input_value(size_t i, int rank, int salt) {
-  const long v = long((i * 7919 + size_t(rank) * 104729 + size_t(salt) * 31337) % 2001) - 1000;
-  return float(v) / 37.0f;
-}
 
-/// Stores f rounded to dtype at element i of bytes.
-void store(std::vector<uint8_t>& bytes, size_t i, DType t, float f) {
-  if (t == DType::F32) {
-    std::memcpy(bytes.data() + 4 * i, &f, 4);
-  } else {
-    const uint16_t h = t == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f);
-    std::memcpy(bytes.data() + 2 * i, &h, 2);
-  }
-}
 
-float load(const std::vector<uint8_t>& bytes, size_t i, DType t) {
-  if (t == DType::F32) {
-    float f;
-    std::memcpy(&f, bytes.data() + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, bytes.data() + 2 * i, 2);
-  return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
 
-std::vector<uint8_t> make_input(size_t count, DType t, int rank, int salt) {
-  std::vector<uint8_t> out(count * dtype_size(t));
-  for (size_t i = 0; i < count; ++i) store(out, i, t, input_value(i, rank, salt));
-  return out;
-}
 
-/// The documented result: fp32 sum of the dtype-rounded inputs in rank order 0..n-1, rounded once.
-std::vector<uint8_t> reference_sum(size_t count, DType t, int n, int salt) {
-  std::vector<uint8_t> out(count * dtype_size(t));
-  std::vector<uint8_t> one(dtype_size(t));
-  for (size_t i = 0; i < count; ++i) {
-    float acc = 0.0f;
-    for (int r = 0; r < n; ++r) {
-      store(one, 0, t, input_value(i, r, salt));
-      const float x = load(one, 0, t);
-      acc = r == 0 ? x : acc + x;
-    }
-    store(out, i, t, acc);
-  }
-  return out;
-}
 
 /// "" when equal, else the first mismatches.
 std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DType t,
@@ -174,20 +110,7 @@ std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>&
   return what + ": " + std::to_string(bad) + " of " + std::to_string(n) + " elements differ:" + first;
 }
 
-struct DeviceMem {
-  void* ptr = nullptr;
-  explicit DeviceMem(size_t bytes) { TPS_CUDA_CHECK(cudaMalloc(&ptr, bytes == 0 ? 16 : bytes)); }
-  ~DeviceMem() { cudaFree(ptr); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-};
 
-std::vector<uint8_t> download(const void* dev, size_t bytes, cudaStream_t s) {
-  std::vector<uint8_t> out(bytes);
-  TPS_CUDA_CHECK(cudaMemcpyAsync(out.data(), dev, bytes, cudaMemcpyDeviceToHost, s));
-  TPS_CUDA_CHECK(cudaStreamSynchronize(s));
-  return out;
-}
 
 std::string label(int n, int rank, DType t, size_t count, const std::string& extra = "") {
   return "tp " + std::to_string(n) + " rank " + std::to_string(rank) + " " + dtype_name(t) + " count " +
@@ -215,8 +138,7 @@ void run_with_car(int n, Failures& f,
   });
 }
 
-/// Kernels must not spin forever when a test goes wrong (the library default is 300 s).
-void short_spin_timeout() { setenv("TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S", "30", 0); }
+
 
 const DType kDTypes[] = {DType::F32, DType::F16, DType::BF16};
 

@@ -19,6 +19,7 @@
 #include "format/dtype.h"
 #include "format/error.h"
 #include "runtime/cuda/check.h"
+#include "tests/gpu/collective_test_util.h"
 #include "runtime/cuda/cuda_session.h"
 #include "runtime/cuda/local_comm.h"
 #include "runtime/cuda/make_device_comm.h"
@@ -26,6 +27,7 @@
 #include "runtime/host_exchange.h"
 
 using namespace tpshard;
+using namespace tpshard::test;
 using tpshard::cuda::DeviceCommunicator;
 using tpshard::cuda::PeerCommunicator;
 
@@ -34,27 +36,7 @@ namespace {
 /// Small staging (64 KiB) so that the "chunked" sizes below take many kernels per call.
 constexpr size_t kSmallStaging = size_t(64) << 10;
 
-struct Failures {
-  std::mutex mu;
-  std::vector<std::string> list;
-  void add(const std::string& s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (list.size() < 40) list.push_back(s);
-  }
-  void report() {
-    for (const auto& s : list) FAIL_CHECK(s);
-    CHECK(list.empty());
-  }
-};
 
-bool all_peers(int n) {
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) {
-      int can = 0;
-      if (i != j && (cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess || !can)) return false;
-    }
-  return true;
-}
 
 /// 2, 3, 4 and all GPUs (at most 8), as far as they exist and are all peers.
 std::vector<int> rank_counts() {
@@ -75,8 +57,7 @@ bool have_peer_gpus() {
   return true;
 }
 
-/// Kernels must not spin for the library default (300 s) when a test goes wrong.
-void short_spin_timeout() { setenv("TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S", "30", 0); }
+
 
 /// Runs fn(rank, comm) on n threads (rank r on GPU r, a PeerCommunicator with `staging` bytes each);
 /// rethrows the first error. A missing communicator is a failure.
@@ -109,52 +90,10 @@ void run_peer(int n, size_t staging, Failures& f, const std::function<void(int, 
 
 // ---- host data and references ----
 
-float input_value(size_t i, int rank, int salt) {
-  const long v = long((i * 7919 + size_t(rank) * 104729 + size_t(salt) * 31337) % 2001) - 1000;
-  return float(v) / 37.0f;  // non-terminating binary fraction: the sums round
-}
 
-void store(std::vector<uint8_t>& bytes, size_t i, DType t, float f) {
-  if (t == DType::F32) {
-    std::memcpy(bytes.data() + 4 * i, &f, 4);
-  } else {
-    const uint16_t h = t == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f);
-    std::memcpy(bytes.data() + 2 * i, &h, 2);
-  }
-}
 
-float load(const std::vector<uint8_t>& bytes, size_t i, DType t) {
-  if (t == DType::F32) {
-    float f;
-    std::memcpy(&f, bytes.data() + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, bytes.data() + 2 * i, 2);
-  return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
 
-std::vector<uint8_t> make_input(size_t count, DType t, int rank, int salt) {
-  std::vector<uint8_t> out(count * dtype_size(t));
-  for (size_t i = 0; i < count; ++i) store(out, i, t, input_value(i, rank, salt));
-  return out;
-}
 
-/// fp32 sum of the dtype-rounded inputs in rank order 0..n-1, rounded once to dtype.
-std::vector<uint8_t> reference_sum(size_t count, DType t, int n, int salt) {
-  std::vector<uint8_t> out(count * dtype_size(t));
-  std::vector<uint8_t> one(dtype_size(t));
-  for (size_t i = 0; i < count; ++i) {
-    float acc = 0.0f;
-    for (int r = 0; r < n; ++r) {
-      store(one, 0, t, input_value(i, r, salt));
-      const float x = load(one, 0, t);
-      acc = r == 0 ? x : acc + x;
-    }
-    store(out, i, t, acc);
-  }
-  return out;
-}
 
 /// Bytes of rank r's all_gather / broadcast contribution.
 std::vector<uint8_t> rank_bytes(size_t bytes, int rank, int salt) {
@@ -186,25 +125,8 @@ std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>&
   return what + ": " + std::to_string(bad) + " of " + std::to_string(n) + " elements differ:" + first;
 }
 
-struct DeviceMem {
-  void* ptr = nullptr;
-  explicit DeviceMem(size_t bytes) { TPS_CUDA_CHECK(cudaMalloc(&ptr, bytes == 0 ? 16 : bytes)); }
-  ~DeviceMem() { cudaFree(ptr); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-  uint8_t* at(size_t offset) const { return static_cast<uint8_t*>(ptr) + offset; }
-};
 
-std::vector<uint8_t> download(const void* dev, size_t bytes, cudaStream_t s) {
-  std::vector<uint8_t> out(bytes);
-  if (bytes) TPS_CUDA_CHECK(cudaMemcpyAsync(out.data(), dev, bytes, cudaMemcpyDeviceToHost, s));
-  TPS_CUDA_CHECK(cudaStreamSynchronize(s));
-  return out;
-}
 
-void upload(void* dev, const std::vector<uint8_t>& v, cudaStream_t s) {
-  if (!v.empty()) TPS_CUDA_CHECK(cudaMemcpyAsync(dev, v.data(), v.size(), cudaMemcpyHostToDevice, s));
-}
 
 std::string label(int n, int rank, const std::string& what) {
   return "tp " + std::to_string(n) + " rank " + std::to_string(rank) + " " + what;
