@@ -60,13 +60,8 @@ __global__ void __launch_bounds__(kThreads) all_reduce_add_norm_kernel(FusedPara
 #pragma unroll
       for (int r = 0; r < kRanks; ++r)
         pk[r] = __ldcg(reinterpret_cast<const uint4*>(staging(p.g, r, epoch)) + static_cast<int64_t>(row) * p.row_packs + i);
-      float acc[kElems];
-#pragma unroll
-      for (int j = 0; j < kElems; ++j) acc[j] = to_f32(reinterpret_cast<const T*>(&pk[0])[j]);
-#pragma unroll
-      for (int r = 1; r < kRanks; ++r)
-#pragma unroll
-        for (int j = 0; j < kElems; ++j) acc[j] += to_f32(reinterpret_cast<const T*>(&pk[r])[j]);
+      const uint4 sum = sum_packs<T, kRanks>(pk);  // the all_reduce's bits: fp32 in rank order, rounded once
+      const T* const se = reinterpret_cast<const T*>(&sum);
       float4* const x4 = reinterpret_cast<float4*>(x + i * kElems);
 #pragma unroll
       for (int q = 0; q < kElems / 4; ++q) {
@@ -75,9 +70,9 @@ __global__ void __launch_bounds__(kThreads) all_reduce_add_norm_kernel(FusedPara
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int e = i * kElems + q * 4 + j;
-          // as add_norm: v = x; v += add0 (the all_reduce's sum, rounded once to T); v += bias0 + bias1
+          // as add_norm: v = x; v += add0 (the all_reduce's sum); v += bias0 + bias1
           float t = xe[j];
-          t += to_f32(from_f32<T>(acc[q * 4 + j]));
+          t += to_f32(se[q * 4 + j]);
           t += opt<T>(a.add_bias0, e) + opt<T>(a.add_bias1, e);
           xe[j] = t;
           v[k][q * 4 + j] = t;

@@ -16,6 +16,7 @@
 #include "kernels/common.cuh"
 #include "kernels/pdl.cuh"
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/custom_all_reduce_protocol.cuh"
 
 namespace tpshard::cuda {
 namespace {
@@ -62,129 +63,39 @@ namespace {
 // argument above uses only that, so calls of any of them interleave freely on one stream.
 // ---------------------------------------------------------------------------------------------------
 
-constexpr int kMaxRanks = CustomAllReduce::kMaxRanks;
-constexpr int kBlocks = CustomAllReduce::kBlocks;
-constexpr int kThreads = CustomAllReduce::kThreads;
-constexpr size_t kFlagsBytes = size_t(kBlocks) * kMaxRanks * sizeof(uint32_t);
-constexpr size_t kCountersBytes = size_t(kBlocks) * sizeof(uint32_t);
+using car_protocol::kBlocks;
+using car_protocol::kCountersBytes;
+using car_protocol::kFlagsBytes;
+using car_protocol::kMaxRanks;
+using car_protocol::kThreads;
+using car_protocol::Regions;
 
 /// Kernel parameters (passed by value, so graph replays see the same region pointers).
 struct OneShotParams {
-  uint4* buf;                   ///< [packs] the message, in place (16-byte packs of dtype elements)
-  uint8_t* regions[kMaxRanks];  ///< every rank's region as mapped on this device (own at [rank])
-  uint64_t data_bytes;          ///< D: offset of data[1] and half the offset of the flags
-  uint64_t packs;               ///< message size in 16-byte packs
-  uint64_t timeout_ns;          ///< spin limit, 0 = none
-  int rank;                     ///< tp_rank of this device
+  Regions g;       ///< every rank's region as mapped on this device, D, spin limit, rank
+  uint4* buf;      ///< [packs] the message, in place (16-byte packs of dtype elements)
+  uint64_t packs;  ///< message size in 16-byte packs
 };
-
-__device__ __forceinline__ void st_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-/// Spin until *flag >= epoch (mod 2^32). Traps after timeout_ns (when non-zero) so that a dead peer
-/// gives an error instead of a hang.
-__device__ __forceinline__ void wait_flag(const uint32_t* flag, uint32_t epoch, uint64_t timeout_ns, int rank,
-                                          int peer) {
-  uint32_t polls = 0;
-  uint64_t start = 0;
-  while (static_cast<int32_t>(ld_acquire_sys(flag) - epoch) < 0) {
-    if (timeout_ns != 0 && (++polls & 0x3ffu) == 0) {
-      const uint64_t now = global_timer_ns();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > timeout_ns) {
-        printf("custom all_reduce: rank %d block %d waited %.1f s for rank %d (epoch %u); trapping\n", rank,
-               int(blockIdx.x), double(now - start) * 1e-9, peer, epoch);
-        __trap();
-      }
-    }
-  }
-}
-
-/// p.regions[r] for a run-time r without indexing the parameter array dynamically (which makes the
-/// compiler copy the whole parameter struct to local memory).
-__device__ __forceinline__ uint8_t* region_of(const OneShotParams& p, int r) {
-  uint8_t* out = p.regions[0];
-#pragma unroll
-  for (int i = 1; i < kMaxRanks; ++i) out = r == i ? p.regions[i] : out;
-  return out;
-}
-
-/// Sum of one 16-byte pack of T over kRanks ranks, in rank order, in fp32; rounded once to T.
-template <typename T, int kRanks>
-__device__ __forceinline__ uint4 sum_packs(const uint4 (&v)[kRanks]) {
-  constexpr int kElems = 16 / sizeof(T);
-  float acc[kElems];
-  const T* e0 = reinterpret_cast<const T*>(&v[0]);
-#pragma unroll
-  for (int j = 0; j < kElems; ++j) acc[j] = to_f32(e0[j]);
-#pragma unroll
-  for (int r = 1; r < kRanks; ++r) {
-    const T* er = reinterpret_cast<const T*>(&v[r]);
-#pragma unroll
-    for (int j = 0; j < kElems; ++j) acc[j] += to_f32(er[j]);
-  }
-  uint4 out;
-  T* eo = reinterpret_cast<T*>(&out);
-#pragma unroll
-  for (int j = 0; j < kElems; ++j) eo[j] = from_f32<T>(acc[j]);
-  return out;
-}
 
 /// The one-shot all_reduce (protocol above). Grid: kBlocks x kThreads.
 template <typename T, int kRanks>
 __global__ void __launch_bounds__(kThreads) one_shot_all_reduce_kernel(OneShotParams p) {
-  __shared__ uint32_t s_epoch;
   griddep_wait();
   griddep_launch_dependents();  // all our blocks are resident by now: a dependent cannot starve them
   const int b = blockIdx.x;
-  uint8_t* const self = region_of(p, p.rank);
-  uint32_t* const flags_self = reinterpret_cast<uint32_t*>(self + 2 * p.data_bytes);
-  if (threadIdx.x == 0) {
-    uint32_t* const counter = reinterpret_cast<uint32_t*>(self + 2 * p.data_bytes + kFlagsBytes) + b;
-    const uint32_t e = *counter + 1u;
-    *counter = e;
-    s_epoch = e;
-  }
+  const uint32_t epoch = car_protocol::begin_call(p.g);  // steps 0-1
   const uint64_t per_block = (p.packs + kBlocks - 1) / kBlocks;
   const uint64_t begin = min(p.packs, uint64_t(b) * per_block);
   const uint64_t end = min(p.packs, begin + per_block);
-  __syncthreads();
-  const uint32_t epoch = s_epoch;
-  const uint64_t parity_offset = (epoch & 1u) * p.data_bytes;
-
-  uint4* const stage_self = reinterpret_cast<uint4*>(self + parity_offset);
-  for (uint64_t i = begin + threadIdx.x; i < end; i += kThreads) stage_self[i] = p.buf[i];
-  __syncthreads();
-
-  const int peer = threadIdx.x;
-  if (peer < kRanks && peer != p.rank) {
-    uint32_t* const peer_flag =
-        reinterpret_cast<uint32_t*>(region_of(p, peer) + 2 * p.data_bytes) + b * kMaxRanks + p.rank;
-    st_release_sys(peer_flag, epoch);
-    wait_flag(flags_self + b * kMaxRanks + peer, epoch, p.timeout_ns, p.rank, peer);
-  }
-  __syncthreads();
-
-  for (uint64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+  uint4* const stage_self = reinterpret_cast<uint4*>(car_protocol::staging(p.g, p.g.rank, epoch));
+  for (uint64_t i = begin + threadIdx.x; i < end; i += kThreads) stage_self[i] = p.buf[i];  // step 2
+  car_protocol::handshake<kRanks>(p.g, epoch);                                             // step 3
+  for (uint64_t i = begin + threadIdx.x; i < end; i += kThreads) {                         // step 4
     uint4 v[kRanks];
 #pragma unroll
     for (int r = 0; r < kRanks; ++r)
-      v[r] = __ldcg(reinterpret_cast<const uint4*>(p.regions[r] + parity_offset) + i);
-    p.buf[i] = sum_packs<T, kRanks>(v);
+      v[r] = __ldcg(reinterpret_cast<const uint4*>(car_protocol::staging(p.g, r, epoch)) + i);
+    p.buf[i] = car_protocol::sum_packs<T, kRanks>(v);
   }
 }
 
@@ -513,11 +424,11 @@ void CustomAllReduce::all_reduce_sum(void* buf, size_t count, DType dtype, cudaS
   OneShotParams p;
   std::memset(&p, 0, sizeof(p));
   p.buf = static_cast<uint4*>(buf);
-  for (int r = 0; r < size_; ++r) p.regions[r] = static_cast<uint8_t*>(peer_region_[r]);
-  p.data_bytes = data_bytes_;
+  for (int r = 0; r < size_; ++r) p.g.of[r] = static_cast<uint8_t*>(peer_region_[r]);
+  p.g.data_bytes = data_bytes_;
+  p.g.timeout_ns = timeout_ns_;
+  p.g.rank = rank_;
   p.packs = count * dtype_size(dtype) / 16;
-  p.timeout_ns = timeout_ns_;
-  p.rank = rank_;
   cudaError_t e = cudaSuccess;
   TPS_DISPATCH_DTYPE(dtype, T, e = launch_one_shot<T>(size_, p, stream));
   TPS_CUDA_CHECK(e);

@@ -1,15 +1,17 @@
 // custom_all_reduce_protocol.cuh: the device side of CustomAllReduce's flag protocol (region layout,
-// epoch counter, release/acquire signalling, spin with timeout), shared by every kernel that takes part
-// in it: the one-shot all_reduce (custom_all_reduce.cu) and the fused all_reduce + add_norm
-// (all_reduce_norm.cu). The protocol and why it is safe are described in custom_all_reduce.cu; a kernel
-// that follows it must run kBlocks blocks, and every block must call begin_call() then handshake()
-// exactly once per call, whatever share of the message it owns.
+// epoch counter, release/acquire signalling, spin with timeout) and its summation, shared by every kernel
+// that takes part in it: the one-shot all_reduce (custom_all_reduce.cu), the fused all_reduce + add_norm
+// (all_reduce_norm.cu) and the peer communicator's kernels (peer_kernels.cu). The protocol and why it is
+// safe are described in custom_all_reduce.cu; a kernel that follows it must run kBlocks blocks, and every
+// block must call begin_call() then handshake() exactly once per call, whatever share of the message it
+// owns.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
 
+#include "kernels/common.cuh"
 #include "runtime/cuda/custom_all_reduce.h"
 
 namespace tpshard::cuda::car_protocol {
@@ -109,6 +111,28 @@ __device__ __forceinline__ void handshake(const Regions& g, uint32_t epoch) {
     wait_flag(own + b * kMaxRanks + peer, epoch, g.timeout_ns, g.rank, peer);
   }
   __syncthreads();
+}
+
+/// Sum of one 16-byte pack of T over kRanks ranks, in rank order, in fp32; rounded once to T: the
+/// arithmetic every all_reduce kernel on these regions uses, so that they all give the same bits.
+template <typename T, int kRanks>
+__device__ __forceinline__ uint4 sum_packs(const uint4 (&v)[kRanks]) {
+  constexpr int kElems = 16 / sizeof(T);
+  float acc[kElems];
+  const T* e0 = reinterpret_cast<const T*>(&v[0]);
+#pragma unroll
+  for (int j = 0; j < kElems; ++j) acc[j] = to_f32(e0[j]);
+#pragma unroll
+  for (int r = 1; r < kRanks; ++r) {
+    const T* er = reinterpret_cast<const T*>(&v[r]);
+#pragma unroll
+    for (int j = 0; j < kElems; ++j) acc[j] += to_f32(er[j]);
+  }
+  uint4 out;
+  T* eo = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int j = 0; j < kElems; ++j) eo[j] = from_f32<T>(acc[j]);
+  return out;
 }
 
 }  // namespace tpshard::cuda::car_protocol

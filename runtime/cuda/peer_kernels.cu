@@ -21,6 +21,7 @@ using car_protocol::kBlocks;
 using car_protocol::kMaxRanks;
 using car_protocol::kThreads;
 using car_protocol::Regions;
+using car_protocol::sum_packs;
 
 /// 16-byte loads in flight per thread and loop iteration when copying (copy_packs).
 constexpr int kCopyUnroll = 4;
@@ -39,28 +40,6 @@ struct GatherParams {
   uint64_t recv_stride;  ///< bytes between the ranks' parts of recv (all_gather)
   int root;              ///< < 0: all_gather; else broadcast from this rank
 };
-
-/// Sum of one 16-byte pack of T over kRanks ranks, in rank order, in fp32; rounded once to T (the same
-/// arithmetic as the one-shot kernel's sum in custom_all_reduce.cu, so the same bits).
-template <typename T, int kRanks>
-__device__ __forceinline__ uint4 sum_packs(const uint4 (&v)[kRanks]) {
-  constexpr int kElems = 16 / sizeof(T);
-  float acc[kElems];
-  const T* e0 = reinterpret_cast<const T*>(&v[0]);
-#pragma unroll
-  for (int j = 0; j < kElems; ++j) acc[j] = to_f32(e0[j]);
-#pragma unroll
-  for (int r = 1; r < kRanks; ++r) {
-    const T* er = reinterpret_cast<const T*>(&v[r]);
-#pragma unroll
-    for (int j = 0; j < kElems; ++j) acc[j] += to_f32(er[j]);
-  }
-  uint4 out;
-  T* eo = reinterpret_cast<T*>(&out);
-#pragma unroll
-  for (int j = 0; j < kElems; ++j) eo[j] = from_f32<T>(acc[j]);
-  return out;
-}
 
 /// Unsigned integer of the size of T (for __ldcg of one element).
 template <int kSize> struct UintOf;
