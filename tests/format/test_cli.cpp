@@ -77,6 +77,18 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(read_text(log).find("manifest.json: cannot open") != std::string::npos);
 }
 
+TEST_CASE("tpshard: an unknown or missing subcommand is named with the choices") {
+  ScratchDir d;
+  const std::string log = d / "log.txt";
+  const std::string hint = "hint: choose one of: convert, inspect, verify, plan (`tpshard --help` describes each)\n";
+  CHECK(run_tpshard("frobnicate --tp 2", log) != 0);
+  CHECK(read_text(log) == "error: tpshard: unknown subcommand 'frobnicate'\n" + hint);
+  CHECK(run_tpshard("", log) != 0);
+  CHECK(read_text(log) == "error: tpshard: no subcommand given\n" + hint);
+  CHECK(run_tpshard("inspect", log) != 0);  // a missing required argument keeps CLI11's message
+  CHECK(read_text(log).find("model_dir is required") != std::string::npos);
+}
+
 TEST_CASE("plan_memory: hand-computed per-rank numbers") {
   ScratchDir d;
   LlamaSpec s;

@@ -113,6 +113,44 @@ TEST_CASE("tprun exit codes: 1 with error/hint for errors, 2 for usage") {
   CHECK(r.code == 2);
 }
 
+TEST_CASE("tprun: an unknown or missing subcommand or eval task is named with the choices, exit 2") {
+  // Parse errors: the model directory is never opened, so any path will do.
+  const std::string model = std::string(TPSHARD_TEST_OUT_DIR) + "/no-model-needed";
+  const std::string top = "choose one of: generate, chat, logits";  // the rest depends on the build
+  Run r = tprun(model + " frobnicate --prompt x");
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("error: tprun MODEL_DIR: unknown subcommand 'frobnicate'\nhint: " + top, 0) == 0);
+  CHECK(r.err.find("(`tprun MODEL_DIR --help` describes each)\n") != std::string::npos);
+  CHECK(r.err.find("comm-test") == std::string::npos);  // hidden subcommands are not offered
+  CHECK(r.out.empty());
+  r = tprun(model);
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("error: tprun MODEL_DIR: no subcommand given\nhint: " + top, 0) == 0);
+  r = tprun(model + " --frob");
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("error: tprun MODEL_DIR: no subcommand given, and --frob is not an option here\n", 0) == 0);
+  // MODEL_DIR forgotten: the subcommand's name was taken as the model directory.
+  r = tprun("generate --prompt x");
+  CHECK(r.code == 2);
+  CHECK(r.err == "error: tprun MODEL_DIR: no subcommand given ('generate' was read as model_dir)\n"
+                 "hint: give model_dir first, then the subcommand: `tprun MODEL_DIR generate ...`\n");
+  // Other parse errors keep CLI11's own message.
+  r = tprun(model + " generate extra");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("The following argument was not expected: extra") != std::string::npos);
+  if (tprun("--help").out.find("\n  eval ") == std::string::npos) return;  // built without the eval library
+  r = tprun(model + " eval nosuchtask --data x");
+  CHECK(r.code == 2);
+  CHECK(r.err == "error: tprun MODEL_DIR eval: unknown subcommand 'nosuchtask'\n"
+                 "hint: choose one of: triviaqa (`tprun MODEL_DIR eval --help` describes each)\n");
+  r = tprun(model + " eval");
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("error: tprun MODEL_DIR eval: no subcommand given\nhint: choose one of: triviaqa", 0) == 0);
+  r = tprun(model + " eval triviaqa");  // a missing required option is not a missing subcommand
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--data is required") != std::string::npos);
+}
+
 namespace {
 
 std::string slurp(const std::string& path) {

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
 #include "format/error.h"
@@ -125,6 +126,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (const auto why = tpshard::cli::explain_subcommand_error(app, e, "tprun MODEL_DIR")) {
+      std::fprintf(stderr, "error: %s\nhint: %s\n", why->what(), why->hint().c_str());
+      return 2;
+    }
     app.exit(e);
     return 2;
   } catch (const ExitNow& e) {

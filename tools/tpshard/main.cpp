@@ -1,10 +1,12 @@
 // main.cpp: `tpshard` CLI entry: parse arguments (CLI11), dispatch to one subcommand, and turn
-// tpshard::Error into "error: ...\nhint: ..." with exit code 1 (usage errors: CLI11's code, 2 for bad values).
+// tpshard::Error into "error: ...\nhint: ..." with exit code 1 (usage errors: CLI11's code, 2 for bad values;
+// an unknown or missing subcommand is printed as error/hint too, naming it and the choices, with CLI11's code).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
 
+#include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
 #include "format/error.h"
@@ -57,6 +59,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const auto why = cli::explain_subcommand_error(app, e, "tpshard")) {
+      std::fprintf(stderr, "error: %s\nhint: %s\n", why->what(), why->hint().c_str());
+      return e.get_exit_code();
+    }
     return app.exit(e);
   }
   int rc = 0;
