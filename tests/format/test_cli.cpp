@@ -37,8 +37,16 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
 
   CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --tensors --rank 1", log) == 0);
   CHECK(read_text(log).find("blk.1.ffn_gate_up.weight") != std::string::npos);
+  // A tp size or rank the model does not have: the error alone, no half report before it.
   CHECK(run_tpshard("inspect " + (d / "out") + " --tp 8", log) == 1);
-  CHECK(read_text(log).find("no shards for tp_size 8 (it has tp 1, 2, 4)") != std::string::npos);
+  CHECK(read_text(log) == "error: " + (d / "out/manifest.json") + ": no shards for tp_size 8 (it has tp 1, 2, 4)\n"
+                          "hint: run with one of those tp sizes, or re-run tpshard convert with --tp 8\n");
+  CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --tensors --rank 2", log) == 1);
+  CHECK(read_text(log) == "error: inspect --rank 2: tp_size 2 has tp_rank 0..1\nhint: pass --rank 0..1\n");
+  CHECK(run_tpshard("inspect " + (d / "out") + " --tensors --rank 1", log) == 1);  // tp 1 has rank 0 only
+  CHECK(read_text(log).rfind("error: inspect --rank 1: tp_size 1 has tp_rank 0..0\n", 0) == 0);
+  CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --rank 1", log) != 0);  // --rank only picks a --tensors table
+  CHECK(read_text(log).find("--rank requires --tensors") != std::string::npos);
 
   CHECK(run_tpshard("verify " + (d / "out"), log) == 0);
   CHECK(read_text(log).find("verified 7 shard file(s)") != std::string::npos);

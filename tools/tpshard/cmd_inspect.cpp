@@ -1,6 +1,9 @@
 // cmd_inspect.cpp: `tpshard inspect`: model config, dtype, shards per tp size and (--tensors) one
-// rank's tensor table, read through the validating ShardReader.
+// rank's tensor table, read through the validating ShardReader. Checks the tp size, --rank and the shard
+// files before printing anything.
 #include <cstdio>
+#include <memory>
+#include <utility>
 
 #include "format/convert/progress.h"
 #include "format/error.h"
@@ -32,6 +35,21 @@ const char* codec_name(Codec c) {
 
 int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank) {
   const Manifest m = load_manifest(dir);
+  // Validate and open everything before printing, so an error is never preceded by half a report.
+  if (tp_size) shards_for(m, tp_size, dir);  // Error listing the available tp sizes
+  // --tensors: (file, reader) of rank `rank` of each listed tp size
+  std::vector<std::pair<std::string, std::unique_ptr<ShardReader>>> readers;
+  if (list_tensors) {
+    for (const auto& [size, shards] : m.shards) {
+      if (tp_size && size != tp_size) continue;
+      TPS_CHECK(rank >= 0 && rank < size,
+                "inspect --rank " + std::to_string(rank) + ": tp_size " + std::to_string(size) + " has tp_rank 0.." +
+                    std::to_string(size - 1),
+                tp_size ? "pass --rank 0.." + std::to_string(size - 1)
+                        : "without --tp every tp size is listed; pass --tp N to list one, with --rank below N");
+      readers.emplace_back(shards[rank].file, std::make_unique<ShardReader>(dir + "/" + shards[rank].file));
+    }
+  }
   const ModelConfig& c = m.model;
   std::printf("model      %s (%s): %lld layers, hidden %lld, heads %lld, kv heads %lld, head_dim %lld, ffn %lld, vocab %lld\n",
               c.architecture.c_str(), c.model_type.c_str(), (long long)c.num_hidden_layers, (long long)c.hidden_size,
@@ -50,13 +68,9 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
       std::printf("%-4d %-5d %12s %12s  %-16s  %s\n", size, s.tp_rank, human_bytes(s.bytes).c_str(),
                   human_bytes(s.weight_bytes).c_str(), hash_to_hex(s.xxh3).c_str(), s.file.c_str());
   }
-  if (tp_size) shards_for(m, tp_size, dir);  // Error listing the available tp sizes
-  if (!list_tensors) return 0;
-  for (const auto& [size, shards] : m.shards) {
-    if (tp_size && size != tp_size) continue;
-    if (rank < 0 || rank >= size) throw Error("--rank " + std::to_string(rank) + " is not below tp_size " + std::to_string(size), "");
-    const ShardReader r(dir + "/" + shards[rank].file);
-    std::printf("\n%s: %zu tensors, data %s at offset %llu, arena %s\n", shards[rank].file.c_str(), r.tensors().size(),
+  for (const auto& [file, reader] : readers) {
+    const ShardReader& r = *reader;
+    std::printf("\n%s: %zu tensors, data %s at offset %llu, arena %s\n", file.c_str(), r.tensors().size(),
                 human_bytes(r.header().data_bytes).c_str(), (unsigned long long)r.header().data_offset,
                 human_bytes(r.header().arena_bytes).c_str());
     std::printf("%-28s %-5s %-16s %-16s %-10s %4s %-11s %12s %12s %12s  %s\n", "name", "dtype", "global", "local", "split",

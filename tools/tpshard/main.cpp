@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
   auto* inspect = app.add_subcommand("inspect", "print the manifest and (with --tensors) the tensor table");
   inspect->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
   inspect->add_option("--tp", tp, "only this tp size");
-  inspect->add_option("--rank", rank, "tp_rank whose tensor table --tensors prints (default 0)");
-  inspect->add_flag("--tensors", tensors, "list every tensor");
+  auto* tensors_flag = inspect->add_flag("--tensors", tensors, "list every tensor");
+  inspect->add_option("--rank", rank, "tp_rank whose tensor table --tensors prints (default 0)")->needs(tensors_flag);
 
   auto* verify = app.add_subcommand("verify", "recompute every tensor and file hash");
   verify->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
