@@ -26,6 +26,10 @@ void check_request(const GenerationRequest& r, int64_t max_seq, const std::strin
             "shorten the prompt, or raise --max-seq-len if it is below the model's max_position_embeddings");
   TPS_CHECK(r.params.max_new_tokens >= 0 && r.params.min_new_tokens >= 0,
             who + ": max_new_tokens and min_new_tokens must be >= 0", "fix the sampling options");
+  TPS_CHECK(r.params.min_new_tokens <= r.params.max_new_tokens,
+            who + ": min_new_tokens " + std::to_string(r.params.min_new_tokens) + " is greater than max_new_tokens " +
+                std::to_string(r.params.max_new_tokens),
+            "use min_new_tokens 0.." + std::to_string(r.params.max_new_tokens) + ", or raise max_new_tokens");
   // The last generated token is never fed back, so p + max_new_tokens - 1 positions are needed.
   TPS_CHECK(p + r.params.max_new_tokens - 1 <= max_seq,
             who + ": prompt of " + std::to_string(p) + " tokens + max_new_tokens " +

@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +30,7 @@ inline CLI::Validator number_at_least_zero(bool strict) {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
         if (s.empty() || end == s.c_str() || *end != '\0') return "'" + s + "' is not a number";
+        if (!std::isfinite(v)) return "must be a finite number, got " + s;
         if (strict ? !(v > 0) : !(v >= 0)) return "must be " + std::string(strict ? "> 0" : ">= 0") + ", got " + s;
         return {};
       },
@@ -34,6 +38,61 @@ inline CLI::Validator number_at_least_zero(bool strict) {
 }
 inline CLI::Validator non_negative() { return number_at_least_zero(false); }
 inline CLI::Validator positive() { return number_at_least_zero(true); }
+
+/// Accepts a fraction: numbers in (0, 1] (zero_allowed false: top_p) or [0, 1] (zero_allowed true: min_p).
+inline CLI::Validator fraction(bool zero_allowed) {
+  const std::string range = zero_allowed ? "[0, 1]" : "(0, 1]";
+  return CLI::Validator(
+      [zero_allowed, range](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end == s.c_str() || *end != '\0') return "'" + s + "' is not a number";
+        if (!((zero_allowed ? v >= 0 : v > 0) && v <= 1)) return "must be in " + range + ", got " + s;
+        return {};
+      },
+      "NUMBER in " + range, "Fraction");
+}
+
+/// Accepts decimal integers in [lo, hi]. `why`, when given, explains the bound in the message
+/// ("must be an integer in 1..8 (4 x the 2 hardware threads of this machine), got 100000").
+inline CLI::Validator integer_in_range(long long lo, long long hi, const std::string& why = {}) {
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range, why](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        const bool parsed = !s.empty() && !std::isspace(static_cast<unsigned char>(s[0])) && *end == '\0';
+        if (!parsed || errno == ERANGE || v < lo || v > hi)
+          return "must be an integer in " + range + (why.empty() ? "" : " (" + why + ")") + ", got " + s;
+        return {};
+      },
+      "INT in " + range, "IntegerInRange");
+}
+
+/// Accepts decimal integers in 0..2^64-1 (a seed). CLI11 alone reads "-1" as 2^64-1 and a too large
+/// number as 2^64-1, silently.
+inline CLI::Validator uint64_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        (void)std::strtoull(s.c_str(), &end, 10);
+        const bool digits = !s.empty() && std::isdigit(static_cast<unsigned char>(s[0])) && *end == '\0';
+        if (!digits || errno == ERANGE) return "must be an integer in 0..18446744073709551615, got " + s;
+        return {};
+      },
+      "INT in 0..2^64-1", "Uint64");
+}
+
+/// tprun --threads (CPU threads per rank): 1 .. 4 x hardware_concurrency, or 1..1024 when that is
+/// unknown. More threads than that only add context switches (the CPU backend splits each matmul into
+/// one range per thread), and each one is a real OS thread per rank (100000 exhausted memory).
+inline CLI::Validator cpu_threads_per_rank() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw == 0) return integer_in_range(1, 1024, "this machine's hardware thread count is unknown");
+  return integer_in_range(1, 4LL * hw, "4 x the " + std::to_string(hw) + " hardware threads of this machine");
+}
 
 /// `option` names the argument in messages ("--input", "--data"). Throws tpshard::Error unless `path`
 /// exists, is not a directory and can be read by this process.

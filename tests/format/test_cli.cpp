@@ -97,6 +97,31 @@ TEST_CASE("tpshard: an unknown or missing subcommand is named with the choices")
   CHECK(read_text(log).find("model_dir is required") != std::string::npos);
 }
 
+TEST_CASE("tpshard refuses odd numeric options with the valid range, writing nothing") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  const std::string convert = "convert " + (d / "hf") + " -o " + (d / "out");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {convert + " --tp 0", "--tp: must be > 0, got 0"},
+      {convert + " --tp 1,-2", "--tp: must be > 0, got -2"},
+      {convert + " --threads 1000", "--threads: must be an integer in 0..256 (0 = min(cores, 8)), got 1000"},
+      {convert + " --threads -1", "--threads: must be an integer in 0..256 (0 = min(cores, 8)), got -1"},
+      {"inspect " + (d / "hf") + " --tp 0", "--tp: must be > 0, got 0"},
+      {"inspect " + (d / "hf") + " --tensors --rank -1", "--rank: must be >= 0, got -1"},
+      {"verify " + (d / "hf") + " --tp -2", "--tp: must be > 0, got -2"},
+      {"plan " + (d / "hf") + " --tp 0 --batch 1 --max-seq 8", "--tp: must be > 0, got 0"},
+      {"plan " + (d / "hf") + " --tp 1 --batch 1 --max-seq 8 --gpu-mem inf", "--gpu-mem: must be a finite number, got inf"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    CHECK(run_tpshard(args, log) != 0);
+    CHECK(read_text(log).rfind(message + "\n", 0) == 0);
+  }
+  CHECK_FALSE(fs::exists(d / "out"));
+}
+
 TEST_CASE("plan_memory: hand-computed per-rank numbers") {
   ScratchDir d;
   LlamaSpec s;

@@ -14,6 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -149,6 +152,52 @@ TEST_CASE("tprun: an unknown or missing subcommand or eval task is named with th
   r = tprun(model + " eval triviaqa");  // a missing required option is not a missing subcommand
   CHECK(r.code == 2);
   CHECK(r.err.find("--data is required") != std::string::npos);
+}
+
+TEST_CASE("tprun refuses odd numeric options with the valid range, before loading the model") {
+  const std::string dir = stories_dir();
+  const unsigned hw = std::thread::hardware_concurrency();
+  const std::string threads_range =
+      hw ? "1.." + std::to_string(4 * hw) + " (4 x the " + std::to_string(hw) + " hardware threads of this machine)"
+         : "1..1024 (this machine's hardware thread count is unknown)";
+  const std::string too_many = std::to_string(hw ? 4 * hw + 1 : 1025);
+  // Usage errors (CLI11 validators): exit 2, the option, the range and the value; nothing loads.
+  const std::vector<std::pair<std::string, std::string>> usage = {
+      {"--threads " + too_many + " generate --prompt x", "--threads: must be an integer in " + threads_range + ", got " + too_many},
+      {"--threads 0 generate --prompt x", "--threads: must be an integer in " + threads_range + ", got 0"},
+      {"generate --prompt x --seed -1", "--seed: must be an integer in 0..18446744073709551615, got -1"},
+      {"generate --prompt x --seed 18446744073709551616", "--seed: must be an integer in 0..18446744073709551615, got 18446744073709551616"},
+      {"chat --prompt x --seed 1.5", "--seed: must be an integer in 0..18446744073709551615, got 1.5"},
+      {"generate --prompt x --top-p 0", "--top-p: must be in (0, 1], got 0"},
+      {"generate --prompt x --min-p 1.5", "--min-p: must be in [0, 1], got 1.5"},
+      {"generate --prompt x --temperature inf", "--temperature: must be a finite number, got inf"},
+  };
+  for (const auto& [args, message] : usage) {
+    CAPTURE(args);
+    const Run r = tprun(dir + " --device cpu " + args);
+    CHECK(r.code == 2);
+    CHECK(r.err.rfind(message + "\n", 0) == 0);
+    CHECK(r.out.empty());
+  }
+  if (tprun("--help").out.find("\n  eval ") != std::string::npos) {
+    const Run r = tprun(dir + " eval triviaqa --data x --seed -3");
+    CHECK(r.code == 2);
+    CHECK(r.err.rfind("--seed: must be an integer in 0..18446744073709551615, got -3\n", 0) == 0);
+  }
+  // --min-new-tokens above --max-new-tokens (default 128): error/hint, exit 1, before the model loads.
+  Run r = tprun(dir + " --device cpu generate --prompt x --min-new-tokens 10 --max-new-tokens 5");
+  CHECK(r.code == 1);
+  CHECK(r.err == "error: generate: --min-new-tokens 10 is greater than --max-new-tokens 5\n"
+                 "hint: pass --min-new-tokens 0..5, or a larger --max-new-tokens\n");
+  r = tprun(dir + " --device cpu chat --prompt x --min-new-tokens 129");
+  CHECK(r.code == 1);
+  CHECK(r.err.rfind("error: chat: --min-new-tokens 129 is greater than --max-new-tokens 128\n", 0) == 0);
+  // The ends of the ranges are accepted: the largest seed, --threads 1, min == max.
+  r = tprun(dir + " --device cpu --threads 1 generate --prompt x --seed 18446744073709551615 --temperature 1 "
+                  "--min-new-tokens 3 --max-new-tokens 3 --ignore-eos");
+  CHECK(r.code == 0);
+  CHECK(r.err.find("1 thread per rank") != std::string::npos);
+  CHECK(r.err.find("decode 2 tok") != std::string::npos);  // 3 tokens: 1 from prefill, 2 from decode
 }
 
 namespace {

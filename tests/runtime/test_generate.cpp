@@ -202,6 +202,7 @@ TEST_CASE("out-of-range sampling options are refused before anything runs, namin
       {"top_k", [](SamplingParams& q) { q.top_k = -3; }},
       {"min_p", [](SamplingParams& q) { q.min_p = 1.5f; }},
       {"repetition_penalty", [](SamplingParams& q) { q.repetition_penalty = 0; }},
+      {"min_new_tokens 3 is greater than max_new_tokens 2", [](SamplingParams& q) { q.min_new_tokens = 3; }},
   };
   for (const auto& [field, spoil] : cases) {
     SamplingParams q = p;

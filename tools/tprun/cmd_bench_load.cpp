@@ -26,6 +26,7 @@
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/weight_arena.h"
 #include "runtime/cuda/worker.h"
+#include "tools/cli_validators.h"
 #include "tools/tprun/commands.h"
 
 namespace tpshard::tprun {
@@ -299,13 +300,17 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
 void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<BenchLoadOptions>();
   CLI::App* sub = app.add_subcommand("bench-load", "Load this rank's shard onto its GPU and report time, GB/s and memory");
-  sub->add_option("--ring-buffers", o->ring_buffers, "pinned host buffers in the ring")->capture_default_str();
-  sub->add_option("--ring-mib", o->ring_mib, "MiB per ring buffer")->capture_default_str();
-  sub->add_option("--readers", o->readers, "reader threads")->capture_default_str();
+  sub->add_option("--ring-buffers", o->ring_buffers, "pinned host buffers in the ring")->capture_default_str()
+      ->check(tpshard::cli::integer_in_range(1, 1024));
+  sub->add_option("--ring-mib", o->ring_mib, "MiB per ring buffer")->capture_default_str()
+      ->check(tpshard::cli::integer_in_range(1, 65536));
+  sub->add_option("--readers", o->readers, "reader threads")->capture_default_str()
+      ->check(tpshard::cli::integer_in_range(1, 256));
   sub->add_flag("--no-verify", o->no_verify, "skip the XXH3 check while streaming (to measure its cost)");
   sub->add_flag("--direct-io", o->direct_io, "read with O_DIRECT (bypasses the page cache)");
   sub->add_flag("--no-runner", o->no_runner, "do not build the runner (no kv_cache / workspace numbers)");
-  sub->add_option("--repeat", o->repeat, "load this many times, report the fastest")->capture_default_str();
+  sub->add_option("--repeat", o->repeat, "load this many times, report the fastest")->capture_default_str()
+      ->check(tpshard::cli::integer_in_range(1, 1000));
   sub->add_flag("--json", o->json, "also print one JSON line per rank");
   sub->callback([&g, o] { run_bench_load(g, *o); });
   // Without a GPU, say so before the launcher or CudaWorker answer with rank / process-count messages.
@@ -323,9 +328,11 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   auto c = std::make_shared<CommTestOptions>();
   CLI::App* ct = app.add_subcommand("comm-test", "communicator self-test with rank-dependent data (for gpu_check.sh)");
   ct->group("");  // hidden from --help
-  ct->add_option("--hold-seconds", c->hold_seconds, "keep all_reducing this long (kill tests)");
+  ct->add_option("--hold-seconds", c->hold_seconds, "keep all_reducing this long (kill tests)")
+      ->check(tpshard::cli::non_negative());
   ct->add_option("--fail-rank", c->fail_rank, "this rank throws an error after joining (failure tests)");
-  ct->add_option("--max-mib", c->max_mib, "bytes of the bandwidth all_reduce")->capture_default_str();
+  ct->add_option("--max-mib", c->max_mib, "bytes of the bandwidth all_reduce")->capture_default_str()
+      ->check(tpshard::cli::integer_in_range(1, 65536));
   ct->callback([&g, c] { run_comm_test(g, *c); });
 }
 

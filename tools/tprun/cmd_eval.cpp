@@ -77,8 +77,8 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
   tqa->add_option("--summary", o->summary_path, "summary JSON (default: OUTPUT.summary.json)");
   tqa->add_option("--temperature", o->sampling.temperature, "0 = greedy (default)")->check(tpshard::cli::non_negative());
   tqa->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = off)")->check(tpshard::cli::non_negative());
-  tqa->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
-  tqa->add_option("--seed", o->sampling.seed, "sampling seed");
+  tqa->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass (1 = off)")->check(tpshard::cli::fraction(false));
+  tqa->add_option("--seed", o->sampling.seed, "sampling seed")->check(tpshard::cli::uint64_value());
   tqa->add_option("--on-bad-record", *bad, "malformed record: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   tqa->add_option("--progress-interval", o->progress_interval_s,

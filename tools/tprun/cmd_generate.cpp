@@ -43,13 +43,23 @@ void add_sampling_options(CLI::App* sub, SamplingParams& p) {
       ->check(tpshard::cli::non_negative());
   sub->add_option("--temperature", p.temperature, "0 = greedy (default)")->check(tpshard::cli::non_negative());
   sub->add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")->check(tpshard::cli::non_negative());
-  sub->add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
-  sub->add_option("--min-p", p.min_p, "drop tokens below min_p * p_max (0 = off)")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")->check(tpshard::cli::fraction(false));
+  sub->add_option("--min-p", p.min_p, "drop tokens below min_p * p_max (0 = off)")->check(tpshard::cli::fraction(true));
   sub->add_option("--repetition-penalty", p.repetition_penalty, "CTRL repetition penalty (1 = off)")
       ->check(tpshard::cli::positive());
-  sub->add_option("--seed", p.seed, "sampling seed (per request stream = f(seed, request index, step))");
+  sub->add_option("--seed", p.seed, "sampling seed (per request stream = f(seed, request index, step))")
+      ->check(tpshard::cli::uint64_value());
   sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output");
   sub->add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS tokens");
+}
+
+/// Sampling option combinations refused before loading (`cmd`: "generate", "chat"). Each value's own
+/// range is checked by its CLI11 validator; JSONL lines are checked again per line (check_request).
+void check_sampling_options(const std::string& cmd, const SamplingParams& p) {
+  TPS_CHECK(p.min_new_tokens <= p.max_new_tokens,
+            cmd + ": --min-new-tokens " + std::to_string(p.min_new_tokens) + " is greater than --max-new-tokens " +
+                std::to_string(p.max_new_tokens),
+            "pass --min-new-tokens 0.." + std::to_string(p.max_new_tokens) + ", or a larger --max-new-tokens");
 }
 
 /// Token ids of a prompt; "" gives BOS only (the model's or the tokenizer's).
@@ -171,6 +181,7 @@ void require_tokenizer(const RankContext& ctx) {
 /// The checks of `generate` that need no model: option combinations, the JSONL input readable, the
 /// output's directory writable. Run by main before anything loads.
 void check_generate_options(const GenerateOptions& o) {
+  check_sampling_options("generate", o.params);
   const bool jsonl = !o.input.empty() || !o.output.empty();
   if (!jsonl) {
     TPS_CHECK(!o.prompts.empty(), "generate: no prompt", "pass --prompt \"...\" (repeatable) or --input FILE --output FILE");
@@ -250,6 +261,9 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   chat->add_option("--system", c->system, "optional system message");
   add_sampling_options(chat, c->params);
   chat->callback([&g, c] { run_chat(g, *c); });
+  g.preflight.push_back([chat, c] {
+    if (chat->parsed()) check_sampling_options("chat", c->params);
+  });
 }
 
 }  // namespace tpshard::tprun

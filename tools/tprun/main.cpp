@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
                  "positions per kv_cache slot (default: min(max_position_embeddings, 2048))")
       ->check(tpshard::cli::positive());
   app.add_option("--threads", g.session.cpu_threads, "CPU: threads per rank (default: cores / tp)")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::cpu_threads_per_rank());
   app.add_flag("--no-verify", no_verify, "skip the per-tensor XXH3 check while loading");
   app.add_option("--nnodes", g.session.nnodes, "CUDA: number of nodes (one tprun each)")->check(tpshard::cli::positive());
   app.add_option("--node-rank", g.session.node_rank, "CUDA: index of this node")->check(tpshard::cli::non_negative());

@@ -23,10 +23,12 @@ int main(int argc, char** argv) {
   auto* convert = app.add_subcommand("convert", "HF checkpoint -> OUT/{manifest.json, tpN/rankR.tps}");
   convert->add_option("hf_dir", copt.hf_dir, "Hugging Face model directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
   convert->add_option("-o,--out", copt.out_dir, "output directory (must not exist unless --force)")->required();
-  convert->add_option("--tp", copt.tp_sizes, "tp sizes to produce, comma separated")->delimiter(',')->default_str("1");
+  convert->add_option("--tp", copt.tp_sizes, "tp sizes to produce, comma separated")->delimiter(',')->default_str("1")
+      ->check(tpshard::cli::positive());
   convert->add_option("--dtype", copt.dtype, "keep|fp16|bf16|fp32")->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}))->default_str("keep");
   convert->add_option("--compress", compress, "none|zstd[:level]|zstd-planes[:level] (per-tensor zstd, 2-D tensors)")->default_str("none");
-  convert->add_option("--threads", copt.threads, "worker threads (default: min(cores, 8))")->check(CLI::Range(0, 256));
+  convert->add_option("--threads", copt.threads, "worker threads (default: min(cores, 8))")
+      ->check(tpshard::cli::integer_in_range(0, 256, "0 = min(cores, 8)"));
   convert->add_flag("--force", copt.force, "replace an existing output directory written by tpshard");
   convert->add_flag("--allow-unused", copt.allow_unused, "skip (and list) source tensors the model does not use");
   bool no_source_hash = false, quiet = false;
@@ -38,19 +40,20 @@ int main(int argc, char** argv) {
   bool tensors = false;
   auto* inspect = app.add_subcommand("inspect", "print the manifest and (with --tensors) the tensor table");
   inspect->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
-  inspect->add_option("--tp", tp, "only this tp size");
+  inspect->add_option("--tp", tp, "only this tp size")->check(tpshard::cli::positive());
   auto* tensors_flag = inspect->add_flag("--tensors", tensors, "list every tensor");
-  inspect->add_option("--rank", rank, "tp_rank whose tensor table --tensors prints (default 0)")->needs(tensors_flag);
+  inspect->add_option("--rank", rank, "tp_rank whose tensor table --tensors prints (default 0)")
+      ->needs(tensors_flag)->check(tpshard::cli::non_negative());
 
   auto* verify = app.add_subcommand("verify", "recompute every tensor and file hash");
   verify->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
-  verify->add_option("--tp", tp, "only this tp size (default: all)");
+  verify->add_option("--tp", tp, "only this tp size (default: all)")->check(tpshard::cli::positive());
 
   int64_t batch = 1, max_seq = 2048;
   double gpu_gib = 0;
   auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace");
   plan->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
-  plan->add_option("--tp", tp, "tp size")->required();
+  plan->add_option("--tp", tp, "tp size")->required()->check(tpshard::cli::positive());
   plan->add_option("--batch", batch, "sequences per batch")->required()->check(tpshard::cli::positive());
   plan->add_option("--max-seq", max_seq, "max tokens per sequence (prompt + generated)")->required()->check(tpshard::cli::positive());
   plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H200: 139)")
