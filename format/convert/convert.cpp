@@ -17,6 +17,7 @@
 
 #include "format/convert/fs_util.h"
 #include "format/convert/progress.h"
+#include "format/convert/temp_owner.h"
 #include "format/convert/tensor_plan.h"
 #include "format/error.h"
 #include "format/hash.h"
@@ -214,7 +215,11 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
   check_out_dir(o);
   const int threads = o.threads > 0 ? o.threads : std::max(1, std::min(8, static_cast<int>(std::thread::hardware_concurrency())));
 
-  // 2. Write into OUT.tmp-XXXXXX.
+  // 2. Write into OUT.tmp-XXXXXX, after removing those a SIGKILLed convert to the same OUT left behind.
+  for (const StaleTempDir& d : remove_stale_temp_dirs(o.out_dir))
+    std::fprintf(stderr, "tpshard convert: %s %s: %s\n",
+                 d.removed ? "removed the stale temporary directory" : "kept the temporary directory", d.path.c_str(),
+                 d.why.c_str());
   TempDirGuard tmp(o.out_dir);
   Manifest& m = res.manifest;
   m.tool_version = tool_version();

@@ -44,7 +44,9 @@ struct ConvertResult {
 };
 
 /// Run the conversion. Throws Error (naming the file and the fix) on any problem; nothing is left at
-/// OUT or OUT.tmp-* then. SIGINT/SIGTERM during the conversion also remove the temporary directory.
+/// OUT or OUT.tmp-* then. SIGINT/SIGTERM during the conversion also remove the temporary directory; a
+/// SIGKILLed convert cannot, so each convert first removes the OUT.tmp-XXXXXX directories next to OUT
+/// whose creating process is gone (temp_owner.h), and names every one it removes or keeps on stderr.
 ConvertResult convert_checkpoint(const ConvertOptions& opt);
 
 /// The tool version written into manifests ("0.1.0").

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "format/convert/temp_owner.h"
 #include "format/error.h"
 
 namespace tpshard {
@@ -66,6 +67,14 @@ TempDirGuard::TempDirGuard(const std::string& out_dir) {
   const mode_t mask = ::umask(0);
   ::umask(mask);
   ::chmod(tmp_.c_str(), 0777 & ~mask);
+  // Who made it, so that the next convert to OUT can remove it if this process is SIGKILLed.
+  try {
+    write_temp_owner(tmp_, this_process_owner());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+    throw;
+  }
   g_interrupted.store(false);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -81,6 +90,11 @@ TempDirGuard::~TempDirGuard() {
 }
 
 void TempDirGuard::commit(const std::string& out_dir, bool replace) {
+  std::error_code rec;
+  fs::remove(fs::path(tmp_) / kTempOwnerFile, rec);  // the owner record is not part of the model directory
+  if (rec)
+    throw Error(tmp_ + "/" + kTempOwnerFile + ": cannot remove the owner record: " + rec.message(),
+                "check permissions of " + tmp_);
   for (const auto& e : fs::recursive_directory_iterator(tmp_))
     if (e.is_directory()) fsync_path(e.path().string());
   fsync_path(tmp_);

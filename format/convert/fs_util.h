@@ -10,14 +10,16 @@ void fsync_path(const std::string& path);
 /// Copy src to dst (dst created, fsynced). Error naming the files on failure.
 void copy_file_synced(const std::string& src, const std::string& dst);
 
-/// Creates OUT.tmp-XXXXXX next to OUT; removes it in the destructor unless commit() succeeded.
-/// Registered for SIGINT/SIGTERM cleanup while alive.
+/// Creates OUT.tmp-XXXXXX next to OUT with this process's owner record in it (temp_owner.h: the next
+/// convert removes the directory if this process dies without cleaning up, e.g. SIGKILL); removes it
+/// in the destructor unless commit() succeeded. Registered for SIGINT/SIGTERM cleanup while alive.
 class TempDirGuard {
  public:
   explicit TempDirGuard(const std::string& out_dir);
   ~TempDirGuard();
   const std::string& path() const { return tmp_; }
-  /// fsync, then rename tmp -> out (replacing an existing out when `replace`), fsync the parent.
+  /// Remove the owner record, fsync, then rename tmp -> out (replacing an existing out when `replace`),
+  /// fsync the parent.
   void commit(const std::string& out_dir, bool replace);
 
  private:
