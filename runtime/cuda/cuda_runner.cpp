@@ -30,8 +30,6 @@ namespace {
 /// to NCCL. (The peer communicator does every all_reduce itself.)
 constexpr size_t kCustomAllReduceMaxBytes = 2u << 20;
 
-/// Decode batch-size buckets (format/memory_plan.h): 1, 2, 4, 8, then multiples of 8.
-int bucket_for(int n) { return decode_bucket(n); }
 
 class CudaRunner : public ModelRunner {
  public:
@@ -54,7 +52,7 @@ class CudaRunner : public ModelRunner {
     layout_ = make_tp_layout(config_, tp_size);
     weights_ = bind_weights(weights, config_, layout_);
     weight_bytes_ = weights.bytes();
-    max_rows_ = bucket_for(opts.max_batch);
+    max_rows_ = decode_bucket(opts.max_batch);  // format/memory_plan.h: 1, 2, 4, 8, then multiples of 8
     const long long cap = static_cast<long long>(opts.max_batch) * opts.max_seq_len;
     const long long step = opts.max_step_tokens > 0 ? opts.max_step_tokens : kMaxStepTokens;
     const int max_tokens = static_cast<int>(std::max<long long>(max_rows_, std::min(step, cap)));
@@ -199,7 +197,7 @@ class CudaRunner : public ModelRunner {
       }
       ahead_.valid = false;  // mismatch: the ahead step's results are dropped (see above)
     }
-    const int b = bucket_for(n);
+    const int b = decode_bucket(n);
     const int max_tokens = model_->max_tokens();
     int32_t* meta = model_->meta_host();
     for (int i = 0; i < b; ++i) {

@@ -123,10 +123,6 @@ void CudaWorker::report_failure(const std::string& message) {
   if (comm_) comm_->abort();  // the peers are stopping: never wait for them (NCCL finalize, peer barrier)
 }
 
-int effective_max_seq_len(const SessionOptions& opts, const Manifest& m) {
-  return ::tpshard::effective_max_seq_len(opts, m.model);  // runtime/session.h: the same rule as the CPU backend
-}
-
 void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,
                        size_t free_bytes, size_t total_bytes) {
   auto total_of = [&](int tp, int batch, int seq) {
@@ -173,7 +169,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
                   std::to_string(shard.header().tp_size) + ", expected " + std::to_string(rank) + " of " +
                   std::to_string(worker.tp_size()),
               "the manifest and shard files do not match; re-run tpshard convert");
-    const int max_seq_len = effective_max_seq_len(opts, manifest);
+    const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     check_memory_plan(manifest, opts.model_dir, worker.tp_size(), opts.max_batch, max_seq_len, free_b, total_b);

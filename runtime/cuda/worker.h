@@ -64,9 +64,6 @@ class CudaWorker {
 void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,
                        size_t free_bytes, size_t total_bytes);
 
-/// opts.max_seq_len, or min(max_position_embeddings, 2048) when it is 0.
-int effective_max_seq_len(const SessionOptions& opts, const Manifest& m);
-
 /// Seconds to wait for peers (rendezvous, NCCL init, collectives): TPRUN_NCCL_TIMEOUT, default 300.
 double worker_timeout_s();
 

@@ -105,7 +105,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     s.comm_mib = mib(double(worker.marks().comm_bytes()));
     s.kv_cache_mib = s.workspace_mib = std::nan("");
     if (!o.no_runner) {
-      const int seq = effective_max_seq_len(g.session, manifest);
+      const int seq = ::tpshard::effective_max_seq_len(g.session, manifest.model);
       const ::tpshard::MemoryPlan plan =
           ::tpshard::plan_memory(manifest, worker.tp_size(), g.session.max_batch, seq, g.session.model_dir);
       CudaRunnerOptions ro;
