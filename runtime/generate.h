@@ -34,8 +34,8 @@ struct GenerationRequest {
 
 /// Throws Error (message starting with `who`, e.g. "request 7" or "prompts.jsonl:12") when r cannot run
 /// with max_seq_len positions: empty prompt, prompt (+ max_new_tokens - 1) longer than max_seq_len,
-/// negative token counts, min_new_tokens > max_new_tokens, temperature < 0, top_k < 0, top_p outside (0, 1], min_p outside [0, 1],
-/// repetition_penalty <= 0. Generator checks every request with it before the first step; JSONL jobs
+/// negative token counts, min_new_tokens > max_new_tokens, temperature < 0, top_k < 0, top_p outside
+/// (0, 1], min_p outside [0, 1], repetition_penalty <= 0. Generator checks every request with it before the first step; JSONL jobs
 /// check each line with it while reading, so a bad line is reported before any generation.
 void check_request(const GenerationRequest& r, int64_t max_seq_len, const std::string& who);
 

@@ -117,7 +117,8 @@ std::optional<TempDirOwner> read_temp_owner(const std::string& dir) {
   if (!f || !(f >> tag >> version >> pid >> start >> boot >> host >> ns) || (f >> extra)) return std::nullopt;
   if (tag != kRecordTag || version != kRecordVersion) return std::nullopt;
   const auto digits = [](const std::string& s) {
-    return !s.empty() && s.size() <= 19 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+    const auto digit = [](unsigned char c) { return std::isdigit(c) != 0; };
+    return !s.empty() && s.size() <= 19 && std::all_of(s.begin(), s.end(), digit);
   };
   if (!digits(pid) || !digits(start)) return std::nullopt;
   TempDirOwner o;

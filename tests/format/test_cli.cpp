@@ -112,7 +112,8 @@ TEST_CASE("tpshard refuses odd numeric options with the valid range, writing not
       {"inspect " + (d / "hf") + " --tensors --rank -1", "--rank: must be >= 0, got -1"},
       {"verify " + (d / "hf") + " --tp -2", "--tp: must be > 0, got -2"},
       {"plan " + (d / "hf") + " --tp 0 --batch 1 --max-seq 8", "--tp: must be > 0, got 0"},
-      {"plan " + (d / "hf") + " --tp 1 --batch 1 --max-seq 8 --gpu-mem inf", "--gpu-mem: must be a finite number, got inf"},
+      {"plan " + (d / "hf") + " --tp 1 --batch 1 --max-seq 8 --gpu-mem inf",
+       "--gpu-mem: must be a finite number, got inf"},
   };
   for (const auto& [args, message] : cases) {
     CAPTURE(args);

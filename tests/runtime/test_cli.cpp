@@ -162,12 +162,14 @@ TEST_CASE("tprun refuses odd numeric options with the valid range, before loadin
          : "1..1024 (this machine's hardware thread count is unknown)";
   const std::string too_many = std::to_string(hw ? 4 * hw + 1 : 1025);
   // Usage errors (CLI11 validators): exit 2, the option, the range and the value; nothing loads.
+  const std::string seed_range = "--seed: must be an integer in 0..18446744073709551615, got ";
   const std::vector<std::pair<std::string, std::string>> usage = {
-      {"--threads " + too_many + " generate --prompt x", "--threads: must be an integer in " + threads_range + ", got " + too_many},
+      {"--threads " + too_many + " generate --prompt x",
+       "--threads: must be an integer in " + threads_range + ", got " + too_many},
       {"--threads 0 generate --prompt x", "--threads: must be an integer in " + threads_range + ", got 0"},
-      {"generate --prompt x --seed -1", "--seed: must be an integer in 0..18446744073709551615, got -1"},
-      {"generate --prompt x --seed 18446744073709551616", "--seed: must be an integer in 0..18446744073709551615, got 18446744073709551616"},
-      {"chat --prompt x --seed 1.5", "--seed: must be an integer in 0..18446744073709551615, got 1.5"},
+      {"generate --prompt x --seed -1", seed_range + "-1"},
+      {"generate --prompt x --seed 18446744073709551616", seed_range + "18446744073709551616"},
+      {"chat --prompt x --seed 1.5", seed_range + "1.5"},
       {"generate --prompt x --top-p 0", "--top-p: must be in (0, 1], got 0"},
       {"generate --prompt x --min-p 1.5", "--min-p: must be in [0, 1], got 1.5"},
       {"generate --prompt x --temperature inf", "--temperature: must be a finite number, got inf"},
