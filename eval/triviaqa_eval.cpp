@@ -35,8 +35,14 @@ void write_text_file(const std::string& path, const std::string& text) {
 std::string default_predictions_path(const std::string& data_path) {
   const size_t slash = data_path.find_last_of('/');
   std::string base = slash == std::string::npos ? data_path : data_path.substr(slash + 1);
-  size_t dot = base.find('.');
-  if (dot != std::string::npos && dot > 0) base = base.substr(0, dot);
+  // Only the .jsonl / .json extension goes: "validation.hf.jsonl" and "validation.lf.jsonl" must not
+  // share a predictions file.
+  for (const std::string ext : {".jsonl", ".json"}) {
+    if (base.size() >= ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
+      base.resize(base.size() - ext.size());
+      break;
+    }
+  }
   if (base.empty()) base = "triviaqa";
   return base + ".predictions.jsonl";
 }

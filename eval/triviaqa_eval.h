@@ -60,7 +60,9 @@ struct TriviaQaSummary {
 /// get zero scores). Rank 0 writes the predictions and summary files and prints the summary to stdout.
 TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts);
 
-/// "DIR/STEM.jsonl" -> "STEM.predictions.jsonl" (in the current directory).
+/// "DIR/NAME.jsonl" -> "NAME.predictions.jsonl" (in the current directory): DATA_STEM is the whole file
+/// name minus a final ".jsonl" or ".json" ("val.hf.jsonl" -> "val.hf.predictions.jsonl"); an empty
+/// name gives "triviaqa.predictions.jsonl".
 std::string default_predictions_path(const std::string& data_path);
 
 }  // namespace tpshard::eval

@@ -158,7 +158,12 @@ TEST_CASE("triviaqa eval: --shots-from, --limit") {
 }
 
 TEST_CASE("default predictions path") {
-  CHECK(default_predictions_path("/data/triviaqa/validation.hf.jsonl") == "validation.predictions.jsonl");
+  CHECK(default_predictions_path("/data/triviaqa/validation.hf.jsonl") == "validation.hf.predictions.jsonl");
+  CHECK(default_predictions_path("validation_sample.lf.jsonl") == "validation_sample.lf.predictions.jsonl");
+  CHECK(default_predictions_path("validation_sample.hf_layout.jsonl") ==
+        "validation_sample.hf_layout.predictions.jsonl");
+  CHECK(default_predictions_path("a/qa.txt") == "qa.txt.predictions.jsonl");
+  CHECK(default_predictions_path("a/.jsonl") == "triviaqa.predictions.jsonl");
   CHECK(default_predictions_path("qa.json") == "qa.predictions.jsonl");
   CHECK(default_predictions_path("dir/") == "triviaqa.predictions.jsonl");
 }

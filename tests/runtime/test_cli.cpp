@@ -398,7 +398,7 @@ TEST_CASE("tprun eval triviaqa: data and output problems are reported before the
     REQUIRE(::chmod(tmp.c_str(), 0755) == 0);
     REQUIRE(::chmod(ro.c_str(), 0555) == 0);
     const Run r = tprun(eval + "--data " + data, "cd " + ro + " && " + unprivileged());
-    check_fails_before_loading(r, "validation_sample.predictions.jsonl", "is not writable");
+    check_fails_before_loading(r, "validation_sample.hf_layout.predictions.jsonl", "is not writable");
     CHECK(r.err.find(ro) != std::string::npos);  // names the directory
     CHECK(r.err.find("--output") != std::string::npos);  // and how to write elsewhere
   }
@@ -411,7 +411,7 @@ TEST_CASE("tprun eval triviaqa without --output: names the default predictions f
   const std::string dir = stories_dir();
   const std::string cwd = fresh_dir("cli-eval-default");
   const std::string data = std::string(TPSHARD_FIXTURES_DIR) + "/triviaqa/validation_sample.hf_layout.jsonl";
-  const std::string preds = cwd + "/validation_sample.predictions.jsonl";
+  const std::string preds = cwd + "/validation_sample.hf_layout.predictions.jsonl";
   const std::string args = dir + " --tp 2 --device cpu eval triviaqa --data " + data + " --shots 1 --limit 3";
   Run r = tprun(args, "cd " + cwd + " && ");
   REQUIRE(r.code == 0);
@@ -428,7 +428,7 @@ TEST_CASE("tprun eval triviaqa without --output: names the default predictions f
   int lines = 0;
   for (std::string line; std::getline(f, line);) lines += !line.empty();
   CHECK(lines == 3);
-  CHECK(r.out.find("predictions validation_sample.predictions.jsonl") != std::string::npos);
+  CHECK(r.out.find("predictions validation_sample.hf_layout.predictions.jsonl") != std::string::npos);
   const auto summary = nlohmann::json::parse(slurp(preds + ".summary.json"));
   CHECK(summary["n"].get<int>() == 3);
 
@@ -436,7 +436,7 @@ TEST_CASE("tprun eval triviaqa without --output: names the default predictions f
   r = tprun(args, "cd " + cwd + " && ");
   REQUIRE(r.code == 0);
   CHECK(r.err.rfind(notice, 0) == 0);
-  CHECK(r.err.find("validation_sample.predictions.jsonl exists: questions already in it are scored from it") <
+  CHECK(r.err.find("validation_sample.hf_layout.predictions.jsonl exists: questions already in it are scored from it") <
         r.err.find("backend cpu"));
   CHECK(r.out.find("0 generated now, 3 resumed") != std::string::npos);
 
