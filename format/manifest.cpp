@@ -12,6 +12,7 @@
 
 #include "format/error.h"
 #include "format/hash.h"
+#include "format/shard_file.h"
 
 namespace tpshard {
 
@@ -88,6 +89,7 @@ Manifest load_manifest(const std::string& model_dir) {
       s.bytes = field<uint64_t>(e, "bytes", where);
       s.xxh3 = hash_from_hex(field<std::string>(e, "xxh3", where), where);
       s.weight_bytes = field<uint64_t>(e, "weight_bytes", where);
+      if (e.contains("table_xxh3")) s.table_xxh3 = hash_from_hex(field<std::string>(e, "table_xxh3", where), where);
       if (s.tp_rank != static_cast<int>(v.size())) throw Error(where + ": shards are not ordered by tp_rank", kRerun);
       if (s.file.empty() || s.file[0] == '/' || s.file.find("..") != std::string::npos)
         throw Error(where + ": shard file name '" + s.file + "' must be relative to the model directory", kRerun);
@@ -112,12 +114,14 @@ void save_manifest(const Manifest& m, const std::string& dir) {
   json tp = json::object();
   for (const auto& [size, shards] : m.shards) {
     json arr = json::array();
-    for (const auto& s : shards)
+    for (const auto& s : shards) {
       arr.push_back({{"tp_rank", s.tp_rank},
                      {"file", s.file},
                      {"bytes", s.bytes},
                      {"xxh3", hash_to_hex(s.xxh3)},
                      {"weight_bytes", s.weight_bytes}});
+      if (s.table_xxh3) arr.back()["table_xxh3"] = hash_to_hex(*s.table_xxh3);
+    }
     tp[std::to_string(size)] = arr;
   }
   j["tp"] = tp;
@@ -143,6 +147,16 @@ const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, con
                 "run with one of those tp sizes, or re-run tpshard convert with --tp " + std::to_string(tp_size));
   }
   return it->second;
+}
+
+void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, const std::string& model_dir) {
+  if (!entry.table_xxh3) return;  // an older manifest: nothing recorded to compare
+  const uint64_t has = shard.header().table_xxh3;
+  if (has == *entry.table_xxh3) return;
+  throw Error(shard.path() + " does not belong to this model (manifest " + model_dir +
+                  "/manifest.json records table hash " + hash_to_hex(*entry.table_xxh3) + ", the shard has " +
+                  hash_to_hex(has) + ")",
+              "re-run tpshard convert, or copy the whole converted directory");
 }
 
 }  // namespace tpshard

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "format/model_config.h"
 
 namespace tpshard {
+
+class ShardReader;  // format/shard_file.h
 
 constexpr int kFormatVersion = 1;
 
@@ -20,6 +23,9 @@ struct ManifestShard {
   uint64_t bytes = 0;           ///< file size
   uint64_t xxh3 = 0;            ///< XXH3-64 of the whole file
   uint64_t weight_bytes = 0;    ///< device bytes needed for this rank's weights (arena size)
+  /// XXH3-64 of the shard's tensor table (its header's table_xxh3): checked cheaply on every load
+  /// (check_shard_belongs). Absent in manifests written before it was recorded.
+  std::optional<uint64_t> table_xxh3;
 };
 
 struct SourceFile {
@@ -46,5 +52,12 @@ void save_manifest(const Manifest& m, const std::string& dir);
 
 /// Shards for tp_size, or Error listing the tp sizes that the manifest has.
 const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir);
+
+/// The load-time tie between a shard and its manifest, called by both runtime backends right after a
+/// rank opens its shard: throws Error when `shard` (opened from MODEL_DIR/entry.file) has another
+/// table_xxh3 than the manifest entry records. The table holds every tensor's data hash, so a shard of
+/// another conversion of the same architecture differs, and the check reads nothing beyond the header.
+/// An entry without table_xxh3 (a manifest written before it was recorded) passes silently.
+void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, const std::string& model_dir);
 
 }  // namespace tpshard

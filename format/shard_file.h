@@ -54,6 +54,7 @@ struct ShardHeader {
   uint64_t data_offset = 0;   ///< absolute file offset of the data section (multiple of 4096)
   uint64_t data_bytes = 0;    ///< bytes of the data section as stored
   uint64_t arena_bytes = 0;   ///< bytes of the device arena (sum of aligned raw sizes)
+  uint64_t table_xxh3 = 0;    ///< XXH3-64 of the tensor table bytes (checked on open); identifies the shard
 };
 
 /// Read-only view of a shard file. Construction reads and validates header and table (not the data):

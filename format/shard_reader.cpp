@@ -93,6 +93,7 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
     header_.data_bytes = get_le<uint64_t>(h + kOffDataBytes);
     header_.arena_bytes = get_le<uint64_t>(h + kOffArenaBytes);
     const uint64_t table_hash = get_le<uint64_t>(h + kOffTableXxh3);
+    header_.table_xxh3 = table_hash;
     if (get_le<uint64_t>(h + kOffReserved) != 0) throw Error(P + ": reserved header field is not zero", kCorruptHint);
     if (header_.tp_size == 0 || header_.tp_rank >= header_.tp_size)
       throw Error(P + ": tp_rank " + std::to_string(header_.tp_rank) + " is not below tp_size " + std::to_string(header_.tp_size), kCorruptHint);

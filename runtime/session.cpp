@@ -73,6 +73,7 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
                     std::to_string(reader.header().tp_size) + ", manifest says " + std::to_string(rank) + " of " +
                     std::to_string(opts.tp_size),
                 "the model directory is inconsistent; re-run tpshard convert");
+      check_shard_belongs(reader, ms, opts.model_dir);
       ThreadComm comm(group, rank);
       ThreadPool pool(threads);
       cpu::ModelWeights weights = cpu::load_weights(reader, config, layout, opts.verify_hashes);

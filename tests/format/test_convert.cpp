@@ -10,6 +10,7 @@
 
 #include "format/convert/convert.h"
 #include "format/error.h"
+#include "format/hash.h"
 #include "format/manifest.h"
 #include "format/shard_file.h"
 #include "tiny_checkpoint.h"
@@ -289,4 +290,46 @@ TEST_CASE("manifest: saved fields load back; tokenizer files are copied; shards_
   text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 9");
   write_text(d / "out/manifest.json", text);
   CHECK_THROWS_WITH_AS(load_manifest(d / "out"), doctest::Contains("format_version 9 is not supported"), Error);
+}
+
+TEST_CASE("manifest table_xxh3: convert records each shard's table hash; check_shard_belongs compares it") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf_a");
+  s.seed = 2;  // same architecture, other weights
+  make_llama(s).save(d / "hf_b");
+  convert_checkpoint(opts(d / "hf_a", d / "a", {2}));
+  convert_checkpoint(opts(d / "hf_b", d / "b", {2}));
+  const Manifest a = load_manifest(d / "a"), b = load_manifest(d / "b");
+  for (int r = 0; r < 2; ++r) {
+    const ShardReader ra(d / ("a/tp2/rank" + std::to_string(r) + ".tps"));
+    REQUIRE(a.shards.at(2)[r].table_xxh3.has_value());
+    CHECK(*a.shards.at(2)[r].table_xxh3 == ra.header().table_xxh3);
+    CHECK_NOTHROW(check_shard_belongs(ra, a.shards.at(2)[r], d / "a"));
+  }
+  // The manifest spells it as 16 hex digits and loads it back.
+  CHECK(read_text(d / "a/manifest.json").find("\"table_xxh3\": \"" + hash_to_hex(*a.shards.at(2)[1].table_xxh3) + "\"") !=
+        std::string::npos);
+  // b's rank 1 in a's place: named with both hashes.
+  const ShardReader rb(d / "b/tp2/rank1.tps");
+  REQUIRE(rb.header().table_xxh3 != *a.shards.at(2)[1].table_xxh3);
+  try {
+    check_shard_belongs(rb, a.shards.at(2)[1], d / "a");
+    FAIL("expected an Error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == (d / "b/tp2/rank1.tps") + " does not belong to this model (manifest " + (d / "a") +
+                                       "/manifest.json records table hash " + hash_to_hex(*a.shards.at(2)[1].table_xxh3) +
+                                       ", the shard has " + hash_to_hex(rb.header().table_xxh3) + ")");
+    CHECK(e.hint() == "re-run tpshard convert, or copy the whole converted directory");
+  }
+  // An older manifest without the field: loads, and the check says nothing.
+  nlohmann::json j = nlohmann::json::parse(read_text(d / "a/manifest.json"));
+  for (auto& e : j["tp"]["2"]) e.erase("table_xxh3");
+  write_text(d / "a/manifest.json", j.dump(2));
+  const Manifest old = load_manifest(d / "a");
+  CHECK_FALSE(old.shards.at(2)[1].table_xxh3.has_value());
+  CHECK_NOTHROW(check_shard_belongs(rb, old.shards.at(2)[1], d / "a"));
+  // and saving it does not invent one.
+  save_manifest(old, d / "a");
+  CHECK(read_text(d / "a/manifest.json").find("table_xxh3") == std::string::npos);
 }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/hash.h"
 #include "format/shard_file.h"
 #include "runtime/session.h"
 
@@ -152,4 +153,52 @@ TEST_CASE("sliding-window models: max_seq_len defaults to the window, longer is 
   CHECK(hint.find("--max-seq-len 1000") != std::string::npos);
   c.sliding_window = 0;  // full attention: only max_position_embeddings limits
   CHECK(effective_max_seq_len(o, c) == 1001);
+}
+
+TEST_CASE("a shard of another conversion (same architecture, same size) is refused by its table hash") {
+  const std::string dir = scratch_model("foreign-shard");
+  // Another conversion of tiny-llama with other weights: every even data byte of the safetensors file
+  // (a low byte of each 2- or 4-byte element: mantissa bits) flipped; the shards keep their sizes.
+  const std::string hf = std::string(TPSHARD_TEST_OUT_DIR) + "/tiny-llama-other-weights";
+  fs::remove_all(hf);
+  fs::copy(std::string(TPSHARD_FIXTURES_DIR) + "/tiny-llama", hf, fs::copy_options::recursive);
+  {
+    std::fstream f(hf + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f.good());
+    uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    const uint64_t size = fs::file_size(hf + "/model.safetensors");
+    for (uint64_t off = 8 + header_bytes; off < size; off += 2) {
+      f.seekg(static_cast<std::streamoff>(off));
+      char c = 0;
+      f.get(c);
+      f.seekp(static_cast<std::streamoff>(off));
+      f.put(static_cast<char>(c ^ 0x01));
+    }
+  }
+  const std::string other = std::string(TPSHARD_TEST_OUT_DIR) + "/damaged-foreign-shard-other";
+  const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + hf + " -o " + other + " --tp 2 --force -q";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string shard = dir + "/tp2/rank1.tps";
+  const uint64_t own = ShardReader(shard).header().table_xxh3;
+  const uint64_t foreign = ShardReader(other + "/tp2/rank1.tps").header().table_xxh3;
+  REQUIRE(own != foreign);
+  REQUIRE(fs::file_size(shard) == fs::file_size(other + "/tp2/rank1.tps"));  // the size check cannot see it
+  fs::copy_file(other + "/tp2/rank1.tps", shard, fs::copy_options::overwrite_existing);
+  CHECK(error_of(opts(dir, 2)) == shard + " does not belong to this model (manifest " + dir +
+                                      "/manifest.json records table hash " + hash_to_hex(own) + ", the shard has " +
+                                      hash_to_hex(foreign) +
+                                      ") | hint: re-run tpshard convert, or copy the whole converted directory");
+  CHECK(error_of(opts(dir, 1)) == "");  // tp 1 is intact
+
+  // A manifest written before table_xxh3 was recorded: loads as before, nothing said.
+  nlohmann::json j;
+  {
+    std::ifstream f(dir + "/manifest.json");
+    f >> j;
+  }
+  for (auto& [size, shards] : j["tp"].items())
+    for (auto& e : shards) e.erase("table_xxh3");
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << j.dump(2) << "\n";
+  CHECK(error_of(opts(dir, 2)) == "");
 }

@@ -18,7 +18,7 @@ const char* kHint = "the file is corrupt: re-run tpshard convert (or copy the di
 
 /// Check one shard file against its manifest entry; returns its tensor count, or throws Error naming
 /// the file (and the tensor) at the first mismatch.
-size_t verify_shard(const std::string& path, int tp_size, const ManifestShard& s) {
+size_t verify_shard(const std::string& dir, const std::string& path, int tp_size, const ManifestShard& s) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw Error(path + ": missing (listed in manifest.json)", kHint);
   if (static_cast<uint64_t>(st.st_size) != s.bytes)
@@ -29,6 +29,7 @@ size_t verify_shard(const std::string& path, int tp_size, const ManifestShard& s
                     std::to_string(r.header().tp_size) + ", manifest.json says " + std::to_string(s.tp_rank) + " of " +
                     std::to_string(tp_size),
                 kHint);
+  check_shard_belongs(r, s, dir);
   if (r.header().arena_bytes != s.weight_bytes)
     throw Error(path + ": arena_bytes " + std::to_string(r.header().arena_bytes) + " != manifest weight_bytes " +
                     std::to_string(s.weight_bytes),
@@ -55,7 +56,7 @@ int run_verify(const std::string& dir, int tp_size) {
     if (tp_size && size != tp_size) continue;
     for (const auto& s : shards) {
       try {
-        tensors += verify_shard(dir + "/" + s.file, size, s);
+        tensors += verify_shard(dir, dir + "/" + s.file, size, s);
         ++files;
       } catch (const Error& e) {
         std::fprintf(stderr, "BAD %s\n", e.what());
