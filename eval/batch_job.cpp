@@ -5,13 +5,52 @@
 #include <chrono>
 #include <memory>
 #include <numeric>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "eval/progress.h"
 #include "eval/resumable_jsonl.h"
 #include "format/error.h"
+#include "format/hash.h"
 
 namespace tpshard::eval {
+
+std::string request_fingerprint(const GenerationRequest& r) {
+  const SamplingParams& p = r.params;
+  const nlohmann::json j = {{"prompt_ids", r.prompt_ids},
+                            {"max_new_tokens", p.max_new_tokens},
+                            {"min_new_tokens", p.min_new_tokens},
+                            {"temperature", p.temperature},
+                            {"top_k", p.top_k},
+                            {"top_p", p.top_p},
+                            {"min_p", p.min_p},
+                            {"repetition_penalty", p.repetition_penalty},
+                            {"seed", p.seed},
+                            {"stop", p.stop},
+                            {"ignore_eos", p.ignore_eos}};
+  const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return hash_to_hex(xxh3_64(text.data(), text.size()));
+}
+
+namespace {
+
+/// Why stored `line` is not item's result ("" when it is).
+std::string stored_mismatch(const std::string& line, const BatchItem& item) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);  // read_jsonl_results checked it
+  auto h = j.find("request_xxh3");
+  if (h != j.end() && (!h->is_string() || h->get<std::string>() != request_fingerprint(item.request)))
+    return "its request_xxh3 " + h->dump() + " is not this input's " + request_fingerprint(item.request) +
+           " (prompt or sampling settings differ)";
+  for (auto it = item.expect.begin(); it != item.expect.end(); ++it) {
+    auto f = j.find(it.key());
+    if (f != j.end() && *f != it.value())
+      return "its \"" + it.key() + "\" is " + f->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+             ", this input's is " + it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  return "";
+}
+
+}  // namespace
 
 BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
                              const MakeLine& make_line) {
@@ -36,6 +75,20 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   // Every rank reads the same existing output (before anybody writes) so all skip the same ids.
   JsonlContents existing = read_jsonl_results(opts.output_path);
   std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
+  {
+    // A stored line under an item's id must be that item's result: different prompts with default ids
+    // (line numbers) must not pick up another input's results. Every rank checks alike, before writing.
+    std::unordered_map<std::string, size_t> first_line;
+    for (size_t l = 0; l < existing.keys.size(); ++l) first_line.emplace(existing.keys[l], l);
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto it = first_line.find(keys[i]);
+      if (it == first_line.end()) continue;
+      const std::string why = stored_mismatch(existing.lines[it->second], items[i]);
+      if (!why.empty())
+        throw Error(opts.output_path + ": holds a result for id " + keys[i] + " that was made for another request: " + why,
+                    "delete " + opts.output_path + " or choose another --output");
+    }
+  }
   if (ctx.comm != nullptr && ctx.tp_size > 1) ctx.comm->barrier();
 
   std::vector<size_t> todo;
@@ -87,6 +140,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       nlohmann::ordered_json fields = make_line(i, results[k]);
       for (auto& [key, value] : fields.items())
         if (key != "id") line[key] = value;
+      line["request_xxh3"] = request_fingerprint(items[i].request);
       lines.push_back(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
     }
     if (writer) writer->append(lines);

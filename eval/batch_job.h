@@ -19,7 +19,16 @@ namespace tpshard::eval {
 struct BatchItem {
   nlohmann::json id;           ///< unique; written as the line's "id" (string or number)
   GenerationRequest request;   ///< request.id is set from id by run_batch_job
+  /// Fields a stored result line must hold with these values to count as this item's result on resume,
+  /// e.g. {"prompt": text} or {"question": text}; checked also for lines without "request_xxh3" (older
+  /// files). A field the stored line lacks is not compared.
+  nlohmann::json expect = nlohmann::json::object();
 };
+
+/// 16 hex digits: XXH3-64 of the compact JSON of what decides r's output besides the model and the id:
+/// prompt_ids and every SamplingParams field. Written as "request_xxh3" on each result line, so that a
+/// resumed job can tell a stored result of another request (other prompt or settings) under the same id.
+std::string request_fingerprint(const GenerationRequest& r);
 
 struct BatchJobOptions {
   std::string label = "generate";   ///< progress prefix
@@ -39,14 +48,20 @@ struct BatchJobReport {
   size_t truncated_bytes = 0;  ///< torn tail cut from the output on start
 };
 
-/// Build one output line (a JSON object; run_batch_job puts "id" first) for a finished item.
+/// Build one output line (a JSON object; run_batch_job puts "id" first and "request_xxh3" last) for a
+/// finished item.
 using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const GenerationResult& result)>;
 
 /// Run the job. Batches: the items not yet in the output, sorted by prompt length (longest first, ties
 /// in input order), batch_size at a time; each batch's lines are written in input order with one
 /// write + fsync. When every item is done the output is rewritten in input order (lines of ids not in
 /// `items` follow, in their old order), so a resumed run ends with the same file as an uninterrupted one.
-/// Throws Error on duplicate ids, an unreadable output file, or what generate() throws.
+/// Resume check: a stored line of an item's id must have been made for that item's request: its
+/// "request_xxh3" (when present) must equal request_fingerprint(item.request) and each field of
+/// item.expect it holds must be equal; otherwise Error naming the output file and the first such id in
+/// input order (hint: delete the file or choose another --output), before anything is written.
+/// Throws Error on duplicate ids, an unreadable output file, a stored result of another request, or
+/// what generate() throws.
 BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
                              const MakeLine& make_line);
 

@@ -155,6 +155,7 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
       if (ctx.runner) check_request(p.item.request, ctx.runner->max_seq_len(), where);  // now, not hours in
       if (!keys.insert(id_key(p.item.id)).second)
         throw Error(where + ": duplicate id " + id_key(p.item.id), "ids must be unique for resuming; fix the input");
+      p.item.expect = {{"prompt", p.prompt_text}};
       items.push_back(std::move(p.item));
       prompts.push_back(std::move(p.prompt_text));
     } catch (const Error& e) {

@@ -175,6 +175,7 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
     items[i].id = q.scored[i].id;
     items[i].request.prompt_ids = ctx.tokenizer->encode(build_fewshot_prompt(q.shots, q.scored[i].question), true);
     items[i].request.params = params;
+    items[i].expect = {{"question", q.scored[i].question}};
     keys.push_back(id_key(items[i].id));
   }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "eval/batch_job.h"
 #include "eval/fewshot_prompt.h"
 #include "eval/generate_jsonl.h"
 #include "eval/resumable_jsonl.h"
@@ -217,4 +218,99 @@ TEST_CASE("generate --input/--output: lines, default ids, per-line options, bad 
   skip.on_bad_record = BadRecordPolicy::Skip;
   run_generate_jsonl(ctx, bad, bad_out, defaults, 2, skip);
   CHECK(count_lines(slurp(bad_out)) == 1);
+}
+
+namespace {
+/// Run f, which must throw Error; returns it (what() and hint()).
+template <typename F>
+Error expect_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("expected an Error");
+  return Error("");
+}
+}  // namespace
+
+TEST_CASE("generate --input: resuming refuses stored results of other requests under the same id") {
+  test::ByteTokenizer tok;
+  test::FakeRunner runner(2);
+  RankContext ctx = make_ctx(runner, tok);
+  SamplingParams defaults;
+  defaults.max_new_tokens = 5;
+  const std::string q1 = temp_path("q1.jsonl"), q2 = temp_path("q2.jsonl"), out = temp_path("qo.jsonl");
+  std::ofstream(q1) << "{\"prompt\": \"Hello\"}\n{\"prompt\": \"abc\"}\n";  // ids 1, 2 (line numbers)
+  std::ofstream(q2) << "{\"prompt\": \"Hello\"}\n{\"prompt\": \"xyz\"}\n";  // id 2 is another prompt
+  run_generate_jsonl(ctx, q1, out, defaults, 2);
+  const std::string first = slurp(out);
+  std::istringstream lines(first);
+  std::vector<nlohmann::json> js;
+  for (std::string l; std::getline(lines, l);) js.push_back(nlohmann::json::parse(l));
+  REQUIRE(js.size() == 2);
+  GenerationRequest r;
+  r.prompt_ids = tok.encode("abc", true);
+  r.params = defaults;
+  CHECK(js[1]["request_xxh3"] == request_fingerprint(r));
+  CHECK(request_fingerprint(r).size() == 16);
+
+  SUBCASE("the same input resumes: nothing generated, file unchanged") {
+    const int64_t before = runner.forwards;
+    run_generate_jsonl(ctx, q1, out, defaults, 2);
+    CHECK(runner.forwards == before);
+    CHECK(slurp(out) == first);
+  }
+  SUBCASE("another prompt under id 2: error naming the file and the id, file unchanged") {
+    const Error e = expect_error([&] { run_generate_jsonl(ctx, q2, out, defaults, 2); });
+    CHECK(std::string(e.what()).rfind(out + ": holds a result for id 2 that was made for another request", 0) == 0);
+    CHECK(e.hint() == "delete " + out + " or choose another --output");
+    CHECK(slurp(out) == first);
+  }
+  SUBCASE("other sampling settings for the same prompts: refused at id 1") {
+    SamplingParams other = defaults;
+    other.max_new_tokens = 6;
+    const Error e = expect_error([&] { run_generate_jsonl(ctx, q1, out, other, 2); });
+    CHECK(std::string(e.what()).rfind(out + ": holds a result for id 1 ", 0) == 0);
+    CHECK(std::string(e.what()).find("request_xxh3") != std::string::npos);
+    CHECK(slurp(out) == first);
+  }
+  SUBCASE("a line of an older file (no request_xxh3) is checked by its prompt") {
+    for (auto& j : js) j.erase("request_xxh3");
+    std::ofstream(out, std::ios::trunc) << js[0].dump() << "\n" << js[1].dump() << "\n";
+    const Error e = expect_error([&] { run_generate_jsonl(ctx, q2, out, defaults, 2); });
+    CHECK(std::string(e.what()) == out + ": holds a result for id 2 that was made for another request: its \"prompt\" is "
+                                         "\"abc\", this input's is \"xyz\"");
+    const int64_t before = runner.forwards;
+    run_generate_jsonl(ctx, q1, out, defaults, 2);  // same prompts: accepted as done
+    CHECK(runner.forwards == before);
+  }
+}
+
+TEST_CASE("triviaqa eval: resuming refuses a predictions file of other questions") {
+  test::ByteTokenizer tok;
+  test::FakeRunner runner(3);
+  RankContext ctx = make_ctx(runner, tok);
+  TriviaQaOptions o;
+  o.data_path = kData;
+  o.shots = 5;
+  o.limit = 3;
+  o.max_new_tokens = 4;
+  o.progress_interval_s = 1e9;
+  o.output_path = temp_path("qa_other.jsonl");
+  auto data = load_triviaqa(kData);
+  const TriviaQaRecord& rec = data.records[5];  // the first scored question
+  // An older line (no request_xxh3) under that id, for another question.
+  std::ofstream(o.output_path) << "{\"id\": \"" << rec.id << "\", \"question\": \"Who?\", \"prediction\": \"x\"}\n";
+  const Error e = expect_error([&] { run_triviaqa_eval(ctx, o); });
+  CHECK(std::string(e.what()) == o.output_path + ": holds a result for id \"" + rec.id +
+                                     "\" that was made for another request: its \"question\" is \"Who?\", this "
+                                     "input's is " + nlohmann::json(rec.question).dump());
+  CHECK(runner.forwards == 0);
+  // Other shots change every prompt: a run with 4 shots refuses the 5-shot file.
+  std::filesystem::remove(o.output_path);
+  run_triviaqa_eval(ctx, o);
+  o.shots = 4;
+  const Error e2 = expect_error([&] { run_triviaqa_eval(ctx, o); });
+  CHECK(std::string(e2.what()).find("request_xxh3") != std::string::npos);
 }
