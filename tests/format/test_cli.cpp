@@ -143,3 +143,33 @@ TEST_CASE("plan_memory: hand-computed per-rank numbers") {
   CHECK_THROWS_AS(plan_memory(m, 2, 1, 1, d / "out"), Error);
   CHECK_THROWS_AS(plan_memory(m, 4, 0, 1, d / "out"), Error);
 }
+
+TEST_CASE("tpshard convert / verify load the tokenizer: a corrupt tokenizer.json is named, nothing is written") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  const std::string good_tok = std::string(TPSHARD_FIXTURES) + "/tokenizers/synthetic-bytelevel/tokenizer.json";
+  fs::copy_file(good_tok, d / "hf/tokenizer.json");
+  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --tp 1", log) == 0);
+  CHECK(run_tpshard("verify " + (d / "out"), log) == 0);
+
+  // convert: the error names the checkpoint's file; no OUT (and no OUT.tmp-*) is left.
+  write_text(d / "hf/tokenizer.json", "garbage\n");
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out2") + " --tp 1", log) == 1);
+  std::string err = read_text(log);
+  CHECK(err.rfind("error: ", 0) == 0);
+  CHECK(err.find(d / "hf/tokenizer.json") != std::string::npos);
+  CHECK(err.find("\nhint: the checkpoint's tokenizer is corrupt or unsupported") != std::string::npos);
+  for (const auto& e : fs::directory_iterator(d.path))
+    CHECK_MESSAGE(e.path().filename().string().rfind("out2", 0) != 0, "left behind: " << e.path());
+
+  // verify: a corrupted copy in OUT is named (every shard hash still matches).
+  write_text(d / "out/tokenizer.json", "garbage\n");
+  CHECK(run_tpshard("verify " + (d / "out"), log) == 1);
+  err = read_text(log);
+  CHECK(err.find("error: ") != std::string::npos);
+  CHECK(err.find(d / "out/tokenizer.json") != std::string::npos);
+  CHECK(err.find("hint: the tokenizer is corrupt") != std::string::npos);
+  CHECK(err.find("all hashes match") == std::string::npos);
+}

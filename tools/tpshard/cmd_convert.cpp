@@ -5,6 +5,7 @@
 #include "format/convert/progress.h"
 #include "format/error.h"
 #include "format/hash.h"
+#include "tools/tpshard/check_tokenizer.h"
 #include "tools/tpshard/commands.h"
 
 namespace tpshard::cli {
@@ -37,6 +38,9 @@ void parse_compress(const std::string& s, Codec* codec, int* level) {
 }
 
 int run_convert(const ConvertOptions& opt) {
+  // The tokenizer files are copied as they are: load them first, so a corrupt one fails before any work.
+  check_tokenizer_loads(opt.hf_dir, "the checkpoint's tokenizer is corrupt or unsupported; restore it from the "
+                                    "original model (or remove it to convert without a tokenizer)");
   const ConvertResult r = convert_checkpoint(opt);
   if (opt.progress) {
     std::printf("%-4s %-5s %8s %12s %12s %7s  %-16s  %s\n", "tp", "rank", "tensors", "file", "raw", "ratio", "xxh3", "path");

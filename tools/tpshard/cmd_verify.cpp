@@ -1,6 +1,7 @@
 // cmd_verify.cpp: `tpshard verify`: for every shard of the manifest (or of one tp size): size, header
-// against the manifest, every tensor's XXH3, then the whole-file XXH3. Every file is checked; each bad
-// one is named on stderr, and the run ends with an Error naming the first bad tensor and file (exit 1).
+// and table hash against the manifest, every tensor's XXH3, then the whole-file XXH3; then the tokenizer
+// must load (Tokenizer::load). Every shard file is checked; each bad one is named on stderr, and the run
+// ends with an Error naming the first bad tensor and file (exit 1).
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "format/hash.h"
 #include "format/manifest.h"
 #include "format/shard_file.h"
+#include "tools/tpshard/check_tokenizer.h"
 #include "tools/tpshard/commands.h"
 
 namespace tpshard::cli {
@@ -71,6 +73,7 @@ int run_verify(const std::string& dir, int tp_size) {
     struct stat st {};
     if (::stat((dir + "/" + t).c_str(), &st) != 0) throw Error(dir + "/" + t + ": missing (listed in manifest.json)", kHint);
   }
+  check_tokenizer_loads(dir, "the tokenizer is corrupt: copy it again from the checkpoint, or re-run tpshard convert");
   std::printf("verified %zu shard file(s), %zu tensors: all hashes match\n", files, tensors);
   return 0;
 }
