@@ -308,12 +308,11 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     const ShardStats& st = res.shards[j];
     uint64_t arena = 0;
     for (const auto& r : jobs[j].writer->records()) arena = std::max(arena, layout::align_up(r.arena_offset + r.raw_bytes, kDataAlignment));
-    m.shards[st.tp_size].push_back({st.tp_rank, "tp" + std::to_string(st.tp_size) + "/rank" + std::to_string(st.tp_rank) + ".tps",
-                                    st.file_bytes, st.xxh3, arena});
+    const std::string rel = "tp" + std::to_string(st.tp_size) + "/rank" + std::to_string(st.tp_rank) + ".tps";
     // The table hash ties the shard to this manifest at load time (check_shard_belongs); read back from
     // the finished file, so it is exactly what the runtime will see.
-    m.shards[st.tp_size].back().table_xxh3 =
-        ShardReader(tmp.path() + "/" + m.shards[st.tp_size].back().file).header().table_xxh3;
+    const uint64_t table_xxh3 = ShardReader(tmp.path() + "/" + rel).header().table_xxh3;
+    m.shards[st.tp_size].push_back({st.tp_rank, rel, st.file_bytes, st.xxh3, arena, table_xxh3});
   }
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                         "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json"}) {
