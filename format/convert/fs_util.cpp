@@ -31,6 +31,20 @@ std::string parent_of(const std::string& p) {
   return parent.empty() ? "." : parent.string();
 }
 
+/// Deletes the previous output moved aside to `old` (holding this process's owner record), the owner
+/// record last: a SIGKILL halfway leaves a directory the next convert recognizes as stale and removes.
+std::error_code remove_moved_aside(const std::string& old) {
+  std::error_code ec;
+  for (fs::directory_iterator it(old, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename() == kTempOwnerFile) continue;
+    fs::remove_all(it->path(), ec);
+    if (ec) return ec;
+  }
+  if (ec) return ec;
+  fs::remove_all(old, ec);
+  return ec;
+}
+
 }  // namespace
 
 bool interrupted() { return g_interrupted.load(); }
@@ -106,15 +120,35 @@ void TempDirGuard::commit(const std::string& out_dir, bool replace) {
     old += ".old-" + std::to_string(::getpid());
     if (std::rename(out_dir.c_str(), old.c_str()) != 0)
       throw Error(out_dir + ": cannot move the existing output aside: " + std::strerror(errno), "remove it yourself and retry");
+    // Owner record: if this process dies before OLD is deleted, the next convert to OUT deletes it.
+    try {
+      write_temp_owner(old, this_process_owner());
+    } catch (const Error& w) {
+      std::fprintf(stderr, "tpshard convert: warning: %s (a later convert cannot tell %s is stale)\n", w.what(),
+                   old.c_str());
+    }
   }
   if (std::rename(tmp_.c_str(), out_dir.c_str()) != 0) {
     const int e = errno;
-    if (!old.empty()) std::rename(old.c_str(), out_dir.c_str());
+    if (!old.empty() && std::rename(old.c_str(), out_dir.c_str()) == 0)
+      fs::remove(fs::path(out_dir) / kTempOwnerFile, ec);
+    if (e == ENOTEMPTY || e == EEXIST)  // check_out_dir (or the move aside) found no OUT: someone made it since
+      throw Error(out_dir + ": another process created " + out_dir + " during this convert (rename of " + tmp_ +
+                      " into place: " + std::strerror(e) + "); it is kept and this convert's output is discarded",
+                  "check what wrote " + out_dir + " (another tpshard convert to the same -o?), then rerun with --force "
+                  "to replace it or with another -o");
     throw Error(out_dir + ": cannot rename " + tmp_ + " into place: " + std::strerror(e), "check permissions of " + parent_of(out_dir));
   }
   committed_ = true;
   fsync_path(parent_of(out_dir));
-  if (!old.empty()) fs::remove_all(old, ec);
+  if (!old.empty()) {
+    ec = remove_moved_aside(old);
+    if (ec)
+      std::fprintf(stderr,
+                   "tpshard convert: warning: the previous %s was moved aside to %s and cannot be removed: %s; "
+                   "remove it yourself (the next convert to %s tries again)\n",
+                   out_dir.c_str(), old.c_str(), ec.message().c_str(), out_dir.c_str());
+  }
 }
 
 }  // namespace tpshard

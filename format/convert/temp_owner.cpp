@@ -137,12 +137,19 @@ std::vector<StaleTempDir> remove_stale_temp_dirs(const std::string& out_dir) {
   const fs::path out_path(out);
   const fs::path parent = out_path.parent_path().empty() ? fs::path(".") : out_path.parent_path();
   const std::string prefix = out_path.filename().string() + ".tmp-";
+  const std::string old_prefix = out_path.filename().string() + ".old-";  // TempDirGuard::commit's OUT.old-PID
+  const auto is_pid = [](const std::string& s) {
+    const auto digit = [](unsigned char c) { return std::isdigit(c) != 0; };
+    return !s.empty() && s.size() <= 10 && std::all_of(s.begin(), s.end(), digit);
+  };
 
   std::vector<std::string> found;
   std::error_code ec;
   for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0 || !is_mkdtemp_suffix(name.substr(prefix.size()))) continue;
+    const bool tmp = name.compare(0, prefix.size(), prefix) == 0 && is_mkdtemp_suffix(name.substr(prefix.size()));
+    const bool old = name.compare(0, old_prefix.size(), old_prefix) == 0 && is_pid(name.substr(old_prefix.size()));
+    if (!tmp && !old) continue;
     std::error_code sec;
     if (fs::is_directory(it->symlink_status(sec)) && !sec)
       found.push_back(out_path.parent_path().empty() ? name : (parent / name).string());

@@ -42,8 +42,9 @@ struct StaleTempDir {
   std::string why;       ///< for the notice: "process 123 on this host is no longer running", ...
 };
 
-/// Looks at the directories named exactly OUT.tmp-XXXXXX (X: the 6 characters mkdtemp fills in) next
-/// to OUT and deletes those whose owner record names a process of this host and pid namespace that is
+/// Looks at the directories named exactly OUT.tmp-XXXXXX (X: the 6 characters mkdtemp fills in) or
+/// OUT.old-PID (the previous output that `convert --force` moved aside; it gets the same owner record)
+/// next to OUT and deletes those whose owner record names a process of this host and pid namespace that is
 /// no longer running (pid gone or a zombie, or reused: another start time or boot). Keeps, and reports,
 /// those whose creator still runs, those made on another host or container and those without a
 /// readable record (an older tpshard, another
