@@ -121,6 +121,16 @@ const char* device_name(Device d) {
 }
 
 Device resolve_device(Device d) {
+#if TPSHARD_HAVE_CUDA && TPSHARD_RUNTIME_CUDA_SESSION
+  // --device cuda with no usable GPU at all: say so here, before the launcher starts one worker per rank
+  // (each would fail with "needs GPU N ... 0 visible GPUs" and a --tp hint that cannot help).
+  if (d == Device::Cuda)
+    TPS_CHECK(cuda::cuda_device_count() > 0,
+              "--device cuda: no usable GPU on this machine (the CUDA runtime sees none: no GPU, no driver, a "
+              "driver older than this build's CUDA, or CUDA_VISIBLE_DEVICES hides them all)",
+              "--device cpu (or auto, which picks the CPU when no GPU is usable); `nvidia-smi` shows the GPUs and "
+              "the driver");
+#endif
   if (d != Device::Auto) return d;
 #if TPSHARD_HAVE_CUDA && TPSHARD_RUNTIME_CUDA_SESSION
   if (cuda::cuda_device_count() > 0) return Device::Cuda;

@@ -39,6 +39,7 @@ int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config)
 const char* device_name(Device d);
 
 /// Auto -> Cuda when this build has CUDA and a device is visible, else Cpu; other values unchanged.
+/// Cuda in a CUDA build that sees no usable GPU: Error (hint: --device cpu or auto).
 Device resolve_device(Device d);
 
 /// What a rank's function gets.
