@@ -23,6 +23,8 @@ void read_param(const json& rec, const char* name, T& out, const std::string& wh
   try {
     if constexpr (std::is_same_v<T, bool>) {
       if (!it->is_boolean()) throw std::invalid_argument("expected true/false");
+    } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {  // "seed": -3 would wrap to 2^64-3
+      if (!it->is_number_unsigned()) throw std::invalid_argument("expected an integer in 0..18446744073709551615");
     } else if constexpr (std::is_integral_v<T>) {
       if (!it->is_number_integer()) throw std::invalid_argument("expected an integer");
     } else {
@@ -108,10 +110,12 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
   if (stop != rec.end() && !stop->is_null()) {
     sp.stop.clear();
     if (stop->is_string()) {
+      if (stop->get<std::string>().empty()) throw Error(where + ": \"stop\" is an empty string", kBadHint);
       sp.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       for (const auto& s : *stop) {
         if (!s.is_string()) throw Error(where + ": \"stop\" must be a string or a list of strings", kBadHint);
+        if (s.get<std::string>().empty()) throw Error(where + ": \"stop\" holds an empty string", kBadHint);
         sp.stop.push_back(s.get<std::string>());
       }
     } else {

@@ -1,8 +1,13 @@
 // cli_subcommands.h: turns CLI11's "A subcommand is required" (what CLI11 2.1 says both for a missing
 // subcommand and for an unknown one such as `tpshard frobnicate`) into a tpshard::Error that names the
 // word that was not understood, the command level it was given to, and the valid choices.
+// Also explains CLI11's "The following arguments were not expected" for options: a global option
+// given after the subcommand (tprun MODEL generate --tp 2) and a mistyped option (--promt).
 // Owns only that explanation; parsing stays with CLI11 and printing with each tool's main.
 #pragma once
+#include <algorithm>
+#include <cctype>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +58,110 @@ inline std::optional<Error> explain_subcommand_error(const CLI::App& app, const 
   }
   if (!left.empty()) return Error(path + ": no subcommand given, and " + left.front() + " is not an option here", hint);
   return Error(path + ": no subcommand given", hint);
+}
+
+namespace detail {
+
+/// Levenshtein edit distance (insert, delete, substitute; each costs 1) between a and b.
+inline std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// `word` as one shell word: unchanged when it has only safe characters, else in single quotes.
+inline std::string shell_word(const std::string& word) {
+  const bool safe = !word.empty() && std::all_of(word.begin(), word.end(), [](unsigned char c) {
+    return std::isalnum(c) != 0 || std::string("-_./,:=+@%").find(static_cast<char>(c)) != std::string::npos;
+  });
+  if (safe) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace detail
+
+/// Call after app.parse threw `e`, with the command line's words after the program name (`args`).
+/// When `e` is CLI11's ExtrasError and a word left over at some parsed command level is an option:
+///  - an option of an enclosing level (tprun's --tp after `generate`): "--tp is a tprun option: put it
+///    before 'generate'", hint: the same command line with the option (and its value) moved there;
+///  - otherwise: "USAGE generate: unknown option --promt", hint: the closest option name of that level
+///    (edit distance <= 3 and less than the word's length) and where --help lists them.
+/// `program` is the tool's name ("tprun"), `usage` how the top level is typed ("tprun MODEL_DIR").
+/// Returns nullopt for other errors and for leftover words that are not options.
+inline std::optional<Error> explain_unexpected_option(const CLI::App& app, const CLI::ParseError& e,
+                                                      const std::string& program, const std::string& usage,
+                                                      const std::vector<std::string>& args) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return std::nullopt;
+  std::vector<const CLI::App*> chain{&app};  // the parsed command levels, outermost first
+  while (!chain.back()->get_subcommands().empty()) chain.push_back(chain.back()->get_subcommands().front());
+
+  // The leftover option word that comes first on the command line, and the level that left it over.
+  std::size_t best_pos = args.size();
+  std::size_t best_level = 0;
+  for (std::size_t l = 0; l < chain.size(); ++l) {
+    for (const std::string& word : chain[l]->remaining()) {
+      if (word.size() < 2 || word[0] != '-') continue;
+      const auto at = std::find(args.begin(), args.end(), word);
+      const std::size_t pos = static_cast<std::size_t>(at - args.begin());
+      if (pos < best_pos) best_pos = pos, best_level = l;
+    }
+  }
+  if (best_pos == args.size()) return std::nullopt;
+  const std::string word = args[best_pos];
+  const std::string name = word.substr(0, word.find('='));
+  std::string path = usage;
+  for (std::size_t l = 1; l <= best_level; ++l) path += " " + chain[l]->get_name();
+
+  // 1. An option of an enclosing level, given after one of its subcommands.
+  for (std::size_t l = best_level; l-- > 0;) {
+    const CLI::Option* opt = chain[l]->get_option_no_throw(name);
+    if (opt == nullptr || opt->get_positional()) continue;
+    const std::string sub = chain[l + 1]->get_name();
+    const std::string owner = l == 0 ? program : chain[l]->get_name();
+    // Move the option (and its value, unless given as --opt=value) to just before `sub`.
+    std::size_t count = 1;
+    if (word.find('=') == std::string::npos && opt->get_type_size_max() > 0 && best_pos + 1 < args.size()) count = 2;
+    std::vector<std::string> fixed = args;
+    const std::vector<std::string> moved(fixed.begin() + static_cast<std::ptrdiff_t>(best_pos),
+                                         fixed.begin() + static_cast<std::ptrdiff_t>(best_pos + count));
+    fixed.erase(fixed.begin() + static_cast<std::ptrdiff_t>(best_pos),
+                fixed.begin() + static_cast<std::ptrdiff_t>(best_pos + count));
+    const auto sub_at = std::find(fixed.begin(), fixed.end(), sub);
+    fixed.insert(sub_at, moved.begin(), moved.end());
+    std::string line = program;
+    for (const std::string& w : fixed) line += " " + detail::shell_word(w);
+    return Error(name + " is " + (l == 0 ? "a " : "an option of ") + owner + (l == 0 ? " option" : "") +
+                     ": put it before '" + sub + "'",
+                 "`" + line + "`");
+  }
+
+  // 2. Not an option anywhere above: name the closest option of the level it was given to.
+  std::string closest;
+  std::size_t closest_distance = 4;  // farther than 3 edits is not a typo
+  for (const CLI::Option* opt : chain[best_level]->get_options()) {
+    if (opt->get_positional()) continue;
+    std::vector<std::string> names;
+    for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+    for (const std::string& n : opt->get_snames()) names.push_back("-" + n);
+    for (const std::string& n : names) {
+      const std::size_t d = detail::edit_distance(name, n);
+      if (d < closest_distance && d < name.size()) closest = n, closest_distance = d;
+    }
+  }
+  const std::string help = "`" + path + " --help` lists the options";
+  return Error(path + ": unknown option " + name,
+               closest.empty() ? help : "did you mean " + closest + "? (" + help + ")");
 }
 
 }  // namespace tpshard::cli

@@ -85,6 +85,51 @@ inline CLI::Validator uint64_value() {
       "INT in 0..2^64-1", "Uint64");
 }
 
+/// Accepts one comma-separated list of integers >= 1 ("2", "1,2,4"). Refuses empty items ("2,,4", "2,"),
+/// which CLI11's own ->delimiter(',') drops silently. Pair with int_list_values() after parsing.
+inline CLI::Validator positive_int_list() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::size_t start = 0;
+        while (true) {
+          const std::size_t comma = s.find(',', start);
+          const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          if (item.empty()) return "has an empty item in '" + s + "' (write e.g. 1,2,4)";
+          std::string number = item;
+          const std::string why = positive()(number);  // "must be > 0, got -2", "'x' is not a number"
+          if (!why.empty()) return why;
+          char* end = nullptr;
+          errno = 0;
+          (void)std::strtol(item.c_str(), &end, 10);
+          if (*end != '\0' || errno == ERANGE || item.size() > 9) return "must be an integer, got " + item;
+          if (comma == std::string::npos) return {};
+          start = comma + 1;
+        }
+      },
+      "INT[,INT...]", "PositiveIntList");
+}
+
+/// The integers of lists accepted by positive_int_list(), in order ({"1,2", "4"} -> {1, 2, 4}).
+inline std::vector<int> int_list_values(const std::vector<std::string>& lists) {
+  std::vector<int> out;
+  for (const std::string& s : lists) {
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      const std::size_t comma = s.find(',', start);
+      out.push_back(std::atoi(s.substr(start, comma - start).c_str()));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+/// Accepts any text but the empty string (`--stop ""` would otherwise match at every position).
+inline CLI::Validator non_empty_text() {
+  return CLI::Validator([](std::string& s) -> std::string { return s.empty() ? "must not be empty" : std::string(); },
+                        "TEXT (not empty)", "NonEmpty");
+}
+
 /// tprun --threads (CPU threads per rank): 1 .. 4 x hardware_concurrency, or 1..1024 when that is
 /// unknown. More threads than that only add context switches (the CPU backend splits each matmul into
 /// one range per thread), and each one is a real OS thread per rank (100000 exhausted memory).

@@ -3,6 +3,7 @@
 // and the notice naming the files it writes; the job is eval/triviaqa_eval.h (formats in docs/EVAL.md).
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -72,7 +73,7 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
                   "questions per batch and per durable write (default 48; --max-batch sets how many decode together)")
       ->check(tpshard::cli::positive());
   tqa->add_option("--limit", o->limit, "score only the first N questions (after the shots)")
-      ->check(tpshard::cli::non_negative());
+      ->check(tpshard::cli::integer_in_range(1, INT64_MAX, "a run scores at least one question"));
   tqa->add_option("--output", o->output_path, "predictions JSONL (default: DATA_STEM.predictions.jsonl)");
   tqa->add_option("--summary", o->summary_path, "summary JSON (default: OUTPUT.summary.json)");
   tqa->add_option("--temperature", o->sampling.temperature, "0 = greedy (default)")->check(tpshard::cli::non_negative());

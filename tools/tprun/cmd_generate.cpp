@@ -49,7 +49,8 @@ void add_sampling_options(CLI::App* sub, SamplingParams& p) {
       ->check(tpshard::cli::positive());
   sub->add_option("--seed", p.seed, "sampling seed (per request stream = f(seed, request index, step))")
       ->check(tpshard::cli::uint64_value());
-  sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output");
+  sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output")
+      ->check(tpshard::cli::non_empty_text());
   sub->add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS tokens");
 }
 

@@ -126,7 +126,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (const auto why = tpshard::cli::explain_subcommand_error(app, e, "tprun MODEL_DIR")) {
+    std::optional<tpshard::Error> why = tpshard::cli::explain_subcommand_error(app, e, "tprun MODEL_DIR");
+    if (!why) why = tpshard::cli::explain_unexpected_option(app, e, "tprun", "tprun MODEL_DIR",
+                                                           std::vector<std::string>(argv + 1, argv + argc));
+    if (why) {
       std::fprintf(stderr, "error: %s\nhint: %s\n", why->what(), why->hint().c_str());
       return 2;
     }

@@ -1,6 +1,6 @@
 // cmd_inspect.cpp: `tpshard inspect`: model config, dtype, shards per tp size and (--tensors) one
 // rank's tensor table, read through the validating ShardReader. Checks the tp size, --rank and the shard
-// files before printing anything.
+// files (header, tensor table, size against manifest.json) before printing anything.
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -37,6 +37,25 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
   const Manifest m = load_manifest(dir);
   // Validate and open everything before printing, so an error is never preceded by half a report.
   if (tp_size) shards_for(m, tp_size, dir);  // Error listing the available tp sizes
+  // Every listed shard file: its header and tensor table parse (ShardReader), it is the rank the manifest
+  // says, and its size is the manifest's (a truncated or replaced file is named here, not printed as fine).
+  for (const auto& [size, shards] : m.shards) {
+    if (tp_size && size != tp_size) continue;
+    for (const auto& s : shards) {
+      const std::string path = dir + "/" + s.file;
+      const ShardReader r(path);
+      const std::string fix = "run `tpshard verify " + dir + "` for the full check, and re-run tpshard convert";
+      TPS_CHECK(r.file_bytes() == s.bytes,
+                path + ": file is " + std::to_string(r.file_bytes()) + " bytes, manifest.json says " +
+                    std::to_string(s.bytes) + (r.file_bytes() < s.bytes ? " (truncated)" : ""),
+                fix);
+      TPS_CHECK(static_cast<int>(r.header().tp_rank) == s.tp_rank && static_cast<int>(r.header().tp_size) == size,
+                path + ": header says tp_rank " + std::to_string(r.header().tp_rank) + " of tp_size " +
+                    std::to_string(r.header().tp_size) + ", manifest.json lists it as tp_rank " +
+                    std::to_string(s.tp_rank) + " of tp_size " + std::to_string(size),
+                fix);
+    }
+  }
   // --tensors: (file, reader) of rank `rank` of each listed tp size
   std::vector<std::pair<std::string, std::unique_ptr<ShardReader>>> readers;
   if (list_tensors) {

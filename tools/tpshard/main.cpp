@@ -23,8 +23,9 @@ int main(int argc, char** argv) {
   auto* convert = app.add_subcommand("convert", "HF checkpoint -> OUT/{manifest.json, tpN/rankR.tps}");
   convert->add_option("hf_dir", copt.hf_dir, "Hugging Face model directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
   convert->add_option("-o,--out", copt.out_dir, "output directory (must not exist unless --force)")->required();
-  convert->add_option("--tp", copt.tp_sizes, "tp sizes to produce, comma separated")->delimiter(',')->default_str("1")
-      ->check(tpshard::cli::positive());
+  std::vector<std::string> tp_lists;  // "1,2" items; split after parsing (CLI11's delimiter drops "2,,4"'s empty item)
+  convert->add_option("--tp", tp_lists, "tp sizes to produce, comma separated")->default_str("1")
+      ->check(tpshard::cli::positive_int_list());
   convert->add_option("--dtype", copt.dtype, "keep|fp16|bf16|fp32")->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}))->default_str("keep");
   convert->add_option("--compress", compress, "none|zstd[:level]|zstd-planes[:level] (per-tensor zstd, 2-D tensors)")->default_str("none");
   convert->add_option("--threads", copt.threads, "worker threads (default: min(cores, 8))")
@@ -62,7 +63,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (const auto why = cli::explain_subcommand_error(app, e, "tpshard")) {
+    std::optional<tpshard::Error> why = cli::explain_subcommand_error(app, e, "tpshard");
+    if (!why) why = cli::explain_unexpected_option(app, e, "tpshard", "tpshard",
+                                                           std::vector<std::string>(argv + 1, argv + argc));
+    if (why) {
       std::fprintf(stderr, "error: %s\nhint: %s\n", why->what(), why->hint().c_str());
       return e.get_exit_code();
     }
@@ -71,6 +75,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     if (*convert) {
+      if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
       cli::parse_compress(compress, &copt.codec, &copt.zstd_level);
       copt.hash_source = !no_source_hash;
       copt.progress = !quiet;

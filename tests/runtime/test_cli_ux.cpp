@@ -1,0 +1,153 @@
+// test_cli_ux.cpp: tprun CLI fixes from a new-user test, on the binary: a global option given after
+// the subcommand is named with the corrected command line; a mistyped option names the closest one;
+// `--stop ""`, `eval --limit 0` and a JSONL line's negative "seed" or empty "stop" are refused;
+// `--device cuda` with no usable GPU (a CUDA build under CUDA_VISIBLE_DEVICES="") says so.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct UxRun {
+  int code;
+  std::string out, err;
+};
+
+/// Runs `env tprun args` through the shell (env: "VAR=value " assignments or empty).
+UxRun run_tprun(const std::string& args, const std::string& env = "") {
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux";
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      env + std::string(TPSHARD_BIN_DIR) + "/tprun " + args + " >" + dir + "/out.txt 2>" + dir + "/err.txt";
+  const int status = std::system(cmd.c_str());
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir + "/out.txt"), slurp(dir + "/err.txt")};
+}
+
+/// stories260K converted for tp 1 and 2 (its own copy: test cases may run in any order).
+std::string ux_model_dir() {
+  std::filesystem::create_directories(TPSHARD_TEST_OUT_DIR);
+  const std::string out = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-stories260K";
+  const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR +
+                          "/stories260K -o " + out + " --tp 1,2 --force -q >/dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return out;
+}
+
+bool has_eval() { return run_tprun("--help").out.find("\n  eval ") != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("tprun: a global option after the subcommand is named, with the corrected command line") {
+  const std::string m = "/nonexistent-model";  // the parse fails before the model directory is looked at
+  struct Case {
+    std::string args, error, hint;
+  };
+  const Case cases[] = {
+      {m + " generate --prompt hi --tp 2", "--tp is a tprun option: put it before 'generate'",
+       "`tprun " + m + " --tp 2 generate --prompt hi`"},
+      {m + " generate --device=cpu --prompt 'a b'", "--device is a tprun option: put it before 'generate'",
+       "`tprun " + m + " --device=cpu generate --prompt 'a b'`"},
+      {m + " --tp 1 logits --ids 1 --no-verify", "--no-verify is a tprun option: put it before 'logits'",
+       "`tprun " + m + " --tp 1 --no-verify logits --ids 1`"},
+      {m + " generate --max-batch 4 --prompt hi", "--max-batch is a tprun option: put it before 'generate'",
+       "`tprun " + m + " --max-batch 4 generate --prompt hi`"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.args);
+    const UxRun r = run_tprun(c.args);
+    CHECK(r.code == 2);
+    CHECK(r.err == "error: " + c.error + "\nhint: " + c.hint + "\n");
+    CHECK(r.out.empty());
+  }
+  if (has_eval()) {
+    const UxRun r = run_tprun(m + " eval triviaqa --data x --threads 1");
+    CHECK(r.code == 2);
+    CHECK(r.err == "error: --threads is a tprun option: put it before 'eval'\nhint: `tprun " + m +
+                       " --threads 1 eval triviaqa --data x`\n");
+  }
+}
+
+TEST_CASE("tprun: a mistyped option names the closest option of the subcommand") {
+  const std::string m = "/nonexistent-model";
+  UxRun r = run_tprun(m + " generate --promt hi");
+  CHECK(r.code == 2);
+  CHECK(r.err == "error: tprun MODEL_DIR generate: unknown option --promt\n"
+                 "hint: did you mean --prompt? (`tprun MODEL_DIR generate --help` lists the options)\n");
+  r = run_tprun(m + " --tpp 2 generate --prompt hi");  // at the top level
+  CHECK(r.code == 2);
+  CHECK(r.err == "error: tprun MODEL_DIR: unknown option --tpp\n"
+                 "hint: did you mean --tp? (`tprun MODEL_DIR --help` lists the options)\n");
+  r = run_tprun(m + " generate --prompt hi --qqqqqqqqqq");
+  CHECK(r.code == 2);
+  CHECK(r.err == "error: tprun MODEL_DIR generate: unknown option --qqqqqqqqqq\n"
+                 "hint: `tprun MODEL_DIR generate --help` lists the options\n");
+}
+
+TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {
+  const std::string dir = ux_model_dir();
+  UxRun r = run_tprun(dir + " --device cpu generate --prompt x --stop ''");
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("--stop: must not be empty\n", 0) == 0);
+  CHECK(r.out.empty());
+  if (has_eval()) {
+    r = run_tprun(dir + " --device cpu eval triviaqa --data x --limit 0");
+    CHECK(r.code == 2);
+    CHECK(r.err.rfind("--limit: must be an integer in 1..9223372036854775807 (a run scores at least one question), "
+                      "got 0\n",
+                      0) == 0);
+  }
+}
+
+TEST_CASE("tprun generate --input: a negative \"seed\" or an empty \"stop\" on a line is refused, naming FILE:LINE") {
+  const std::string dir = ux_model_dir();
+  const std::string tmp = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-jsonl";
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  struct Case {
+    std::string line, message;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "x", "seed": -3})", R"(:2: "seed" is -3, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt": "x", "seed": 1.5})", R"(:2: "seed" is 1.5, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt": "x", "stop": ""})", R"(:2: "stop" is an empty string)"},
+      {R"({"prompt": "x", "stop": ["a", ""]})", R"(:2: "stop" holds an empty string)"},
+  };
+  const std::string input = tmp + "/in.jsonl";
+  for (const Case& c : cases) {
+    CAPTURE(c.line);
+    std::ofstream(input) << "{\"prompt\": \"Once\", \"seed\": 18446744073709551615}\n" << c.line << "\n";
+    const UxRun r = run_tprun(dir + " --device cpu generate --max-new-tokens 2 --input " + input + " --output " +
+                              tmp + "/out.jsonl");
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find(input + c.message + "\n") != std::string::npos, r.err);
+    CHECK_FALSE(std::filesystem::exists(tmp + "/out.jsonl"));  // checked before generating anything
+  }
+}
+
+TEST_CASE("tprun --device cuda with no usable GPU says so and hints --device cpu / auto") {
+  const std::string dir = ux_model_dir();
+  const UxRun r = run_tprun(dir + " --device cuda generate --prompt x --max-new-tokens 1", "CUDA_VISIBLE_DEVICES= ");
+  CHECK(r.code == 1);
+  if (r.err.find("built without the CUDA backend") != std::string::npos) return;  // CPU build: its own message
+  CHECK(r.err ==
+        "error: --device cuda: no usable GPU on this machine (the CUDA runtime sees none: no GPU, no driver, a driver "
+        "older than this build's CUDA, or CUDA_VISIBLE_DEVICES hides them all)\n"
+        "hint: --device cpu (or auto, which picks the CPU when no GPU is usable); `nvidia-smi` shows the GPUs and "
+        "the driver\n");
+  // auto picks the CPU there.
+  const UxRun a = run_tprun(dir + " --device auto generate --prompt x --max-new-tokens 1", "CUDA_VISIBLE_DEVICES= ");
+  CHECK_MESSAGE(a.code == 0, a.err);
+  CHECK(a.err.find("backend cpu") != std::string::npos);
+}
