@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # quickstart.sh: set up a fresh machine and run the main job on the built-in default model
 # (stories260K, a real tiny Llama trained by llama2.c, shipped in assets/stories260K):
-#   1. install dependencies and build;
+#   1. install dependencies and build tpshard and tprun (not the tests and benchmarks);
 #   2. convert the llama2.c checkpoint to a Hugging Face checkpoint (scripts/llama2c_to_hf.py);
 #   3. tpshard convert --tp 1,2[,TP] (per-rank shard files + manifest);
 #   4. tprun: tell a story, streamed, on the GPU when one is present, else on the CPU.
@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-bash scripts/build.sh build
+bash scripts/build.sh build tpshard tprun  # only the two tools (scripts/test.sh builds the tests)
 mkdir -p models
 python3 scripts/llama2c_to_hf.py assets/stories260K models/stories260K-hf
 TP=${TP:-1}
