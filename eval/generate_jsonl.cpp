@@ -133,20 +133,16 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
   run_generate_jsonl(ctx, input_path, output_path, defaults, batch_size, GenerateJsonlOptions{});
 }
 
-void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
-                        const SamplingParams& defaults, int batch_size, const GenerateJsonlOptions& options) {
-  TPS_CHECK(ctx.tokenizer != nullptr, "generate --input: rank context has no tokenizer", "open the model first");
-  TPS_CHECK(input_path != output_path, input_path + ": --input and --output are the same file",
-            "write the results to another file");
+JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer& tokenizer,
+                                  const SamplingParams& defaults, int64_t max_seq_len, int64_t model_seq_limit,
+                                  BadRecordPolicy policy, bool print) {
   std::ifstream in(input_path, std::ios::binary);
   if (!in) throw Error(input_path + ": cannot open the prompts file", "check the path given to --input");
-
-  std::vector<BatchItem> items;
-  std::vector<std::string> prompts;
+  JsonlRequests out;
   std::unordered_set<std::string> keys;
   std::unordered_set<std::string> warned_keys;
   std::string line;
-  size_t line_no = 0, skipped = 0;
+  size_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -154,20 +150,35 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
     try {
       json rec = json::parse(line, nullptr, false);
       if (rec.is_discarded()) throw Error(where + ": not valid JSON", kBadHint);
-      warn_unknown_keys(rec, where, warned_keys, ctx.is_output_rank());
-      ParsedLine p = parse_line(rec, line_no, where, *ctx.tokenizer, defaults);
-      if (ctx.runner) check_request(p.item.request, ctx.runner->max_seq_len(), where);  // now, not hours in
+      warn_unknown_keys(rec, where, warned_keys, print);
+      ParsedLine p = parse_line(rec, line_no, where, tokenizer, defaults);
+      if (max_seq_len > 0) check_request(p.item.request, max_seq_len, where, model_seq_limit);  // now, not hours in
       if (!keys.insert(id_key(p.item.id)).second)
         throw Error(where + ": duplicate id " + id_key(p.item.id), "ids must be unique for resuming; fix the input");
       p.item.expect = {{"prompt", p.prompt_text}};
-      items.push_back(std::move(p.item));
-      prompts.push_back(std::move(p.prompt_text));
+      out.items.push_back(std::move(p.item));
+      out.prompts.push_back(std::move(p.prompt_text));
     } catch (const Error& e) {
-      if (options.on_bad_record == BadRecordPolicy::Stop) throw;
-      ++skipped;
-      if (ctx.is_output_rank()) std::fprintf(stderr, "warning: %s (skipped)\n", e.what());
+      if (policy == BadRecordPolicy::Stop) throw;
+      ++out.skipped;
+      if (print) std::fprintf(stderr, "warning: %s (skipped)\n", e.what());
     }
   }
+  return out;
+}
+
+void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
+                        const SamplingParams& defaults, int batch_size, const GenerateJsonlOptions& options) {
+  TPS_CHECK(ctx.tokenizer != nullptr, "generate --input: rank context has no tokenizer", "open the model first");
+  TPS_CHECK(input_path != output_path, input_path + ": --input and --output are the same file",
+            "write the results to another file");
+  const bool print = ctx.is_output_rank() && options.warn_skipped;
+  JsonlRequests req = read_generate_jsonl(input_path, *ctx.tokenizer, defaults, ctx.runner ? ctx.runner->max_seq_len() : 0,
+                                          ctx.runner ? model_seq_limit(ctx.runner->config()) : 0,
+                                          options.on_bad_record, print);
+  std::vector<BatchItem>& items = req.items;
+  const std::vector<std::string>& prompts = req.prompts;
+  const size_t skipped = req.skipped;
   if (items.empty() && ctx.is_output_rank())
     std::fprintf(stderr, "warning: %s: no prompt to generate for\n", input_path.c_str());
 

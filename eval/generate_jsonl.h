@@ -3,6 +3,9 @@
 #pragma once
 #include <string>
 
+#include <vector>
+
+#include "eval/batch_job.h"  // BatchItem
 #include "eval/triviaqa_data.h"  // BadRecordPolicy
 #include "runtime/generate.h"
 #include "runtime/session.h"
@@ -13,7 +16,24 @@ namespace tpshard::eval {
 struct GenerateJsonlOptions {
   BadRecordPolicy on_bad_record = BadRecordPolicy::Stop;  ///< malformed input line: stop (Error) or skip (warning)
   double progress_interval_s = 10;
+  bool warn_skipped = true;  ///< print a warning per skipped line (false: tprun's preflight already printed them)
 };
+
+/// The requests of a JSONL prompts file (format: run_generate_jsonl), each line parsed, tokenized and
+/// checked (check_request, unique ids) as the job checks them.
+struct JsonlRequests {
+  std::vector<BatchItem> items;      ///< good lines, in file order
+  std::vector<std::string> prompts;  ///< items[i]'s prompt text
+  size_t skipped = 0;                ///< bad lines left out (policy Skip)
+};
+
+/// Read input_path: Stop: throws Error "FILE:LINE: problem" at the first bad line; Skip: the line is left
+/// out and, when print, reported on stderr as "warning: FILE:LINE: problem (skipped)". max_seq_len 0:
+/// prompt lengths are not checked; model_seq_limit as check_request's. print: also the unknown-key warnings.
+/// Used by run_generate_jsonl and by tprun's preflight (before any weight loads).
+JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer& tokenizer,
+                                  const SamplingParams& defaults, int64_t max_seq_len, int64_t model_seq_limit,
+                                  BadRecordPolicy policy, bool print);
 
 /// Input: one JSON object per line: {"id": any scalar (default: the 1-based line number), "prompt": "..."
 /// or "prompt_ids": [ints], optional "max_new_tokens", "min_new_tokens", "temperature", "top_k", "top_p",

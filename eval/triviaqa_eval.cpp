@@ -18,8 +18,8 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-void print_warnings(const RankContext& ctx, const std::vector<std::string>& warnings) {
-  if (!ctx.is_output_rank()) return;
+void print_warnings(bool print, const std::vector<std::string>& warnings) {
+  if (!print) return;
   for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 }
 
@@ -83,17 +83,17 @@ struct QuestionSet {
 };
 
 // Shots from --shots-from, or the first records of --data (then not scored); then --limit.
-QuestionSet load_questions(const RankContext& ctx, const TriviaQaOptions& opts) {
+QuestionSet load_questions(bool print, const TriviaQaOptions& opts) {
   TPS_CHECK(opts.shots >= 0, "--shots " + std::to_string(opts.shots) + " is negative", "use 0 or more shots");
   QuestionSet q;
   TriviaQaLoadResult data = load_triviaqa(opts.data_path, opts.on_bad_record);
-  print_warnings(ctx, data.warnings);
+  print_warnings(print, data.warnings);
   q.skipped_records = data.warnings.size();
   const size_t n_shots = static_cast<size_t>(opts.shots);
   const auto shots_end = static_cast<std::ptrdiff_t>(n_shots);
   if (!opts.shots_from.empty()) {
     TriviaQaLoadResult shot_data = load_triviaqa(opts.shots_from, opts.on_bad_record);
-    print_warnings(ctx, shot_data.warnings);
+    print_warnings(print, shot_data.warnings);
     TPS_CHECK(shot_data.records.size() >= n_shots,
               opts.shots_from + ": holds " + std::to_string(shot_data.records.size()) + " records, fewer than --shots " +
                   std::to_string(opts.shots),
@@ -111,6 +111,21 @@ QuestionSet load_questions(const RankContext& ctx, const TriviaQaOptions& opts) 
   if (opts.limit >= 0 && q.scored.size() > static_cast<size_t>(opts.limit))
     q.scored.resize(static_cast<size_t>(opts.limit));
   return q;
+}
+
+/// One batch item per scored question: its few-shot prompt, greedy/--temperature sampling, stop at "\n".
+std::vector<BatchItem> build_items(const QuestionSet& q, const TriviaQaOptions& opts, const Tokenizer& tok) {
+  SamplingParams params = opts.sampling;
+  params.max_new_tokens = opts.max_new_tokens;
+  params.stop = {"\n"};  // the answer ends at the first newline; nothing after it is scored
+  std::vector<BatchItem> items(q.scored.size());
+  for (size_t i = 0; i < q.scored.size(); ++i) {
+    items[i].id = q.scored[i].id;
+    items[i].request.prompt_ids = tok.encode(build_fewshot_prompt(q.shots, q.scored[i].question), true);
+    items[i].request.params = params;
+    items[i].expect = {{"question", q.scored[i].question}};
+  }
+  return items;
 }
 
 ordered_json summary_json(const RankContext& ctx, const TriviaQaOptions& opts, const TriviaQaSummary& s,
@@ -158,26 +173,28 @@ void print_summary(const TriviaQaOptions& opts, const TriviaQaSummary& s, const 
 
 }  // namespace
 
+void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
+                           int64_t model_seq_limit, bool print) {
+  const QuestionSet q = load_questions(print, opts);
+  if (max_seq_len <= 0) return;
+  for (const BatchItem& item : build_items(q, opts, tokenizer)) {
+    // The id run_batch_job gives the request (TriviaQA ids are strings), so the text matches the run's.
+    const std::string id = item.id.is_string() ? item.id.get<std::string>() : id_key(item.id);
+    check_request(item.request, max_seq_len, "request " + id, model_seq_limit);
+  }
+}
+
 TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   TPS_CHECK(ctx.tokenizer != nullptr, "eval triviaqa: rank context has no tokenizer", "open the model first");
-  const QuestionSet q = load_questions(ctx, opts);
+  const QuestionSet q = load_questions(ctx.is_output_rank() && opts.warn_skipped, opts);
   TriviaQaSummary summary;
   summary.skipped_records = q.skipped_records;
   summary.questions = q.scored.size();
 
-  SamplingParams params = opts.sampling;
-  params.max_new_tokens = opts.max_new_tokens;
-  params.stop = {"\n"};  // the answer ends at the first newline; nothing after it is scored
-  std::vector<BatchItem> items(q.scored.size());
+  const std::vector<BatchItem> items = build_items(q, opts, *ctx.tokenizer);
   std::vector<std::string> keys;
-  for (size_t i = 0; i < q.scored.size(); ++i) {
-    items[i].id = q.scored[i].id;
-    items[i].request.prompt_ids = ctx.tokenizer->encode(build_fewshot_prompt(q.shots, q.scored[i].question), true);
-    items[i].request.params = params;
-    items[i].expect = {{"question", q.scored[i].question}};
-    keys.push_back(id_key(items[i].id));
-  }
+  for (const BatchItem& item : items) keys.push_back(id_key(item.id));
 
   const std::string output = opts.output_path.empty() ? default_predictions_path(opts.data_path) : opts.output_path;
   const std::string summary_path = opts.summary_path.empty() ? output + ".summary.json" : opts.summary_path;

@@ -29,6 +29,7 @@ struct TriviaQaOptions {
   BadRecordPolicy on_bad_record = BadRecordPolicy::Stop;
   double progress_interval_s = 10;
   std::string model_dir;          ///< recorded in the summary
+  bool warn_skipped = true;       ///< print a warning per skipped record (false: tprun's preflight printed them)
 };
 
 /// Scores over a predictions file.
@@ -59,6 +60,13 @@ struct TriviaQaSummary {
 /// Run the eval; returns the summary on every rank (scores are computed on tp_rank 0 only; other ranks
 /// get zero scores). Rank 0 writes the predictions and summary files and prints the summary to stdout.
 TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts);
+
+/// The checks of run_triviaqa_eval that need no weights, for tprun's preflight: reads --data and
+/// --shots-from (bad records: Error "FILE:LINE: ..." or, policy Skip, a warning on stderr when print),
+/// enough records for --shots, and every scored question's few-shot prompt (tokenized with tokenizer)
+/// against max_seq_len / model_seq_limit as check_request checks it ("request ID: ..."). Throws Error.
+void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
+                           int64_t model_seq_limit, bool print);
 
 /// "DIR/NAME.jsonl" -> "NAME.predictions.jsonl" (in the current directory): DATA_STEM is the whole file
 /// name minus a final ".jsonl" or ".json" ("val.hf.jsonl" -> "val.hf.predictions.jsonl"); an empty

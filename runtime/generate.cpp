@@ -18,12 +18,22 @@
 
 namespace tpshard {
 
-void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who) {
+int64_t model_seq_limit(const ModelConfig& config) {
+  int64_t limit = config.max_position_embeddings > 0 ? config.max_position_embeddings : 0;
+  if (config.sliding_window > 0) limit = limit > 0 ? std::min(limit, config.sliding_window) : config.sliding_window;
+  return limit;
+}
+
+void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who, int64_t model_limit) {
   const int64_t p = static_cast<int64_t>(r.prompt_ids.size());
+  // At the model's own limit, raising --max-seq-len is no way out: say so instead of hinting it.
+  const bool at_model_limit = model_limit > 0 && max_seq >= model_limit;
+  const std::string limit_text = at_model_limit ? "the model's context of " + std::to_string(max_seq) + " positions"
+                                                : "--max-seq-len " + std::to_string(max_seq);
   TPS_CHECK(p > 0, who + ": empty prompt", "give at least one token (BOS for an empty prompt)");
-  TPS_CHECK(p <= max_seq,
-            who + ": prompt of " + std::to_string(p) + " tokens exceeds --max-seq-len " + std::to_string(max_seq),
-            "shorten the prompt, or raise --max-seq-len if it is below the model's max_position_embeddings");
+  TPS_CHECK(p <= max_seq, who + ": prompt of " + std::to_string(p) + " tokens exceeds " + limit_text,
+            at_model_limit ? std::string("shorten the prompt")
+                           : "shorten the prompt, or raise --max-seq-len if it is below the model's max_position_embeddings");
   TPS_CHECK(r.params.max_new_tokens >= 0 && r.params.min_new_tokens >= 0,
             who + ": max_new_tokens and min_new_tokens must be >= 0", "fix the sampling options");
   TPS_CHECK(r.params.min_new_tokens <= r.params.max_new_tokens,
@@ -31,11 +41,12 @@ void check_request(const GenerationRequest& r, int64_t max_seq, const std::strin
                 std::to_string(r.params.max_new_tokens),
             "use min_new_tokens 0.." + std::to_string(r.params.max_new_tokens) + ", or raise max_new_tokens");
   // The last generated token is never fed back, so p + max_new_tokens - 1 positions are needed.
+  const std::string lower = "lower max_new_tokens to " + std::to_string(std::max<int64_t>(0, max_seq - p + 1)) + " or less";
   TPS_CHECK(p + r.params.max_new_tokens - 1 <= max_seq,
             who + ": prompt of " + std::to_string(p) + " tokens + max_new_tokens " +
-                std::to_string(r.params.max_new_tokens) + " exceeds --max-seq-len " + std::to_string(max_seq),
-            "lower max_new_tokens to " + std::to_string(std::max<int64_t>(0, max_seq - p + 1)) +
-                " or less, or raise --max-seq-len if it is below the model's max_position_embeddings");
+                std::to_string(r.params.max_new_tokens) + " exceeds " + limit_text,
+            at_model_limit ? "shorten the prompt, or " + lower
+                           : lower + ", or raise --max-seq-len if it is below the model's max_position_embeddings");
   const SamplingParams& sp = r.params;
   TPS_CHECK(sp.temperature >= 0.0f, who + ": temperature " + std::to_string(sp.temperature) + " is negative",
             "use temperature 0 (greedy) or a positive value");
@@ -110,7 +121,7 @@ class Generator {
 
 void Generator::validate() const {
   TPS_CHECK(runner_.max_batch() >= 1, "generate: the runner has no kv_cache slots", "pass --max-batch 1 or more");
-  for (const GenerationRequest& r : requests_) check_request(r, runner_.max_seq_len(), "request " + r.id);
+  for (const GenerationRequest& r : requests_) check_request(r, runner_.max_seq_len(), "request " + r.id, model_seq_limit(runner_.config()));
 }
 
 void Generator::admit() {
