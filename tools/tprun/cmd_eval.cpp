@@ -13,6 +13,7 @@
 #include "eval/triviaqa_eval.h"
 #include "format/error.h"
 #include "tools/tprun/commands.h"
+#include "tools/tprun/preflight_model.h"
 
 namespace tpshard::tprun {
 
@@ -85,11 +86,20 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
   tqa->add_option("--progress-interval", o->progress_interval_s,
                   "seconds between progress lines when stderr is not a terminal (default 10)")
       ->check(tpshard::cli::positive());
-  g.preflight.push_back([tqa, o, &g] {
-    if (tqa->parsed()) check_triviaqa_options(*o, g.primary_process);
+  g.preflight.push_back([tqa, o, bad, &g] {
+    if (!tqa->parsed()) return;
+    check_triviaqa_options(*o, g.primary_process);
+    if (g.checked_by_launcher) return;
+    // Records, --shots and prompt lengths, as the job checks them (bad records reported here, not again).
+    const PreflightModel m = load_preflight_model(g.session);
+    if (!m.tokenizer) return;  // the run reports it
+    eval::TriviaQaOptions checked = *o;
+    checked.on_bad_record = eval::parse_bad_record_policy(*bad);
+    eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process);
   });
   tqa->callback([&g, o, bad] {
     o->on_bad_record = eval::parse_bad_record_policy(*bad);
+    o->warn_skipped = false;  // the preflight reported them before loading
     o->model_dir = g.session.model_dir;
     run_on_ranks(g.session, [&](RankContext& ctx) {
       TPS_CHECK(ctx.tokenizer != nullptr, g.session.model_dir + ": the model directory has no tokenizer",

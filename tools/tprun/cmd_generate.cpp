@@ -15,6 +15,7 @@
 #include "runtime/process_memory.h"
 #include "runtime/generate.h"
 #include "tools/tprun/commands.h"
+#include "tools/tprun/preflight_model.h"
 #if __has_include("eval/generate_jsonl.h") && TPRUN_HAVE_EVAL
 #include "eval/generate_jsonl.h"
 #define TPRUN_JSONL 1
@@ -200,6 +201,30 @@ void check_generate_options(const GenerateOptions& o) {
   cli::check_distinct_files("generate", {{"--input", o.input}}, {{"--output", o.output}});
 }
 
+/// The checks of `generate` that read the model but no weight (preflight_model.h): every prompt (or
+/// JSONL line, as the job reads it) tokenized and checked with check_request, with the same error text
+/// the run gives. --on-bad-record skip: bad lines are reported here (primary process) and not again.
+void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
+  const PreflightModel m = load_preflight_model(g.session);
+  if (!m.tokenizer) return;  // require_tokenizer reports it in the run
+  const bool jsonl = !o.input.empty();
+  if (jsonl) {
+#if TPRUN_JSONL
+    eval::read_generate_jsonl(o.input, *m.tokenizer, o.params, m.max_seq_len, m.model_seq_limit,
+                              eval::parse_bad_record_policy(o.on_bad_record), g.primary_process);
+#endif
+    return;
+  }
+  for (size_t i = 0; i < o.prompts.size(); ++i) {
+    GenerationRequest r{std::to_string(i), m.tokenizer->encode(o.prompts[i], true), o.params};
+    if (r.prompt_ids.empty() && m.tokenizer->bos_id() >= 0) r.prompt_ids = {m.tokenizer->bos_id()};
+    if (r.prompt_ids.empty() && !m.config.bos_token_ids.empty())
+      r.prompt_ids = {static_cast<int32_t>(m.config.bos_token_ids.front())};
+    if (r.prompt_ids.empty()) continue;  // encode_prompt reports it in the run
+    check_request(r, m.max_seq_len, "request " + r.id, m.model_seq_limit);  // as Generator::validate
+  }
+}
+
 void run_generate(GlobalOptions& g, const GenerateOptions& o) {
   const bool jsonl = !o.input.empty() || !o.output.empty();  // options checked by check_generate_options
   run_on_ranks(g.session, [&](RankContext& ctx) {
@@ -208,6 +233,7 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
 #if TPRUN_JSONL
       eval::GenerateJsonlOptions jo;
       jo.on_bad_record = eval::parse_bad_record_policy(o.on_bad_record);
+      jo.warn_skipped = false;  // check_generate_requests reported them before loading
       eval::run_generate_jsonl(ctx, o.input, o.output, o.params,
                                o.batch_size > 0 ? o.batch_size : ctx.runner->max_batch(), jo);
 #endif
@@ -252,8 +278,10 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
       ->check(CLI::IsMember({"stop", "skip"}));
   add_sampling_options(gen, o->params);
   gen->callback([&g, o] { run_generate(g, *o); });
-  g.preflight.push_back([gen, o] {
-    if (gen->parsed()) check_generate_options(*o);
+  g.preflight.push_back([gen, o, &g] {
+    if (!gen->parsed()) return;
+    check_generate_options(*o);
+    if (!g.checked_by_launcher) check_generate_requests(g, *o);
   });
 
   auto c = std::make_shared<GenerateOptions>();

@@ -23,6 +23,9 @@ struct GlobalOptions {
   /// single process), or rank 0 when an external launcher (mpirun, srun, torchrun) started every rank.
   /// Notices printed by preflight checks are printed only here, so they appear once.
   bool primary_process = true;
+  /// True in a worker started by the tprun launcher, which already ran the preflight checks that read
+  /// the model (tokenizer, every request): the worker skips those (they would only repeat the work).
+  bool checked_by_launcher = false;
 };
 
 void add_generate_command(CLI::App& app, GlobalOptions& g);    // cmd_generate.cpp  (generate, chat)

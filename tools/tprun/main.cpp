@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
     const tpshard::WorkerEnv env = tpshard::read_worker_env();
     const bool worker = env.found;  // workers are stopped by their launcher
     g.primary_process = !worker || (env.source != "tprun" && env.rank == 0);
+    g.checked_by_launcher = worker && env.source == "tprun";
 #else
     const bool worker = false;
 #endif
