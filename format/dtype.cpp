@@ -140,4 +140,33 @@ void convert_elements(const void* src_v, DType from, void* dst_v, DType to, size
   convert_loop(src, dtype_size(from), dst, dtype_size(to), n, load, store, true, what, dtype_name(to));
 }
 
+uint64_t count_nonfinite(const void* src_v, DType t, size_t n, uint64_t* nan_count) {
+  const auto* src = static_cast<const uint8_t*>(src_v);
+  uint64_t bad = 0, nans = 0;
+  if (t == DType::F32) {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t b;
+      std::memcpy(&b, src + 4 * i, 4);
+      if ((b & 0x7f800000u) == 0x7f800000u) {
+        ++bad;
+        nans += (b & 0x007fffffu) != 0;
+      }
+    }
+  } else {
+    // f16: 5 exponent bits 0x7c00, 10 mantissa bits; bf16: 8 exponent bits 0x7f80, 7 mantissa bits.
+    const uint16_t exp = t == DType::F16 ? 0x7c00 : 0x7f80;
+    const uint16_t man = t == DType::F16 ? 0x03ff : 0x007f;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      if ((h & exp) == exp) {
+        ++bad;
+        nans += (h & man) != 0;
+      }
+    }
+  }
+  if (nan_count) *nan_count = nans;
+  return bad;
+}
+
 }  // namespace tpshard

@@ -30,4 +30,8 @@ uint16_t f32_to_bf16(float f);
 /// overflows the destination type (e.g. 70000.0 to f16); `what` names the tensor in that message.
 void convert_elements(const void* src, DType from, void* dst, DType to, size_t n, const std::string& what);
 
+/// Count NaN and +-inf among n elements of src (type t), by the IEEE exponent field (all ones): no
+/// float conversion. Returns the total non-finite count; *nan_count (when non-null) gets the NaNs.
+uint64_t count_nonfinite(const void* src, DType t, size_t n, uint64_t* nan_count = nullptr);
+
 }  // namespace tpshard

@@ -73,9 +73,21 @@ void check_interrupt() {
   if (interrupted()) throw Error("interrupted (SIGINT/SIGTERM): conversion stopped, nothing was written", "");
 }
 
-/// Streams one rank's slice of one output tensor into its shard writer (all codec passes).
+/// The error for a source tensor holding NaN/inf. Counted over the whole tensor only here, on the error
+/// path (the streaming check in write_slice stops at the first bad chunk).
+[[noreturn]] void throw_nonfinite(const StTensor& st) {
+  const uint64_t n = st.bytes / dtype_size(st.dtype);
+  uint64_t nans = 0;
+  const uint64_t bad = count_nonfinite(st.data, st.dtype, static_cast<size_t>(n), &nans);
+  throw Error("checkpoint " + st.file + ": tensor '" + st.name + "' has " + std::to_string(nans) + " NaN and " +
+                  std::to_string(bad - nans) + " inf values (of " + std::to_string(n) + ")",
+              "the checkpoint is corrupt: re-download it (or pass --allow-nonfinite to convert anyway)");
+}
+
+/// Streams one rank's slice of one output tensor into its shard writer (all codec passes). With
+/// check_finite, every source chunk is checked for NaN/inf as it passes through (no extra read).
 void write_slice(const RankSlice& s, const std::vector<const StTensor*>& src, DType out, const Checkpoint& ck,
-                 ShardWriter& w, size_t index, Progress& progress) {
+                 ShardWriter& w, size_t index, Progress& progress, bool check_finite) {
   const size_t osz = dtype_size(out);
   std::vector<uint8_t> buf(kChunkBytes);
   size_t fill = 0;
@@ -87,8 +99,11 @@ void write_slice(const RankSlice& s, const std::vector<const StTensor*>& src, DT
     check_interrupt();
   };
   // Append n elements from p (source dtype sdt), converting to `out`.
-  auto emit = [&](const uint8_t* p, DType sdt, uint64_t n, const std::string& name) {
+  auto emit = [&](const StTensor& st, const uint8_t* p, uint64_t n) {
+    const DType sdt = st.dtype;
+    const std::string& name = st.name;
     const size_t ssz = dtype_size(sdt);
+    if (check_finite && count_nonfinite(p, sdt, static_cast<size_t>(n))) throw_nonfinite(st);
     while (n) {
       if (buf.size() - fill < osz) flush();
       const uint64_t k = std::min<uint64_t>(n, (buf.size() - fill) / osz);
@@ -122,14 +137,14 @@ void write_slice(const RankSlice& s, const std::vector<const StTensor*>& src, DT
         for (uint64_t e = 0; e < total; e += step) {
           const uint64_t k = std::min(step, total - e);
           const uint64_t off = static_cast<uint64_t>(sp.row_begin) * row_bytes + e * ssz;
-          emit(st.data + off, st.dtype, k, st.name);
+          emit(st, st.data + off, k);
           ck.release(st, off, k * ssz);
         }
       } else {
         int64_t released = sp.row_begin;
         for (int64_t r = sp.row_begin; r < sp.row_begin + sp.rows; ++r) {
-          emit(st.data + static_cast<uint64_t>(r) * row_bytes + static_cast<uint64_t>(sp.col_begin) * ssz, st.dtype,
-               static_cast<uint64_t>(s.local_cols), st.name);
+          emit(st, st.data + static_cast<uint64_t>(r) * row_bytes + static_cast<uint64_t>(sp.col_begin) * ssz,
+               static_cast<uint64_t>(s.local_cols));
           if (static_cast<uint64_t>(r + 1 - released) * row_bytes >= kChunkBytes || r + 1 == sp.row_begin + sp.rows) {
             ck.release(st, static_cast<uint64_t>(released) * row_bytes, static_cast<uint64_t>(r + 1 - released) * row_bytes);
             released = r + 1;
@@ -273,7 +288,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
         const Job& job = jobs[j];
         const RankSlice s = slice_for_rank(plan[i], cfg, layouts[job.tp_size], job.tp_rank);
         job.writer->begin_tensor(i);
-        write_slice(s, sources[i], out_dtype, ck, *job.writer, i, p);
+        write_slice(s, sources[i], out_dtype, ck, *job.writer, i, p, !o.allow_nonfinite);
         job.writer->end_tensor(i);
       });
       for (const StTensor* st : sources[i]) ck.drop_pages(*st);

@@ -22,6 +22,7 @@ struct ConvertOptions {
   int threads = 0;                 ///< 0: min(hardware threads, 8)
   bool force = false;              ///< replace an existing OUT (only if it is a tpshard output or empty)
   bool allow_unused = false;       ///< unknown source tensors are listed, then skipped instead of an error
+  bool allow_nonfinite = false;    ///< convert tensors holding NaN/inf instead of refusing the checkpoint
   bool progress = true;            ///< live progress line on stderr when it is a terminal
   bool hash_source = true;         ///< fingerprint the source files (XXH3 of each)
 };

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
       ->check(tpshard::cli::integer_in_range(0, 256, "0 = min(cores, 8)"));
   convert->add_flag("--force", copt.force, "replace an existing output directory written by tpshard");
   convert->add_flag("--allow-unused", copt.allow_unused, "skip (and list) source tensors the model does not use");
+  convert->add_flag("--allow-nonfinite", copt.allow_nonfinite, "convert tensors holding NaN/inf (refused by default: a corrupt checkpoint)");
   bool no_source_hash = false, quiet = false;
   convert->add_flag("--no-source-hash", no_source_hash, "do not fingerprint the source files (manifest gets 0)");
   convert->add_flag("-q,--quiet", quiet, "no progress line and no summary table");
