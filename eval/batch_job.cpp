@@ -32,6 +32,15 @@ std::string request_fingerprint(const GenerationRequest& r) {
   return hash_to_hex(xxh3_64(text.data(), text.size()));
 }
 
+std::string model_fingerprint(const Manifest& m) {
+  std::string text;
+  for (const auto& [tp_size, shards] : m.shards)
+    for (const ManifestShard& sh : shards)
+      if (sh.table_xxh3)
+        text += "tp" + std::to_string(tp_size) + "/rank" + std::to_string(sh.tp_rank) + ":" + hash_to_hex(*sh.table_xxh3) + "\n";
+  return text.empty() ? std::string() : hash_to_hex(xxh3_64(text.data(), text.size()));
+}
+
 namespace {
 
 /// Why stored `line` is not item's result ("" when it is).
@@ -75,6 +84,20 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   // Every rank reads the same existing output (before anybody writes) so all skip the same ids.
   JsonlContents existing = read_jsonl_results(opts.output_path);
   std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
+  const std::string model_xxh3 = ctx.manifest != nullptr ? model_fingerprint(*ctx.manifest) : std::string();
+  if (!model_xxh3.empty()) {
+    // Results of another model must not be reused: the whole file is refused (lines without the
+    // field, from older files, are not compared).
+    for (size_t l = 0; l < existing.lines.size(); ++l) {
+      const nlohmann::json j = nlohmann::json::parse(existing.lines[l], nullptr, false);
+      auto h = j.is_object() ? j.find("model_xxh3") : j.end();
+      if (h != j.end() && (!h->is_string() || h->get<std::string>() != model_xxh3))
+        throw Error(opts.output_path + ": was made with another model: its result for id " + existing.keys[l] +
+                        " has model_xxh3 " + h->dump() + ", the model " +
+                        (ctx.model_dir.empty() ? std::string("being run") : ctx.model_dir) + " has \"" + model_xxh3 + "\"",
+                    "delete " + opts.output_path + " or choose another --output");
+    }
+  }
   {
     // A stored line under an item's id must be that item's result: different prompts with default ids
     // (line numbers) must not pick up another input's results. Every rank checks alike, before writing.
@@ -140,6 +163,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       nlohmann::ordered_json fields = make_line(i, results[k]);
       for (auto& [key, value] : fields.items())
         if (key != "id") line[key] = value;
+      if (!model_xxh3.empty()) line["model_xxh3"] = model_xxh3;
       line["request_xxh3"] = request_fingerprint(items[i].request);
       lines.push_back(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
     }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/manifest.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 
@@ -30,6 +31,13 @@ struct BatchItem {
 /// resumed job can tell a stored result of another request (other prompt or settings) under the same id.
 std::string request_fingerprint(const GenerationRequest& r);
 
+/// 16 hex digits: XXH3-64 of the manifest's shard table hashes ("tpN/rankR:table_xxh3\n" for every
+/// shard of every tp size, in tp_size then tp_rank order). Each table_xxh3 covers every tensor's data
+/// hash, so another conversion with other weights (or another --dtype) gives another value; the same
+/// converted model gives the same value whichever --tp runs it. Written as "model_xxh3" on each result
+/// line. "" when no shard records a table_xxh3 (a manifest from before it existed): not written.
+std::string model_fingerprint(const Manifest& m);
+
 struct BatchJobOptions {
   std::string label = "generate";   ///< progress prefix
   std::string output_path;          ///< the JSONL results file (appended; resumed when it exists)
@@ -48,7 +56,7 @@ struct BatchJobReport {
   size_t truncated_bytes = 0;  ///< torn tail cut from the output on start
 };
 
-/// Build one output line (a JSON object; run_batch_job puts "id" first and "request_xxh3" last) for a
+/// Build one output line (a JSON object; run_batch_job puts "id" first, "model_xxh3" and "request_xxh3" last) for a
 /// finished item.
 using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const GenerationResult& result)>;
 
@@ -56,11 +64,13 @@ using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const G
 /// in input order), batch_size at a time; each batch's lines are written in input order with one
 /// write + fsync. When every item is done the output is rewritten in input order (lines of ids not in
 /// `items` follow, in their old order), so a resumed run ends with the same file as an uninterrupted one.
+/// Model check: a stored line's "model_xxh3" (when present, and when ctx.manifest gives one) must equal
+/// model_fingerprint(*ctx.manifest); otherwise Error naming the output file: it was made with another model.
 /// Resume check: a stored line of an item's id must have been made for that item's request: its
 /// "request_xxh3" (when present) must equal request_fingerprint(item.request) and each field of
 /// item.expect it holds must be equal; otherwise Error naming the output file and the first such id in
 /// input order (hint: delete the file or choose another --output), before anything is written.
-/// Throws Error on duplicate ids, an unreadable output file, a stored result of another request, or
+/// Throws Error on duplicate ids, an unreadable output file, a stored result of another model or request, or
 /// what generate() throws.
 BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
                              const MakeLine& make_line);
