@@ -21,30 +21,17 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/session.h"
+#include "tests/runtime/cli_run.h"
 
 using namespace std::string_literals;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
+using Run = tpshard::test::CliRun;
 
 /// Runs `prefix tprun args` through the shell; prefix may be "cd DIR && " and/or a privilege drop.
 Run tprun(const std::string& args, const std::string& prefix = "") {
-  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli";
-  std::filesystem::create_directories(dir);
-  const std::string cmd =
-      prefix + std::string(TPSHARD_BIN_DIR) + "/tprun " + args + " >" + dir + "/out.txt 2>" + dir + "/err.txt";
-  const int status = std::system(cmd.c_str());
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  };
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir + "/out.txt"), slurp(dir + "/err.txt")};
+  return tpshard::test::run_tprun(args, std::string(TPSHARD_TEST_OUT_DIR) + "/cli", prefix);
 }
 
 std::string stories_dir() {

@@ -16,27 +16,15 @@
 
 #include "format/error.h"
 #include "runtime/generate.h"
+#include "tests/runtime/cli_run.h"
 
 namespace {
 
-struct PfRun {
-  int code;
-  std::string out, err;
-};
+using PfRun = tpshard::test::CliRun;
 
-std::string pf_slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-/// Runs `tprun args` with the working directory `cwd` (stdout and stderr captured).
+/// Runs `tprun args` with the working directory `cwd` (stdout and stderr captured there).
 PfRun pf_tprun(const std::string& args, const std::string& cwd) {
-  const std::string cmd = "cd " + cwd + " && " + std::string(TPSHARD_BIN_DIR) + "/tprun " + args + " >" + cwd +
-                          "/out.txt 2>" + cwd + "/err.txt";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, pf_slurp(cwd + "/out.txt"), pf_slurp(cwd + "/err.txt")};
+  return tpshard::test::run_tprun(args, cwd, "cd " + cwd + " && ");
 }
 
 /// stories260K (max_position_embeddings 512) converted for tp 1 and 2, its own copy.

@@ -12,27 +12,15 @@
 #include <sstream>
 #include <string>
 
+#include "tests/runtime/cli_run.h"
+
 namespace {
 
-struct UxRun {
-  int code;
-  std::string out, err;
-};
+using UxRun = tpshard::test::CliRun;
 
 /// Runs `env tprun args` through the shell (env: "VAR=value " assignments or empty).
 UxRun run_tprun(const std::string& args, const std::string& env = "") {
-  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux";
-  std::filesystem::create_directories(dir);
-  const std::string cmd =
-      env + std::string(TPSHARD_BIN_DIR) + "/tprun " + args + " >" + dir + "/out.txt 2>" + dir + "/err.txt";
-  const int status = std::system(cmd.c_str());
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  };
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir + "/out.txt"), slurp(dir + "/err.txt")};
+  return tpshard::test::run_tprun(args, std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux", env);
 }
 
 /// stories260K converted for tp 1 and 2 (its own copy: test cases may run in any order).
