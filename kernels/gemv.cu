@@ -1,177 +1,45 @@
-// gemv.cu: the decode-path GEMV with fused bias / beta / activation epilogues (see gemv.cuh).
-// One warp per output row walks the row with 16-byte loads, kLoadsPerLane of them in flight per lane,
-// and accumulates the dot products of all n tokens at once (n is a template parameter, so the
-// accumulators stay in registers). The warp's first batch of weight loads is issued before
-// griddep_wait(): weights are constant, x and y are produced by earlier kernels. The next kernel is
-// released (griddep_launch_dependents) after the warp's last weight batch, before its reduction.
+// gemv.cu: grids, launches and argument checks of the decode-path GEMV (see gemv.cuh); the per-warp
+// row computation is in kernels/gemv_row.cuh. One warp per output row, kWarps rows per block; the
+// weights stream through a per-lane shared-memory FIFO (depth D > 0) or register batches (D == 0).
+// A FIFO block uses kWarps * D * 512 bytes of dynamic shared memory.
 #include "kernels/gemv.cuh"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
-#include "kernels/activation_fn.cuh"
 #include "kernels/common.cuh"
+#include "kernels/gemv_row.cuh"
 #include "kernels/pdl.cuh"
 
 namespace tpshard::cuda {
 namespace {
 
-// Measured on H200 (graphs, stacks of Pythia-1.4B / Llama-7B layers at n 1..8): 4 warps x 4 loads
-// beat 8x8, 8x4, 4x8, 4x2 and 2x4 by 1-10%, and a persistent grid with double-buffered batches.
-constexpr int kWarpsPerBlock = 4;
-constexpr int kLoadsPerLane = 4;  // 16-byte weight loads per lane per batch (over all rows of the warp)
+using gemv_detail::gemv_row_fifo;
+using gemv_detail::gemv_row_registers;
 
-/// 16-byte load of constant data (weights) through the read-only path without allocating in L1, which
-/// keeps L1 for x (read once per row by every warp). volatile: stays ahead of griddep_wait().
-__device__ __forceinline__ uint4 load_weights(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+// Defaults measured on H200 (bench_kernels --only gemv_sweep; docs/BENCHMARKS.md "GEMV weight streaming").
+constexpr int kDefaultWarps = 4;
+constexpr int kDefaultDepth = 8;
 
-/// The 16 bytes v as 16 / sizeof(T) fp32 values, element 0 first (little-endian lanes of each word).
-template <typename T> struct Unpack;
-template <> struct Unpack<float> {
-  static constexpr int kElems = 4;
-  __device__ __forceinline__ static void run(const uint4& v, float (&f)[kElems]) {
-    f[0] = __uint_as_float(v.x);
-    f[1] = __uint_as_float(v.y);
-    f[2] = __uint_as_float(v.z);
-    f[3] = __uint_as_float(v.w);
-  }
-};
-template <> struct Unpack<__half> {
-  static constexpr int kElems = 8;
-  __device__ __forceinline__ static void run(const uint4& v, float (&f)[kElems]) {
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] & 0xffffu)));
-      f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] >> 16)));
-    }
-  }
-};
-template <> struct Unpack<__nv_bfloat16> {
-  static constexpr int kElems = 8;
-  __device__ __forceinline__ static void run(const uint4& v, float (&f)[kElems]) {
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // bf16 is the high half of an fp32: widening is a shift
-      f[2 * i] = __uint_as_float(u[i] << 16);
-      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-  }
-};
-
-/// One output row (GatedAct: its gate and up rows) of a, computed by the calling warp. Weights of the
-/// first batch are loaded before griddep_wait(); x (and x2, y_old) only after it.
-template <typename T, int N, GemvEpilogue E>
-__device__ __forceinline__ void gemv_row(const GemvArgs& a, int row, int lane) {
-  constexpr int kVec = Unpack<T>::kElems;
-  constexpr int kRows = E == GemvEpilogue::GatedAct ? 2 : 1;  // gate row `row` and up row `out + row`
-  constexpr int kUnroll = kLoadsPerLane / kRows;
-  constexpr int kStep = 32 * kUnroll;  // 16-byte chunks of a row per batch of the warp
-  const int nvec = a.in / kVec;  // chunks per row (gemv_supported: in % kVec == 0)
-  const uint4* w[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    w[r] = static_cast<const uint4*>(a.w) + (static_cast<int64_t>(row) + static_cast<int64_t>(r) * a.out) * nvec;
-
-  // Chunk c = base + 32 u + lane: at each u the warp reads 512 contiguous bytes of each row.
-  uint4 wv[kRows][kUnroll];
-  auto load_batch = [&](const uint4* const* ws, int nv, int base) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = base + u * 32 + lane;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) wv[r][u] = c < nv ? load_weights(ws[r] + c) : make_uint4(0, 0, 0, 0);
-    }
-  };
-
-  load_batch(w, nvec, 0);
-  griddep_wait();  // x and y_old are written by the previous kernel(s)
-
-  float acc[kRows][N];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int t = 0; t < N; ++t) acc[r][t] = 0.f;
-
-  // acc += x W^T over one input segment whose first batch is already in wv
-  auto run = [&](const uint4* const* ws, const uint4* x, int nv) {
-    for (int base = 0;;) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = base + u * 32 + lane;
-        if (c < nv) {
-          float wf[kRows][kVec];
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) Unpack<T>::run(wv[r][u], wf[r]);
-#pragma unroll
-          for (int t = 0; t < N; ++t) {
-            float xf[kVec];
-            Unpack<T>::run(x[static_cast<int64_t>(t) * nv + c], xf);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r)
-#pragma unroll
-              for (int e = 0; e < kVec; ++e) acc[r][t] = fmaf(wf[r][e], xf[e], acc[r][t]);
-          }
-        }
-      }
-      base += kStep;
-      if (base >= nv) break;
-      load_batch(ws, nv, base);
-    }
-  };
-  run(w, static_cast<const uint4*>(a.x), nvec);
-  if constexpr (E == GemvEpilogue::None) {
-    if (a.x2) {  // second input segment into the same accumulators
-      const int nvec2 = a.in2 / kVec;
-      const uint4* w2[1] = {static_cast<const uint4*>(a.w2) + static_cast<int64_t>(row) * nvec2};
-      load_batch(w2, nvec2, 0);
-      run(w2, static_cast<const uint4*>(a.x2), nvec2);
-    }
-  }
-
-  // Let the next kernel launch only now: triggered right after griddep_wait(), its blocks sat in
-  // their own wait holding SM slots that this kernel's later blocks needed (tp 2 Llama-7B stack: 83% of
-  // HBM bandwidth with this placement, 76% with the early one).
-  griddep_launch_dependents();
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int t = 0; t < N; ++t) acc[r][t] = warp_sum(acc[r][t]);
-
-  // Every lane holds every sum; lane t finishes token t (N <= 8 < 32).
-  const bool out_f32 = a.out_dtype == DType::F32;
-  const T* bias = static_cast<const T*>(a.bias);
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    if (lane != t) continue;
-    const int64_t yi = static_cast<int64_t>(t) * a.out + row;
-    float v = acc[0][t] + (bias ? to_f32(bias[row]) : 0.f);
-    if (E == GemvEpilogue::None) {
-      if (a.beta != 0.f)
-        v += a.beta * (out_f32 ? static_cast<const float*>(a.y)[yi] : to_f32(static_cast<const T*>(a.y)[yi]));
-    } else if (E == GemvEpilogue::Act) {
-      v = apply_act(v, a.act);
-    } else {
-      const float up = acc[kRows - 1][t] + (bias ? to_f32(bias[a.out + row]) : 0.f);
-      v = apply_act(v, a.act) * up;
-    }
-    if (out_f32) static_cast<float*>(a.y)[yi] = v;
-    else static_cast<T*>(a.y)[yi] = from_f32<T>(v);
+/// The calling warp's output row of `a`, by the streaming of depth D.
+template <typename T, int N, GemvEpilogue E, int D>
+__device__ __forceinline__ void row_by(const GemvArgs& a, int row, int lane, int warp) {
+  if constexpr (D == 0) {
+    gemv_row_registers<T, N, E>(a, row, lane);
+  } else {
+    extern __shared__ uint4 fifo[];
+    gemv_row_fifo<T, N, E, D>(a, row, lane, fifo + warp * D * 32);
   }
 }
 
-/// Grid: ceil(out / kWarpsPerBlock) blocks of kWarpsPerBlock warps; warp -> output row `row`.
-template <typename T, int N, GemvEpilogue E>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_kernel(GemvArgs a) {
-  const int row = blockIdx.x * kWarpsPerBlock + static_cast<int>(threadIdx.x >> 5);
+/// Grid: ceil(out / warps) blocks of `warps` warps (blockDim.x / 32); warp -> output row.
+template <typename T, int N, GemvEpilogue E, int D>
+__global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int row = blockIdx.x * (blockDim.x >> 5) + warp;
   if (row >= a.out) return;  // writes nothing; other warps of the grid wait for the previous kernel
-  gemv_row<T, N, E>(a, row, threadIdx.x & 31);
+  row_by<T, N, E, D>(a, row, threadIdx.x & 31, warp);
 }
 
 /// Two independent products in one launch: blocks [0, blocks0) compute a0, the rest a1.
@@ -180,53 +48,102 @@ struct GemvPairParams {
   int blocks0;
 };
 
-template <typename T, int N, GemvEpilogue E0, GemvEpilogue E1>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_pair_kernel(GemvPairParams p) {
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31;
+template <typename T, int N, int D>
+__global__ void __launch_bounds__(256) gemv_pair_kernel(GemvPairParams p) {
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   if (static_cast<int>(blockIdx.x) < p.blocks0) {
-    const int row = blockIdx.x * kWarpsPerBlock + warp;
-    if (row < p.a0.out) gemv_row<T, N, E0>(p.a0, row, lane);
+    const int row = blockIdx.x * warps + warp;
+    if (row < p.a0.out) row_by<T, N, GemvEpilogue::None, D>(p.a0, row, lane, warp);
   } else {
-    const int row = (blockIdx.x - p.blocks0) * kWarpsPerBlock + warp;
-    if (row < p.a1.out) gemv_row<T, N, E1>(p.a1, row, lane);
+    const int row = (blockIdx.x - p.blocks0) * warps + warp;
+    if (row < p.a1.out) row_by<T, N, GemvEpilogue::Act, D>(p.a1, row, lane, warp);
   }
 }
 
-template <typename T, int N>
-cudaError_t launch_pair(const GemvArgs& a0, const GemvArgs& a1, cudaStream_t stream) {
-  GemvPairParams p{a0, a1, (a0.out + kWarpsPerBlock - 1) / kWarpsPerBlock};
-  const unsigned blocks = static_cast<unsigned>(p.blocks0 + (a1.out + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return launch_pdl(gemv_pair_kernel<T, N, GemvEpilogue::None, GemvEpilogue::Act>, dim3(blocks),
-                    dim3(kWarpsPerBlock * 32), 0, stream, p);
+/// The tuning a launch uses: `t` with its defaults filled in.
+GemvTuning resolve(const GemvTuning& t) {
+  static const int default_depth = std::getenv("TPSHARD_GEMV_V1") ? 0 : kDefaultDepth;
+  GemvTuning r = t;
+  if (r.fifo_depth < 0) r.fifo_depth = default_depth;
+  if (r.warps_per_block == 0) r.warps_per_block = kDefaultWarps;
+  return r;
 }
 
-template <typename T, int N, GemvEpilogue E>
-cudaError_t launch(const GemvArgs& a, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((a.out + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return launch_pdl(gemv_kernel<T, N, E>, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, a);
+/// Dynamic shared memory of a block: every warp's FIFO (D slots of 32 lanes x 16 bytes).
+size_t smem_bytes(const GemvTuning& t) { return static_cast<size_t>(t.warps_per_block) * t.fifo_depth * 32 * 16; }
+
+/// Allow a FIFO kernel the largest dynamic shared memory a tuning asks for (8 warps x depth 16) and
+/// prefer shared memory over L1 (the FIFO blocks are limited by it; L1 only holds x).
+template <typename K>
+cudaError_t configure_fifo(K* kernel) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 8 * 16 * 32 * 16);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  return e;
 }
 
-template <typename T, GemvEpilogue E>
-cudaError_t launch_n(const GemvArgs& a, cudaStream_t stream) {
+template <typename T, int N, GemvEpilogue E, int D>
+cudaError_t launch(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
+  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_kernel<T, N, E, D>) : cudaSuccess;
+  if (configured != cudaSuccess) return configured;
+  const unsigned blocks = static_cast<unsigned>((a.out + t.warps_per_block - 1) / t.warps_per_block);
+  return launch_pdl(gemv_kernel<T, N, E, D>, dim3(blocks), dim3(t.warps_per_block * 32), smem_bytes(t), stream, a);
+}
+
+template <typename T, int N, int D>
+cudaError_t launch_pair(const GemvArgs& a0, const GemvArgs& a1, const GemvTuning& t, cudaStream_t stream) {
+  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_pair_kernel<T, N, D>) : cudaSuccess;
+  if (configured != cudaSuccess) return configured;
+  const int w = t.warps_per_block;
+  GemvPairParams p{a0, a1, (a0.out + w - 1) / w};
+  const unsigned blocks = static_cast<unsigned>(p.blocks0 + (a1.out + w - 1) / w);
+  return launch_pdl(gemv_pair_kernel<T, N, D>, dim3(blocks), dim3(w * 32), smem_bytes(t), stream, p);
+}
+
+template <typename T, GemvEpilogue E, int D>
+cudaError_t launch_n(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
   switch (a.n) {
-    case 1: return launch<T, 1, E>(a, stream);
-    case 2: return launch<T, 2, E>(a, stream);
-    case 3: return launch<T, 3, E>(a, stream);
-    case 4: return launch<T, 4, E>(a, stream);
-    case 5: return launch<T, 5, E>(a, stream);
-    case 6: return launch<T, 6, E>(a, stream);
-    case 7: return launch<T, 7, E>(a, stream);
-    case 8: return launch<T, 8, E>(a, stream);
+    case 1: return launch<T, 1, E, D>(a, t, stream);
+    case 2: return launch<T, 2, E, D>(a, t, stream);
+    case 3: return launch<T, 3, E, D>(a, t, stream);
+    case 4: return launch<T, 4, E, D>(a, t, stream);
+    case 5: return launch<T, 5, E, D>(a, t, stream);
+    case 6: return launch<T, 6, E, D>(a, t, stream);
+    case 7: return launch<T, 7, E, D>(a, t, stream);
+    case 8: return launch<T, 8, E, D>(a, t, stream);
   }
   return cudaErrorInvalidValue;  // unreachable: gemv_supported checked n
 }
 
-template <typename T>
-cudaError_t launch_epilogue(const GemvArgs& a, cudaStream_t stream) {
+template <typename T, int D>
+cudaError_t launch_epilogue(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
   switch (a.epilogue) {
-    case GemvEpilogue::None: return launch_n<T, GemvEpilogue::None>(a, stream);
-    case GemvEpilogue::Act: return launch_n<T, GemvEpilogue::Act>(a, stream);
-    case GemvEpilogue::GatedAct: return launch_n<T, GemvEpilogue::GatedAct>(a, stream);
+    case GemvEpilogue::None: return launch_n<T, GemvEpilogue::None, D>(a, t, stream);
+    case GemvEpilogue::Act: return launch_n<T, GemvEpilogue::Act, D>(a, t, stream);
+    case GemvEpilogue::GatedAct: return launch_n<T, GemvEpilogue::GatedAct, D>(a, t, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t launch_depth(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
+  switch (t.fifo_depth) {
+    case 0: return launch_epilogue<T, 0>(a, t, stream);
+    case 4: return launch_epilogue<T, 4>(a, t, stream);
+    case 8: return launch_epilogue<T, 8>(a, t, stream);
+    case 16: return launch_epilogue<T, 16>(a, t, stream);
+  }
+  return cudaErrorInvalidValue;  // unreachable: gemv_supported checked the tuning
+}
+
+template <typename T>
+cudaError_t launch_pair_depth(const GemvArgs& a0, const GemvArgs& a1, const GemvTuning& t, cudaStream_t stream) {
+  const bool one = a0.n == 1;
+  switch (t.fifo_depth) {
+    case 0: return one ? launch_pair<T, 1, 0>(a0, a1, t, stream) : launch_pair<T, 2, 0>(a0, a1, t, stream);
+    case 4: return one ? launch_pair<T, 1, 4>(a0, a1, t, stream) : launch_pair<T, 2, 4>(a0, a1, t, stream);
+    case 8: return one ? launch_pair<T, 1, 8>(a0, a1, t, stream) : launch_pair<T, 2, 8>(a0, a1, t, stream);
+    case 16: return one ? launch_pair<T, 1, 16>(a0, a1, t, stream) : launch_pair<T, 2, 16>(a0, a1, t, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -250,6 +167,9 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
     if (!aligned16(a.x2) || !aligned16(a.w2)) return "x2 or w2 is not 16-byte aligned";
   }
   if (a.epilogue != GemvEpilogue::None && a.beta != 0.f) return "beta != 0 with an activation epilogue";
+  const int d = a.tuning.fifo_depth, w = a.tuning.warps_per_block;
+  if (d != -1 && d != 0 && d != 4 && d != 8 && d != 16) return "tuning.fifo_depth is not -1, 0, 4, 8 or 16";
+  if (w != 0 && w != 2 && w != 4 && w != 8) return "tuning.warps_per_block is not 0, 2, 4 or 8";
   return nullptr;
 }
 
@@ -261,17 +181,14 @@ void gemv(const GemvArgs& a, cudaStream_t stream) {
                     " out=" + std::to_string(a.out) + " in=" + std::to_string(a.in) + " " + dtype_name(a.dtype) +
                     "->" + dtype_name(a.out_dtype) + ")",
                 "check gemv_supported() first and fall back to Gemm::linear + bias_add / activation");
+  const GemvTuning t = resolve(a.tuning);
   cudaError_t e = cudaErrorInvalidValue;
-  TPS_DISPATCH_DTYPE(a.dtype, T, e = launch_epilogue<T>(a, stream));
+  TPS_DISPATCH_DTYPE(a.dtype, T, e = launch_depth<T>(a, t, stream));
   if (e != cudaSuccess)
     throw Error(std::string("kernels/gemv: launch failed: ") + cudaGetErrorString(e) + " (n=" + std::to_string(a.n) +
                     " out=" + std::to_string(a.out) + " in=" + std::to_string(a.in) + ")",
                 "run with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the faulting kernel");
 }
-
-}  // namespace tpshard::cuda
-
-namespace tpshard::cuda {
 
 const char* gemv_pair_unsupported_reason(const GemvArgs& a0, const GemvArgs& a1) {
   if (const char* why = gemv_unsupported_reason(a0)) return why;
@@ -288,8 +205,9 @@ void gemv_pair(const GemvArgs& a0, const GemvArgs& a1, cudaStream_t stream) {
   if (const char* why = gemv_pair_unsupported_reason(a0, a1))
     throw Error(std::string("kernels/gemv_pair: unsupported arguments: ") + why,
                 "check gemv_pair_unsupported_reason() first and launch the two products separately");
+  const GemvTuning t = resolve(a0.tuning);
   cudaError_t e = cudaErrorInvalidValue;
-  TPS_DISPATCH_DTYPE(a0.dtype, T, e = a0.n == 1 ? launch_pair<T, 1>(a0, a1, stream) : launch_pair<T, 2>(a0, a1, stream));
+  TPS_DISPATCH_DTYPE(a0.dtype, T, e = launch_pair_depth<T>(a0, a1, t, stream));
   if (e != cudaSuccess)
     throw Error(std::string("kernels/gemv_pair: launch failed: ") + cudaGetErrorString(e),
                 "run with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the faulting kernel");

@@ -16,6 +16,15 @@ enum class GemvEpilogue {
   GatedAct,  ///< y = act(gate + b_gate) * (up + b_up), W holds 2*out rows (gate rows, then up rows)
 };
 
+/// How the decode GEMV streams its weights (kernels/gemv_row.cuh). The defaults are what measured
+/// fastest on H200 (bench_kernels --only gemv_sweep, docs/BENCHMARKS.md); other values exist for the
+/// tests and that sweep. Every setting gives bit-identical results.
+struct GemvTuning {
+  int fifo_depth = -1;      ///< 16-byte chunks in flight per lane (shared-memory FIFO): 4, 8 or 16; 0 = register
+                            ///< batches (the session-2 kernel); -1 = the default (0 when TPSHARD_GEMV_V1 is set)
+  int warps_per_block = 0;  ///< 2, 4 or 8 warps (one output row each) per block; 0 = the default
+};
+
 struct GemvArgs {
   const void* x = nullptr;    ///< [n, in] row-major of dtype, device, 16-byte aligned
   const void* w = nullptr;    ///< [rows, in] row-major of dtype, 16-byte aligned; rows = out, or 2*out for
@@ -37,6 +46,7 @@ struct GemvArgs {
   const void* w2 = nullptr;
   int in2 = 0;
   Activation act = Activation::Silu;  ///< for Act / GatedAct (kernels/activation_fn.cuh definitions)
+  GemvTuning tuning;                  ///< weight streaming; gemv_pair uses a0's
 };
 
 /// The largest n gemv() takes (decode graph buckets 1, 2, 4, 8).
@@ -44,7 +54,8 @@ constexpr int kGemvMaxTokens = 8;
 
 /// Why gemv() cannot take these arguments, or nullptr when it can: 1 <= n <= kGemvMaxTokens, 1 <= out <= 2^30,
 /// in >= 1 and a multiple of the vector width (8 elements for f16/bf16, 4 for f32), x/w/y non-null,
-/// x and w 16-byte aligned, out_dtype == dtype or F32, beta == 0 unless the epilogue is None.
+/// x and w 16-byte aligned, out_dtype == dtype or F32, beta == 0 unless the epilogue is None, tuning
+/// values among those GemvTuning lists.
 const char* gemv_unsupported_reason(const GemvArgs& a);
 
 /// True when gemv() handles these arguments (gemv_unsupported_reason(a) == nullptr). The caller falls
@@ -54,8 +65,9 @@ bool gemv_supported(const GemvArgs& a);
 /// Enqueue y = epilogue(x W^T + b) on stream, launched with launch_pdl (capturable in CUDA graphs).
 /// fp32 accumulation; bias, beta * y_old and the activation in fp32; ONE rounding to out_dtype at the
 /// end (cuBLASLt + bias_add/activation round twice: results differ from that path by about 1 ulp).
-/// One warp per output row (GatedAct: the gate and up rows of one output), 16-byte weight loads, the
-/// first batch of them issued before griddep_wait(); nothing is read from x / y or written before it.
+/// One warp per output row (GatedAct: the gate and up rows of one output), 16-byte weight chunks, the
+/// first fifo_depth x 512 bytes of each row requested before griddep_wait(); nothing is read from x / y
+/// or written before it.
 /// Throws Error when !gemv_supported(a) or the launch fails.
 void gemv(const GemvArgs& a, cudaStream_t stream);
 

@@ -209,6 +209,9 @@ def main():
                     help="also run the GPT-NeoX-20B rows with smaller NCCL buffer settings (memory table)")
     ap.add_argument("--ablations", action="store_true",
                     help="also time batch-1 rows with each decode optimization switched off (second table)")
+    ap.add_argument("--only-ablations", default="",
+                    help="comma-separated environment variables: run only the ablations that set one of them")
+    ap.add_argument("--batches", default="", help="comma-separated subset of the batch sizes 1,48 (default: all)")
     args = ap.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
@@ -225,6 +228,9 @@ def main():
     if args.shapes:
         keep = set(args.shapes.split(","))
         rows = [r for r in rows if r[0] in keep]
+    if args.batches:
+        keep_b = {int(b) for b in args.batches.split(",")}
+        rows = [r for r in rows if r[3] in keep_b]
     print("| model shape | layers | dtype | tp | batch | prompt | new | ours prefill tok/s | ours decode tok/s | "
           "ours ms/step | eff. GB/s | % of copy BW | peak GiB/GPU | weights+kv GiB/GPU | HF prefill tok/s | "
           "HF decode tok/s | HF ms/step | decode speedup |")
@@ -312,6 +318,7 @@ ABLATIONS = [
     ("all on", {}, 1),
     ("no decode lookahead (host round trip between steps)", {"TPSHARD_NO_LOOKAHEAD": "1"}, 1),
     ("previous decode attention kernel", {"TPSHARD_ATTN_V1": "1"}, 1),
+    ("session-2 GEMV (register batches, no shared-memory FIFO)", {"TPSHARD_GEMV_V1": "1"}, 1),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
     ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
 ]
@@ -328,8 +335,9 @@ def ablations(args, rows, results, copy_bw, ngpu):
         for tp in tps:
             if tp > ngpu:
                 continue
+            only = set(filter(None, args.only_ablations.split(",")))
             for name, env, min_tp in ABLATIONS:
-                if tp < min_tp:
+                if tp < min_tp or (only and env and not only & set(env)):
                     continue
                 try:
                     o = results.get((shape, layers, tp, batch, plen, new)) if not env else \

@@ -37,14 +37,8 @@ run_logged() {  # run_logged NAME CMD...: runs, appends output to the log, retur
   return $rc
 }
 
-# Shared libraries the binaries need that the loader does not find (e.g. libnccl.so.2 / libcublasLt.so.13
-# only inside the Python wheels): add the directories that hold them to LD_LIBRARY_PATH.
-for lib in $(ldd "$BIN/tprun" 2>/dev/null | awk '/not found/ {print $1}'); do
-  for d in "$BUILD/lib" /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-           $(python3 -c 'import sys, glob; print(" ".join(sorted({d for p in sys.path for d in glob.glob(p + "/nvidia/*/lib")})))' 2>/dev/null); do
-    if [ -e "$d/$lib" ]; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
-  done
-done
+# Shared libraries the binaries need that the loader does not find: add their directories.
+source "$REPO/scripts/gpu_libs.sh" "$BUILD"
 
 NGPU=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 {

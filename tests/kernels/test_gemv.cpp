@@ -537,3 +537,121 @@ TEST_CASE("gemv / gemv_pair: argument limits of the second segment and of the pa
   CHECK(cuda::gemv_pair_unsupported_reason(a, upb) != nullptr);  // same dtype
   CHECK_THROWS_AS(cuda::gemv_pair(up, a, nullptr), Error);
 }
+
+TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-identical to the default") {
+  // The default (shared-memory FIFO) is checked against the CPU reference above; every other tuning,
+  // the register-batch kernel (fifo_depth 0) included, must produce the same bytes.
+  std::mt19937 rng(23);
+  Stream stream;
+  const cuda::GemvTuning tunings[] = {{0, 4}, {0, 2}, {4, 2}, {4, 4}, {8, 4}, {8, 8}, {16, 2}, {16, 4}, {16, 8}};
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    struct Shape { int out, in, in2; };
+    for (Shape sh : {Shape{33, 40, 0}, Shape{3, 136, 4104}, Shape{2050, 4104, 0}, Shape{517, 2056, 520}}) {
+      const Vec w = random_weights(static_cast<size_t>(2) * sh.out * sh.in, sh.in, t, rng);
+      const Vec w2 = random_weights(static_cast<size_t>(sh.out) * std::max(sh.in2, 8), sh.in + sh.in2, t, rng);
+      const Vec bias = random_vec(static_cast<size_t>(2) * sh.out, -0.5, 0.5, t, rng);
+      Buf d_w = upload(w, t), d_w2 = upload(w2, t), d_bias = upload(bias, t);
+      for (int n : {1, 3, 8}) {
+        const Vec x = random_vec(static_cast<size_t>(n) * sh.in, -1, 1, t, rng);
+        const Vec x2 = random_vec(static_cast<size_t>(n) * std::max(sh.in2, 8), -1, 1, t, rng);
+        const Vec y0 = random_vec(static_cast<size_t>(n) * sh.out, -1, 1, t, rng);
+        Buf d_x = upload(x, t), d_x2 = upload(x2, t);
+        for (auto e : {cuda::GemvEpilogue::None, cuda::GemvEpilogue::Act, cuda::GemvEpilogue::GatedAct}) {
+          cuda::GemvArgs a;
+          a.x = d_x->ptr;
+          a.w = d_w->ptr;
+          a.n = n;
+          a.out = sh.out;
+          a.in = sh.in;
+          a.dtype = a.out_dtype = t;
+          a.epilogue = e;
+          a.act = Activation::Gelu;
+          a.bias = d_bias->ptr;
+          if (e == cuda::GemvEpilogue::None) {
+            a.beta = 1.f;
+            if (sh.in2 > 0) {
+              a.x2 = d_x2->ptr;
+              a.w2 = d_w2->ptr;
+              a.in2 = sh.in2;
+            }
+          }
+          const Vec want = run_gemv(a, y0, stream.s);
+          for (const cuda::GemvTuning& tu : tunings) {
+            cuda::GemvArgs b = a;
+            b.tuning = tu;
+            const Vec got = run_gemv(b, y0, stream.s);
+            const std::string what = "gemv epilogue " + std::to_string(static_cast<int>(e)) + " " +
+                                     shape_name(t, n, sh.out, sh.in) + " in2 " + std::to_string(a.in2) + " depth " +
+                                     std::to_string(tu.fifo_depth) + " warps " + std::to_string(tu.warps_per_block);
+            REQUIRE(got.size() == want.size());
+            size_t diff = 0;
+            for (size_t k = 0; k < got.size(); ++k) diff += got[k] != want[k];
+            INFO(what);
+            CHECK(diff == 0);
+          }
+        }
+        if (n > 2) continue;
+        // the pair: QKV-like None (+bias) and MLP-up-like Act (+bias) products
+        cuda::GemvArgs p0;
+        p0.x = d_x->ptr;
+        p0.w = d_w->ptr;
+        p0.bias = d_bias->ptr;
+        p0.n = n;
+        p0.out = sh.out;
+        p0.in = sh.in;
+        p0.dtype = p0.out_dtype = t;
+        cuda::GemvArgs p1 = p0;
+        p1.w = static_cast<const char*>(d_w->ptr) + static_cast<size_t>(sh.out) * sh.in * dtype_size(t);
+        p1.out = sh.out;
+        p1.epilogue = cuda::GemvEpilogue::Act;
+        p1.act = Activation::Gelu;
+        Buf d_y0 = upload(Vec(static_cast<size_t>(n) * sh.out, 0.0), t);
+        Buf d_y1 = upload(Vec(static_cast<size_t>(n) * sh.out, 0.0), t);
+        p0.y = d_y0->ptr;
+        p1.y = d_y1->ptr;
+        cuda::gemv_pair(p0, p1, stream.s);
+        const Vec want0 = download(d_y0->ptr, static_cast<size_t>(n) * sh.out, t);
+        const Vec want1 = download(d_y1->ptr, static_cast<size_t>(n) * sh.out, t);
+        for (const cuda::GemvTuning& tu : tunings) {
+          cuda::GemvArgs q0 = p0, q1 = p1;
+          q0.tuning = tu;
+          cuda::gemv_pair(q0, q1, stream.s);
+          const Vec got0 = download(d_y0->ptr, want0.size(), t), got1 = download(d_y1->ptr, want1.size(), t);
+          size_t diff = 0;
+          for (size_t k = 0; k < got0.size(); ++k) diff += (got0[k] != want0[k]) + (got1[k] != want1[k]);
+          INFO("gemv_pair " << shape_name(t, n, sh.out, sh.in) << " depth " << tu.fifo_depth << " warps "
+                            << tu.warps_per_block);
+          CHECK(diff == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemv_supported: tuning values" * doctest::test_suite("host")) {
+  static uint4 buf[64];
+  cuda::GemvArgs a;
+  a.x = a.w = buf;
+  a.y = buf;
+  a.n = 1;
+  a.out = 4;
+  a.in = 16;
+  a.dtype = a.out_dtype = DType::F16;
+  for (int d : {-1, 0, 4, 8, 16}) {
+    a.tuning.fifo_depth = d;
+    CHECK(cuda::gemv_supported(a));
+  }
+  for (int d : {-2, 1, 2, 3, 5, 32}) {
+    a.tuning.fifo_depth = d;
+    CHECK_FALSE(cuda::gemv_supported(a));
+  }
+  a.tuning.fifo_depth = -1;
+  for (int w : {0, 2, 4, 8}) {
+    a.tuning.warps_per_block = w;
+    CHECK(cuda::gemv_supported(a));
+  }
+  for (int w : {-1, 1, 3, 16}) {
+    a.tuning.warps_per_block = w;
+    CHECK_FALSE(cuda::gemv_supported(a));
+  }
+}

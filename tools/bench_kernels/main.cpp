@@ -1,5 +1,6 @@
 // bench_kernels: time the decode-path building blocks on H200-class GPUs, so that the generation
 // benchmark's step times can be explained by measurement (issue 7):
+//   0. (gemv_sweep.cpp) the GEMV's weight-streaming tunings on whole decode layers;
 //   1. every linear layer of Pythia-1.4B (fp16) and Llama-7B (bf16, tp 1 and tp 2 shards) at 1 and 4
 //      tokens, through the decode GEMV and through cuBLASLt + the separate epilogue kernels; weights
 //      rotate over enough copies (>= 512 MiB) that L2 never holds them; calls are captured in a CUDA
@@ -9,7 +10,7 @@
 //      tiled kernel (TPSHARD_ATTN_V1) next to the decode kernel, batch 1 and 48, contexts 32..4096;
 //   3. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
 //      graph, both ranks replaying together.
-// Usage: bench_kernels [--only linear|pieces|all_reduce]. Prints markdown tables; the copy bandwidth it
+// Usage: bench_kernels [--only linear|gemv_sweep|pieces|all_reduce]. Prints markdown tables; the copy bandwidth it
 // compares against is a device-to-device cudaMemcpy (read + write bytes / s) of 1 GiB.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -32,6 +33,8 @@
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/nccl_comm.h"
+#include "tools/bench_kernels/gemv_sweep.h"
+#include "tools/bench_kernels/graph_timer.h"
 #include "tools/copy_bandwidth.h"
 
 using namespace tpshard;
@@ -50,35 +53,6 @@ struct Shape {
   float beta;
   DType out_dtype;
 };
-
-/// Microseconds per call of `enqueue(i)` for i = 0..calls-1, captured in one graph and replayed `reps` times.
-template <typename F>
-double time_graph_us(cudaStream_t s, int calls, int reps, F enqueue) {
-  for (int i = 0; i < calls; ++i) enqueue(i);  // eager once: cuBLASLt plans, warm-up
-  TPS_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  TPS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) enqueue(i);
-  TPS_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  TPS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  TPS_CUDA_CHECK(cudaGraphLaunch(ge, s));
-  TPS_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0, s);
-  for (int r = 0; r < reps; ++r) TPS_CUDA_CHECK(cudaGraphLaunch(ge, s));
-  cudaEventRecord(e1, s);
-  TPS_CUDA_CHECK(cudaEventSynchronize(e1));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return 1e3 * ms / (static_cast<double>(reps) * calls);
-}
 
 void bench_linear() {
   TPS_CUDA_CHECK(cudaSetDevice(0));
@@ -381,7 +355,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_kernels [--only linear|pieces|all_reduce]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--only linear|gemv_sweep|pieces|all_reduce]\n");
       return 2;
     }
   }
@@ -392,6 +366,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (only.empty() || only == "linear") bench_linear();
+    if (only.empty() || only == "gemv_sweep") bench_gemv_sweep();
     if (only.empty() || only == "pieces") bench_pieces();
     if (only.empty() || only == "all_reduce") bench_all_reduce();
   } catch (const Error& e) {
