@@ -5,6 +5,7 @@
 #include "kernels/gemv.cuh"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -18,9 +19,9 @@ namespace {
 using gemv_detail::gemv_row_fifo;
 using gemv_detail::gemv_row_registers;
 
-// Defaults measured on H200 (bench_kernels --only gemv_sweep; docs/BENCHMARKS.md "GEMV weight streaming").
+// Defaults of GemvTuning; what the transformer uses is gemv_tuning_for().
 constexpr int kDefaultWarps = 4;
-constexpr int kDefaultDepth = 8;
+constexpr int kDefaultDepth = 0;
 
 /// The calling warp's output row of `a`, by the streaming of depth D.
 template <typename T, int N, GemvEpilogue E, int D>
@@ -62,9 +63,8 @@ __global__ void __launch_bounds__(256) gemv_pair_kernel(GemvPairParams p) {
 
 /// The tuning a launch uses: `t` with its defaults filled in.
 GemvTuning resolve(const GemvTuning& t) {
-  static const int default_depth = std::getenv("TPSHARD_GEMV_V1") ? 0 : kDefaultDepth;
   GemvTuning r = t;
-  if (r.fifo_depth < 0) r.fifo_depth = default_depth;
+  if (r.fifo_depth < 0) r.fifo_depth = kDefaultDepth;
   if (r.warps_per_block == 0) r.warps_per_block = kDefaultWarps;
   return r;
 }
@@ -174,6 +174,48 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
 }
 
 bool gemv_supported(const GemvArgs& a) { return gemv_unsupported_reason(a) == nullptr; }
+
+namespace {
+
+/// The two tunings of gemv_tuning_for, from the environment (see gemv.cuh).
+struct GemvPolicy {
+  GemvTuning after_short, after_gemv;
+  GemvPolicy() {
+    GemvTuning fifo{4, 4}, regs{0, 4};
+    if (const char* f = std::getenv("TPSHARD_GEMV_FIFO")) {
+      GemvArgs probe;  // validate through gemv_unsupported_reason's tuning checks
+      probe.x = probe.w = probe.y = reinterpret_cast<void*>(16);
+      probe.n = probe.out = 1;
+      probe.in = 8;
+      probe.dtype = probe.out_dtype = DType::F16;
+      char extra = 0;
+      if (std::sscanf(f, "%d,%d%c", &fifo.fifo_depth, &fifo.warps_per_block, &extra) != 2 || fifo.fifo_depth < 1 ||
+          (probe.tuning = fifo, !gemv_supported(probe)))
+        throw Error(std::string("TPSHARD_GEMV_FIFO=") + f + " is not DEPTH,WARPS with DEPTH 4, 8 or 16 and WARPS 2, 4 or 8",
+                    "unset TPSHARD_GEMV_FIFO or set it to e.g. 4,4");
+    }
+    const char* p = std::getenv("TPSHARD_GEMV_POLICY");
+    const std::string policy = p ? p : "mixed";
+    if (policy == "mixed") {
+      after_short = fifo;
+      after_gemv = regs;
+    } else if (policy == "fifo") {
+      after_short = after_gemv = fifo;
+    } else if (policy == "registers") {
+      after_short = after_gemv = regs;
+    } else {
+      throw Error("TPSHARD_GEMV_POLICY=" + policy + " is not registers, fifo or mixed",
+                  "unset TPSHARD_GEMV_POLICY (the default is mixed)");
+    }
+  }
+};
+
+}  // namespace
+
+GemvTuning gemv_tuning_for(GemvPlacement p) {
+  static const GemvPolicy policy;
+  return p == GemvPlacement::AfterShortKernel ? policy.after_short : policy.after_gemv;
+}
 
 void gemv(const GemvArgs& a, cudaStream_t stream) {
   if (const char* why = gemv_unsupported_reason(a))

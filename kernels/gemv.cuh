@@ -16,14 +16,24 @@ enum class GemvEpilogue {
   GatedAct,  ///< y = act(gate + b_gate) * (up + b_up), W holds 2*out rows (gate rows, then up rows)
 };
 
-/// How the decode GEMV streams its weights (kernels/gemv_row.cuh). The defaults are what measured
-/// fastest on H200 (bench_kernels --only gemv_sweep, docs/BENCHMARKS.md); other values exist for the
-/// tests and that sweep. Every setting gives bit-identical results.
+/// How the decode GEMV streams its weights (kernels/gemv_row.cuh). Every setting gives bit-identical
+/// results; bench_kernels --only gemv_sweep times them (docs/BENCHMARKS.md "GEMV weight streaming").
 struct GemvTuning {
   int fifo_depth = -1;      ///< 16-byte chunks in flight per lane (shared-memory FIFO): 4, 8 or 16; 0 = register
-                            ///< batches (the session-2 kernel); -1 = the default (0 when TPSHARD_GEMV_V1 is set)
-  int warps_per_block = 0;  ///< 2, 4 or 8 warps (one output row each) per block; 0 = the default
+                            ///< batches (fastest for a GEMV that follows a GEMV); -1 = the default, 0
+  int warps_per_block = 0;  ///< 2, 4 or 8 warps (one output row each) per block; 0 = the default, 4
 };
+
+/// Where a decode GEMV sits in the step: right after a short latency-bound kernel (add_norm, attention,
+/// all_reduce + add_norm), whose run time the FIFO's deep prefetch before griddep_wait() can cover, or
+/// right after another GEMV (or anywhere else).
+enum class GemvPlacement { AfterShortKernel, AfterGemv };
+
+/// The tuning the transformer uses at placement p. Policy "mixed" (default): the FIFO (depth 4, 4
+/// warps) after short kernels, register batches after GEMVs. Environment, read once (A/B timing):
+/// TPSHARD_GEMV_POLICY=registers|fifo|mixed, TPSHARD_GEMV_FIFO=DEPTH,WARPS (e.g. 8,8).
+/// Throws Error on a malformed value.
+GemvTuning gemv_tuning_for(GemvPlacement p);
 
 struct GemvArgs {
   const void* x = nullptr;    ///< [n, in] row-major of dtype, device, 16-byte aligned

@@ -1,10 +1,10 @@
 // gemv_row.cuh: the per-warp body of the decode GEMV (kernels/gemv.cu): one warp computes one output
 // row (GatedAct: its gate and up rows) for all n tokens. Two ways to stream the weights:
-//   - gemv_row_fifo (default): every lane keeps a FIFO of D 16-byte chunks in shared memory, filled with
+//   - gemv_row_fifo (fifo_depth D > 0): every lane keeps a FIFO of D 16-byte chunks in shared memory, filled with
 //     cp.async (Ampere+ asynchronous copy, no registers held while in flight). All D chunks of a lane
 //     are requested before griddep_wait(), so a warp whose row fits (D x 512 bytes) has its whole row in
 //     flight while the previous kernel still runs; later chunks are requested as earlier ones are used.
-//   - gemv_row_registers (depth 0, session 2's kernel): batches of kLoadsPerLane 16-byte loads into
+//   - gemv_row_registers (depth 0, the default; session 2's kernel): batches of kLoadsPerLane 16-byte loads into
 //     registers, one batch in flight at a time per warp.
 // Both accumulate in fp32 in the same order per lane (chunk c = 32 k + lane, elements in order) and
 // finish with the same warp reduction and epilogue, so their results are bit-identical.

@@ -318,7 +318,10 @@ ABLATIONS = [
     ("all on", {}, 1),
     ("no decode lookahead (host round trip between steps)", {"TPSHARD_NO_LOOKAHEAD": "1"}, 1),
     ("previous decode attention kernel", {"TPSHARD_ATTN_V1": "1"}, 1),
-    ("session-2 GEMV (register batches, no shared-memory FIFO)", {"TPSHARD_GEMV_V1": "1"}, 1),
+    ("GEMV: register batches everywhere (session 2)", {"TPSHARD_GEMV_POLICY": "registers"}, 1),
+    ("GEMV: FIFO (depth 4, 4 warps) everywhere", {"TPSHARD_GEMV_POLICY": "fifo"}, 1),
+    ("GEMV: FIFO depth 8, 4 warps after short kernels", {"TPSHARD_GEMV_FIFO": "8,4"}, 1),
+    ("GEMV: FIFO depth 8, 8 warps after short kernels", {"TPSHARD_GEMV_FIFO": "8,8"}, 1),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
     ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
 ]

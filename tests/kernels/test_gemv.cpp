@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -539,8 +540,8 @@ TEST_CASE("gemv / gemv_pair: argument limits of the second segment and of the pa
 }
 
 TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-identical to the default") {
-  // The default (shared-memory FIFO) is checked against the CPU reference above; every other tuning,
-  // the register-batch kernel (fifo_depth 0) included, must produce the same bytes.
+  // The default (register batches) is checked against the CPU reference above; every other tuning,
+  // the shared-memory FIFO of every depth and block size, must produce the same bytes.
   std::mt19937 rng(23);
   Stream stream;
   const cuda::GemvTuning tunings[] = {{0, 4}, {0, 2}, {4, 2}, {4, 4}, {8, 4}, {8, 8}, {16, 2}, {16, 4}, {16, 8}};
@@ -653,5 +654,13 @@ TEST_CASE("gemv_supported: tuning values" * doctest::test_suite("host")) {
   for (int w : {-1, 1, 3, 16}) {
     a.tuning.warps_per_block = w;
     CHECK_FALSE(cuda::gemv_supported(a));
+  }
+  // the transformer's policy (no TPSHARD_GEMV_* in the test environment): FIFO 4x4 after short kernels
+  if (!std::getenv("TPSHARD_GEMV_POLICY") && !std::getenv("TPSHARD_GEMV_FIFO")) {
+    const cuda::GemvTuning s = cuda::gemv_tuning_for(cuda::GemvPlacement::AfterShortKernel);
+    const cuda::GemvTuning g = cuda::gemv_tuning_for(cuda::GemvPlacement::AfterGemv);
+    CHECK(s.fifo_depth == 4);
+    CHECK(s.warps_per_block == 4);
+    CHECK(g.fifo_depth == 0);
   }
 }

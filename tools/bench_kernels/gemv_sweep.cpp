@@ -2,6 +2,7 @@
 #include "tools/bench_kernels/gemv_sweep.h"
 
 #include <algorithm>
+#include <utility>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ struct LayerShape {
   std::vector<Op> ops;
 };
 
+std::string name(const GemvTuning& t) {
+  return t.fifo_depth == 0 ? "registers" : "fifo " + std::to_string(t.fifo_depth) + "x" + std::to_string(t.warps_per_block);
+}
+
 double busy_us(const LayerShape& l) {
   double us = 0;
   for (const Op& op : l.ops) us += op.kind == Op::Busy ? op.us : 0;
@@ -74,15 +79,15 @@ void bench_gemv_sweep() {
        {{Op::Gemv, 0, 0, 0}, {Op::Busy, 0, 3.5, 32}, {Op::Gemv, 1, 0, 0}, {Op::Busy, 0, 3.0, 16},
         {Op::Gemv, 2, 0, 0}, {Op::Gemv, 3, 0, 0}, {Op::Busy, 0, 3.0, 16}}},
   };
-  const GemvTuning tunings[] = {{0, 4}, {4, 4}, {8, 2}, {8, 4}, {8, 8}, {16, 2}, {16, 4}, {16, 8}};
+  const GemvTuning tunings[] = {{0, 4}, {4, 4}, {4, 8}, {8, 4}, {8, 8}, {16, 4}};
 
   cudaStream_t s = nullptr;
   TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf("\n## Decode GEMV weight streaming: tunings on whole layers (GPU 0; copy bandwidth %.0f GB/s)\n\n", bw);
-  std::printf("fifo depth 0 = register batches (the session-2 kernel); busy = latency-bound stand-ins where\n"
+  std::printf("registers = register batches (the session-2 kernel); busy = latency-bound stand-ins where\n"
               "attention and the norms run; GEMV GB/s = weight bytes / (us per layer - busy us).\n\n");
-  std::printf("| layer | tokens | busy us | fifo depth | warps/block | us/layer | GEMV GB/s | %% of copy BW |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("| layer | tokens | busy us | tuning (fifo DEPTHxWARPS; per launch in launch order) | us/layer | GEMV GB/s | %% of copy BW |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (const LayerShape& l : layers) {
     size_t layer_bytes = 0;
     std::vector<size_t> offset;  // of each product's weights (w, then w2) within one layer copy
@@ -112,47 +117,76 @@ void bench_gemv_sweep() {
     std::vector<void*> ys;
     for (size_t i = 0; i < l.products.size(); ++i) ys.push_back(alloc(buf_bytes));
 
+    // us per layer of n tokens, product i streamed with tuning[i], busy stand-ins on or off
+    auto time_layer = [&](int n, bool with_busy, const std::vector<GemvTuning>& tuning) {
+      auto args = [&](int i, int copy) {
+        const Product& p = l.products[i];
+        GemvArgs a;
+        a.x = x;
+        a.w = static_cast<const char*>(w) + copy * layer_bytes + offset[i];
+        a.y = ys[i];
+        a.bias = p.bias ? bias : nullptr;
+        a.n = n;
+        a.out = p.out;
+        a.in = p.in;
+        a.dtype = a.out_dtype = l.dtype;
+        a.epilogue = p.epilogue;
+        a.act = Activation::Gelu;
+        if (p.in2 > 0) {
+          a.x2 = x2;
+          a.w2 = static_cast<const char*>(a.w) + static_cast<size_t>(p.out) * p.in * es;
+          a.in2 = p.in2;
+        }
+        a.tuning = tuning[i];
+        return a;
+      };
+      return time_graph_us(s, copies, 10, [&](int copy) {
+        for (const Op& op : l.ops) {
+          if (op.kind == Op::Gemv) gemv(args(op.product, copy), s);
+          if (op.kind == Op::Pair) gemv_pair(args(op.product, copy), args(op.product + 1, copy), s);
+          if (op.kind == Op::Busy && with_busy) TPS_CUDA_CHECK(launch_busy(op.blocks, op.us, s));
+        }
+      });
+    };
+    size_t bytes = 0;
+    for (const Product& p : l.products) bytes += p.weight_bytes(l.dtype);
+    auto row = [&](int n, double busy, const std::string& tuning, double us) {
+      const double gbps = bytes / ((us - busy) * 1e-6) / 1e9;
+      std::printf("| %s | %d | %.1f | %s | %.2f | %.0f | %.0f%% |\n", l.name, n, busy, tuning.c_str(), us, gbps,
+                  100 * gbps / bw);
+      std::fflush(stdout);
+    };
+    const int products = static_cast<int>(l.products.size());
     for (int n : {1, 2}) {
       for (bool with_busy : {false, true}) {
         for (const GemvTuning& tu : tunings) {
-          auto args = [&](int i, int copy) {
-            const Product& p = l.products[i];
-            GemvArgs a;
-            a.x = x;
-            a.w = static_cast<const char*>(w) + copy * layer_bytes + offset[i];
-            a.y = ys[i];
-            a.bias = p.bias ? bias : nullptr;
-            a.n = n;
-            a.out = p.out;
-            a.in = p.in;
-            a.dtype = a.out_dtype = l.dtype;
-            a.epilogue = p.epilogue;
-            a.act = Activation::Gelu;
-            if (p.in2 > 0) {
-              a.x2 = x2;
-              a.w2 = static_cast<const char*>(a.w) + static_cast<size_t>(p.out) * p.in * es;
-              a.in2 = p.in2;
-            }
-            a.tuning = tu;
-            return a;
-          };
-          const double us = time_graph_us(s, copies, 10, [&](int copy) {
-            for (const Op& op : l.ops) {
-              if (op.kind == Op::Gemv) gemv(args(op.product, copy), s);
-              if (op.kind == Op::Pair) gemv_pair(args(op.product, copy), args(op.product + 1, copy), s);
-              if (op.kind == Op::Busy && with_busy) TPS_CUDA_CHECK(launch_busy(op.blocks, op.us, s));
-            }
-          });
-          const double busy = with_busy ? busy_us(l) : 0.0;
-          size_t bytes = 0;
-          for (const Product& p : l.products) bytes += p.weight_bytes(l.dtype);
-          const double gbps = bytes / ((us - busy) * 1e-6) / 1e9;
-          std::printf("| %s | %d | %.1f | %d | %d | %.2f | %.0f | %.0f%% |\n", l.name, n, busy, tu.fifo_depth,
-                      tu.warps_per_block, us, gbps, 100 * gbps / bw);
-          std::fflush(stdout);
+          const double us = time_layer(n, with_busy, std::vector<GemvTuning>(products, tu));
+          row(n, with_busy ? busy_us(l) : 0.0, name(tu), us);
         }
       }
     }
+    // Per launch: every assignment of {registers, FIFO 4x4, FIFO 8x8} to the layer's GEMV launches
+    // (the pair's tuning is its first product's), n 1 with busy stand-ins; the three best are printed.
+    std::vector<int> launches;  // product index of each GEMV launch
+    for (const Op& op : l.ops)
+      if (op.kind != Op::Busy) launches.push_back(op.product);
+    const GemvTuning options[] = {{0, 4}, {4, 4}, {8, 8}};
+    int combos = 1;
+    for (size_t k = 0; k < launches.size(); ++k) combos *= 3;
+    std::vector<std::pair<double, std::string>> timed;
+    for (int c = 0; c < combos; ++c) {
+      std::vector<GemvTuning> tuning(products, options[0]);
+      std::string label;
+      for (size_t k = 0, code = c; k < launches.size(); ++k, code /= 3) {
+        tuning[launches[k]] = options[code % 3];
+        label += (k ? " / " : "") + name(options[code % 3]);
+      }
+      timed.emplace_back(time_layer(1, true, tuning), label);
+    }
+    std::sort(timed.begin(), timed.end());
+    for (size_t k = 0; k < timed.size() && k < 3; ++k)
+      row(1, busy_us(l), "per launch, best " + std::to_string(k + 1) + " of " + std::to_string(combos) + ": " +
+                            timed[k].second, timed[k].first);
     for (void* p : bufs) cudaFree(p);
     cudaFree(w);
   }

@@ -9,7 +9,8 @@ namespace tpshard::cuda {
 /// parallel-residual pair + the two-segment product; qkv, o, gate_up, down), alone and with busy
 /// stand-ins (tools/bench_kernels/busy_kernel.h) where attention and the norms run, over enough layer
 /// copies (>= 1 GiB) that L2 holds none of them; us per layer and GEMV bandwidth against the copy
-/// bandwidth, for every tuning. Uses GPU 0.
+/// bandwidth, for every tuning; then, per layer, the three best assignments of {registers, FIFO 4x4,
+/// FIFO 8x8} to its GEMV launches (1 token, busy stand-ins). Uses GPU 0.
 void bench_gemv_sweep();
 
 }  // namespace tpshard::cuda

@@ -166,6 +166,7 @@ void Transformer::run(const StepMeta& m) {
   g.in = H;
   g.dtype = w_.dtype;
   g.out_dtype = DType::F32;
+  g.tuning = gemv_tuning_for(GemvPlacement::AfterGemv);  // 100-250 MiB: streaming dominates, registers win
   reduce_add_norm(fn, pending.reduce);
   if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
   linear(g, nullptr);
@@ -205,8 +206,11 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
 
   if (c_.use_parallel_residual) {
     // x + attn(ln1(x)) + mlp(ln2(x)): both partial sums into out_, one all_reduce, biases added once
-    const GemvArgs q = qkv_args(i, m, h1_), u = up_args(i, m, h2_);
-    GemvArgs od = out_args(i, m, out_, 0.f);
+    GemvArgs q = qkv_args(i, m, h1_);  // the pair's tuning is q's: it follows add_norm
+    q.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
+    const GemvArgs u = up_args(i, m, h2_);
+    GemvArgs od = out_args(i, m, out_, 0.f);  // follows attention
+    od.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
     const GemvArgs d = down_args(i, m, out_, 0.f);
     od.x2 = d.x;  // output projection + MLP down: one product over [attn | act]
     od.w2 = d.w;
@@ -226,8 +230,11 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
     pending = {out_, lw.attn_output_bias, lw.ffn_down_bias, /*reduce=*/true};  // all_reduce fused into the next norm
     return;
   }
-  linear(qkv_args(i, m, h1_), nullptr);
-  const GemvArgs o = out_args(i, m, out_, 0.f);
+  GemvArgs qkv = qkv_args(i, m, h1_);  // follows (all_reduce +) add_norm
+  qkv.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
+  linear(qkv, nullptr);
+  GemvArgs o = out_args(i, m, out_, 0.f);  // follows attention
+  o.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
   attention_core(i, m);
   linear(o, nullptr);
   AddNormParams n2 = nrm;
@@ -237,10 +244,13 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.weight0 = lw.ffn_norm_weight;
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
-  const GemvArgs up = up_args(i, m, h2_);
+  GemvArgs up = up_args(i, m, h2_);  // follows (all_reduce +) add_norm
+  up.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
+  GemvArgs down = down_args(i, m, out_, 0.f);  // follows the up GEMV
+  down.tuning = gemv_tuning_for(GemvPlacement::AfterGemv);
   reduce_add_norm(n2, /*reduce=*/true);
   linear(up, ffn_);
-  linear(down_args(i, m, out_, 0.f), nullptr);
+  linear(down, nullptr);
   pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true};
 }
 
