@@ -177,9 +177,9 @@ bool gemv_supported(const GemvArgs& a) { return gemv_unsupported_reason(a) == nu
 
 namespace {
 
-/// The two tunings of gemv_tuning_for, from the environment (see gemv.cuh).
+/// The two tunings of gemv_tuning_for (tp 1, tp > 1), from the environment (see gemv.cuh).
 struct GemvPolicy {
-  GemvTuning after_short, after_gemv;
+  GemvTuning single, multi;
   GemvPolicy() {
     GemvTuning fifo{4, 4}, regs{0, 4};
     if (const char* f = std::getenv("TPSHARD_GEMV_FIFO")) {
@@ -195,26 +195,26 @@ struct GemvPolicy {
                     "unset TPSHARD_GEMV_FIFO or set it to e.g. 4,4");
     }
     const char* p = std::getenv("TPSHARD_GEMV_POLICY");
-    const std::string policy = p ? p : "mixed";
-    if (policy == "mixed") {
-      after_short = fifo;
-      after_gemv = regs;
+    const std::string policy = p ? p : "auto";
+    if (policy == "auto") {
+      single = regs;
+      multi = fifo;
     } else if (policy == "fifo") {
-      after_short = after_gemv = fifo;
+      single = multi = fifo;
     } else if (policy == "registers") {
-      after_short = after_gemv = regs;
+      single = multi = regs;
     } else {
-      throw Error("TPSHARD_GEMV_POLICY=" + policy + " is not registers, fifo or mixed",
-                  "unset TPSHARD_GEMV_POLICY (the default is mixed)");
+      throw Error("TPSHARD_GEMV_POLICY=" + policy + " is not auto, registers or fifo",
+                  "unset TPSHARD_GEMV_POLICY (the default is auto)");
     }
   }
 };
 
 }  // namespace
 
-GemvTuning gemv_tuning_for(GemvPlacement p) {
+GemvTuning gemv_tuning_for(int tp_size) {
   static const GemvPolicy policy;
-  return p == GemvPlacement::AfterShortKernel ? policy.after_short : policy.after_gemv;
+  return tp_size > 1 ? policy.multi : policy.single;
 }
 
 void gemv(const GemvArgs& a, cudaStream_t stream) {

@@ -24,16 +24,14 @@ struct GemvTuning {
   int warps_per_block = 0;  ///< 2, 4 or 8 warps (one output row each) per block; 0 = the default, 4
 };
 
-/// Where a decode GEMV sits in the step: right after a short latency-bound kernel (add_norm, attention,
-/// all_reduce + add_norm), whose run time the FIFO's deep prefetch before griddep_wait() can cover, or
-/// right after another GEMV (or anywhere else).
-enum class GemvPlacement { AfterShortKernel, AfterGemv };
-
-/// The tuning the transformer uses at placement p. Policy "mixed" (default): the FIFO (depth 4, 4
-/// warps) after short kernels, register batches after GEMVs. Environment, read once (A/B timing):
-/// TPSHARD_GEMV_POLICY=registers|fifo|mixed, TPSHARD_GEMV_FIFO=DEPTH,WARPS (e.g. 8,8).
+/// The tuning the transformer's decode GEMVs use on a rank of a tp_size-way model. Policy "auto"
+/// (default): the FIFO (depth 4, 4 warps) when tp_size > 1, register batches at tp_size 1. With
+/// tp > 1 every layer waits twice for the peers in its all_reduces, and the FIFO requests the next
+/// GEMV's weights during those waits; at tp 1 the register batches stream faster (measured end to end,
+/// docs/BENCHMARKS.md "GEMV weight streaming"). Environment, read once (A/B timing):
+/// TPSHARD_GEMV_POLICY=auto|registers|fifo, TPSHARD_GEMV_FIFO=DEPTH,WARPS (the FIFO tuning, e.g. 8,8).
 /// Throws Error on a malformed value.
-GemvTuning gemv_tuning_for(GemvPlacement p);
+GemvTuning gemv_tuning_for(int tp_size);
 
 struct GemvArgs {
   const void* x = nullptr;    ///< [n, in] row-major of dtype, device, 16-byte aligned

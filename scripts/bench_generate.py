@@ -318,10 +318,9 @@ ABLATIONS = [
     ("all on", {}, 1),
     ("no decode lookahead (host round trip between steps)", {"TPSHARD_NO_LOOKAHEAD": "1"}, 1),
     ("previous decode attention kernel", {"TPSHARD_ATTN_V1": "1"}, 1),
-    ("GEMV: register batches everywhere (session 2)", {"TPSHARD_GEMV_POLICY": "registers"}, 1),
-    ("GEMV: FIFO (depth 4, 4 warps) everywhere", {"TPSHARD_GEMV_POLICY": "fifo"}, 1),
-    ("GEMV: FIFO depth 8, 4 warps after short kernels", {"TPSHARD_GEMV_FIFO": "8,4"}, 1),
-    ("GEMV: FIFO depth 8, 8 warps after short kernels", {"TPSHARD_GEMV_FIFO": "8,8"}, 1),
+    ("GEMV: register batches (the tp 1 default)", {"TPSHARD_GEMV_POLICY": "registers"}, 2),
+    ("GEMV: shared-memory FIFO, depth 4, 4 warps (the tp > 1 default)", {"TPSHARD_GEMV_POLICY": "fifo"}, 1),
+    ("GEMV: shared-memory FIFO, depth 4, 8 warps", {"TPSHARD_GEMV_FIFO": "4,8"}, 2),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
     ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
 ]

@@ -655,12 +655,11 @@ TEST_CASE("gemv_supported: tuning values" * doctest::test_suite("host")) {
     a.tuning.warps_per_block = w;
     CHECK_FALSE(cuda::gemv_supported(a));
   }
-  // the transformer's policy (no TPSHARD_GEMV_* in the test environment): FIFO 4x4 after short kernels
+  // the transformer's policy (no TPSHARD_GEMV_* in the test environment): FIFO 4x4 at tp > 1 only
   if (!std::getenv("TPSHARD_GEMV_POLICY") && !std::getenv("TPSHARD_GEMV_FIFO")) {
-    const cuda::GemvTuning s = cuda::gemv_tuning_for(cuda::GemvPlacement::AfterShortKernel);
-    const cuda::GemvTuning g = cuda::gemv_tuning_for(cuda::GemvPlacement::AfterGemv);
-    CHECK(s.fifo_depth == 4);
-    CHECK(s.warps_per_block == 4);
-    CHECK(g.fifo_depth == 0);
+    const cuda::GemvTuning multi = cuda::gemv_tuning_for(2), single = cuda::gemv_tuning_for(1);
+    CHECK(multi.fifo_depth == 4);
+    CHECK(multi.warps_per_block == 4);
+    CHECK(single.fifo_depth == 0);
   }
 }

@@ -46,6 +46,7 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
   use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
   use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
+  gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
   const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
@@ -166,7 +167,7 @@ void Transformer::run(const StepMeta& m) {
   g.in = H;
   g.dtype = w_.dtype;
   g.out_dtype = DType::F32;
-  g.tuning = gemv_tuning_for(GemvPlacement::AfterGemv);  // 100-250 MiB: streaming dominates, registers win
+  g.tuning = gemv_tuning_;
   reduce_add_norm(fn, pending.reduce);
   if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
   linear(g, nullptr);
@@ -206,11 +207,8 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
 
   if (c_.use_parallel_residual) {
     // x + attn(ln1(x)) + mlp(ln2(x)): both partial sums into out_, one all_reduce, biases added once
-    GemvArgs q = qkv_args(i, m, h1_);  // the pair's tuning is q's: it follows add_norm
-    q.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
-    const GemvArgs u = up_args(i, m, h2_);
-    GemvArgs od = out_args(i, m, out_, 0.f);  // follows attention
-    od.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
+    const GemvArgs q = qkv_args(i, m, h1_), u = up_args(i, m, h2_);
+    GemvArgs od = out_args(i, m, out_, 0.f);
     const GemvArgs d = down_args(i, m, out_, 0.f);
     od.x2 = d.x;  // output projection + MLP down: one product over [attn | act]
     od.w2 = d.w;
@@ -230,11 +228,8 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
     pending = {out_, lw.attn_output_bias, lw.ffn_down_bias, /*reduce=*/true};  // all_reduce fused into the next norm
     return;
   }
-  GemvArgs qkv = qkv_args(i, m, h1_);  // follows (all_reduce +) add_norm
-  qkv.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
-  linear(qkv, nullptr);
-  GemvArgs o = out_args(i, m, out_, 0.f);  // follows attention
-  o.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
+  linear(qkv_args(i, m, h1_), nullptr);
+  const GemvArgs o = out_args(i, m, out_, 0.f);
   attention_core(i, m);
   linear(o, nullptr);
   AddNormParams n2 = nrm;
@@ -244,13 +239,10 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.weight0 = lw.ffn_norm_weight;
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
-  GemvArgs up = up_args(i, m, h2_);  // follows (all_reduce +) add_norm
-  up.tuning = gemv_tuning_for(GemvPlacement::AfterShortKernel);
-  GemvArgs down = down_args(i, m, out_, 0.f);  // follows the up GEMV
-  down.tuning = gemv_tuning_for(GemvPlacement::AfterGemv);
+  const GemvArgs up = up_args(i, m, h2_);
   reduce_add_norm(n2, /*reduce=*/true);
   linear(up, ffn_);
-  linear(down, nullptr);
+  linear(down_args(i, m, out_, 0.f), nullptr);
   pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true};
 }
 
@@ -267,6 +259,7 @@ GemvArgs Transformer::qkv_args(int i, const StepMeta& m, const void* h) const {
   g.out = (heads + 2 * kvh) * hd;
   g.in = static_cast<int>(c_.hidden_size);
   g.dtype = g.out_dtype = w_.dtype;
+  g.tuning = gemv_tuning_;
   return g;
 }
 
@@ -280,6 +273,7 @@ GemvArgs Transformer::out_args(int i, const StepMeta& m, void* out, float beta) 
   o.in = static_cast<int>(layout_.num_heads_per_rank * c_.head_dim);
   o.dtype = o.out_dtype = w_.dtype;
   o.beta = beta;
+  o.tuning = gemv_tuning_;
   return o;
 }
 
@@ -361,6 +355,7 @@ GemvArgs Transformer::up_args(int i, const StepMeta& m, const void* h) const {
   up.dtype = up.out_dtype = w_.dtype;
   up.epilogue = c_.gated_mlp ? GemvEpilogue::GatedAct : GemvEpilogue::Act;
   up.act = c_.hidden_act;
+  up.tuning = gemv_tuning_;
   return up;
 }
 
@@ -374,6 +369,7 @@ GemvArgs Transformer::down_args(int i, const StepMeta& m, void* out, float beta)
   down.in = static_cast<int>(layout_.intermediate_size_per_rank);
   down.dtype = down.out_dtype = w_.dtype;
   down.beta = beta;
+  down.tuning = gemv_tuning_;
   return down;
 }
 
