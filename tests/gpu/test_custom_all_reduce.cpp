@@ -231,6 +231,7 @@ TEST_CASE("CustomAllReduce: 200 back-to-back calls of mixed dtypes and sizes, NC
         }
         c.mem = std::make_unique<DeviceMem>(input.size());
         TPS_CUDA_CHECK(cudaMemcpy(c.mem->ptr, input.data(), input.size(), cudaMemcpyHostToDevice));
+        TPS_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy may return before its DMA landed
         if (c.nccl == car.eligible(c.mem->ptr, c.count, c.t))
           f.add("call " + std::to_string(k) + ": eligible() wrong");
         calls.push_back(std::move(c));

@@ -27,6 +27,7 @@ TEST_CASE("NcclCommunicator, one rank: all_reduce / all_gather / broadcast / hos
   float* d = nullptr;
   TPS_CUDA_CHECK(cudaMalloc(&d, n * sizeof(float) * 2));
   TPS_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  TPS_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy may return before its DMA landed
   comm.all_reduce_sum(d, n, DType::F32);
   comm.all_gather(d, d + n, n, DType::F32);
   comm.synchronize();

@@ -197,6 +197,9 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
       float* d = nullptr;
       TPS_CUDA_CHECK(cudaMalloc(&d, count * sizeof(float)));
       TPS_CUDA_CHECK(cudaMemcpy(d, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      // A pageable cudaMemcpy may return before its DMA has landed; the communicator's stream does not
+      // wait for the legacy stream, so wait here (a 4 MiB all_reduce once read an unwritten tail).
+      TPS_CUDA_CHECK(cudaDeviceSynchronize());
       comm.all_reduce_sum(d, count, DType::F32);
       comm.synchronize();
       TPS_CUDA_CHECK(cudaMemcpy(mine.data(), d, count * sizeof(float), cudaMemcpyDeviceToHost));
@@ -218,6 +221,7 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
       TPS_CUDA_CHECK(cudaMalloc(&ds, count * sizeof(float)));
       TPS_CUDA_CHECK(cudaMalloc(&dr, count * n * sizeof(float)));
       TPS_CUDA_CHECK(cudaMemcpy(ds, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+      TPS_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA has landed (see above)
       comm.all_gather(ds, dr, count, DType::F32);
       comm.synchronize();
       std::vector<float> got(count * size_t(n));
@@ -241,6 +245,7 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
       void* d = nullptr;
       TPS_CUDA_CHECK(cudaMalloc(&d, bytes));
       TPS_CUDA_CHECK(cudaMemcpy(d, h.data(), bytes, cudaMemcpyHostToDevice));
+      TPS_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA has landed (see above)
       comm.broadcast(d, bytes, root);
       comm.synchronize();
       TPS_CUDA_CHECK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
