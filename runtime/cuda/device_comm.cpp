@@ -1,4 +1,4 @@
-// device_comm.cpp: wait_stream and CommHostExchange (see device_comm.h).
+// device_comm.cpp: wait_stream, DeviceScratch, all_gather_host_staged and CommHostExchange (see device_comm.h).
 #include "runtime/cuda/device_comm.h"
 
 #include <atomic>
@@ -30,6 +30,36 @@ void wait_stream(cudaStream_t stream, double timeout_s, int rank, const char* wh
               "a peer rank is stuck or gone; set TPRUN_NCCL_TIMEOUT (seconds) to wait longer");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+DeviceScratch::~DeviceScratch() {
+  if (ptr_) (void)cudaFree(ptr_);
+}
+
+void* DeviceScratch::get(size_t bytes, DeviceCommunicator& comm) {
+  if (bytes_ >= bytes && ptr_) return ptr_;
+  comm.synchronize();
+  if (ptr_) TPS_CUDA_CHECK(cudaFree(ptr_));
+  ptr_ = nullptr;
+  bytes_ = 0;
+  TPS_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  bytes_ = bytes;
+  return ptr_;
+}
+
+std::vector<uint8_t> all_gather_host_staged(DeviceCommunicator& comm, DeviceScratch& scratch, const void* data,
+                                            size_t bytes,
+                                            const std::function<void(const uint8_t* send, uint8_t* recv)>& gather) {
+  if (bytes == 0) return {};
+  const size_t n = size_t(comm.size());
+  uint8_t* const send = static_cast<uint8_t*>(scratch.get(bytes * (n + 1), comm));
+  uint8_t* const recv = send + bytes;
+  TPS_CUDA_CHECK(cudaMemcpyAsync(send, data, bytes, cudaMemcpyHostToDevice, comm.stream()));
+  gather(send, recv);
+  std::vector<uint8_t> out(bytes * n);
+  TPS_CUDA_CHECK(cudaMemcpyAsync(out.data(), recv, out.size(), cudaMemcpyDeviceToHost, comm.stream()));
+  comm.synchronize();
+  return out;
 }
 
 std::vector<std::string> CommHostExchange::all_gather(const std::string& mine) {

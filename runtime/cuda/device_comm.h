@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,30 @@ class DeviceCommunicator : public Communicator {
 /// `aborted` (optional) is checked while waiting: once true, throws at once.
 void wait_stream(cudaStream_t stream, double timeout_s, int rank, const char* what,
                  const std::atomic<bool>* aborted = nullptr);
+
+/// A device buffer of a communicator's host-side helpers (barrier, all_gather_host), grown on demand.
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  ~DeviceScratch();
+  /// At least `bytes` of device memory. Growing first waits for comm.synchronize() (an earlier call on
+  /// comm.stream() may still use the old buffer), then frees it. Throws Error on a CUDA failure.
+  void* get(size_t bytes, DeviceCommunicator& comm);
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// all_gather_host through device memory, for communicators whose collectives take device buffers:
+/// uploads `data` into `scratch` on comm.stream(), calls gather(send, recv) to enqueue the device
+/// all_gather (rank r's `bytes` at recv + r * bytes), downloads and comm.synchronize()s. Returns
+/// result[r * bytes + i]; empty for bytes 0 (every rank passes the same bytes, so no rank gathers).
+std::vector<uint8_t> all_gather_host_staged(DeviceCommunicator& comm, DeviceScratch& scratch, const void* data,
+                                            size_t bytes,
+                                            const std::function<void(const uint8_t* send, uint8_t* recv)>& gather);
 
 /// A HostExchange over a DeviceCommunicator's all_gather_host (for code that only has the communicator,
 /// e.g. CustomAllReduce on the NCCL path). Two rounds per all_gather: lengths, then padded blobs.

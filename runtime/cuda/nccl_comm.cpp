@@ -57,7 +57,6 @@ NcclCommunicator::~NcclCommunicator() {
       }
     }
   }
-  if (scratch_) cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -141,37 +140,18 @@ void NcclCommunicator::synchronize() {
 }
 
 void NcclCommunicator::barrier() {
-  if (scratch_bytes_ < 256) {
-    if (scratch_) TPS_CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    TPS_CUDA_CHECK(cudaMalloc(&scratch_, 256));
-    scratch_bytes_ = 256;
-  }
-  TPS_CUDA_CHECK(cudaMemsetAsync(scratch_, 0, sizeof(float), stream_));
-  all_reduce_sum(scratch_, 1, DType::F32);
+  float* const one = static_cast<float*>(scratch_.get(sizeof(float), *this));
+  TPS_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), stream_));
+  all_reduce_sum(one, 1, DType::F32);
   synchronize();
 }
 
 std::vector<uint8_t> NcclCommunicator::all_gather_host(const void* data, size_t bytes) {
   check_alive();
-  size_t need = bytes * size_t(size_ + 1);
-  if (scratch_bytes_ < need) {
-    if (scratch_) TPS_CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    TPS_CUDA_CHECK(cudaMalloc(&scratch_, need));
-    scratch_bytes_ = need;
-  }
-  uint8_t* send = static_cast<uint8_t*>(scratch_);
-  uint8_t* recv = send + bytes;
-  TPS_CUDA_CHECK(cudaMemcpyAsync(send, data, bytes, cudaMemcpyHostToDevice, stream_));
-  TPS_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
-  wait_ready("ncclAllGather (host)");
-  std::vector<uint8_t> out(bytes * size_t(size_));
-  TPS_CUDA_CHECK(cudaMemcpyAsync(out.data(), recv, out.size(), cudaMemcpyDeviceToHost, stream_));
-  synchronize();
-  return out;
+  return all_gather_host_staged(*this, scratch_, data, bytes, [&](const uint8_t* send, uint8_t* recv) {
+    TPS_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
+    wait_ready("ncclAllGather (host)");
+  });
 }
 
 }  // namespace tpshard::cuda

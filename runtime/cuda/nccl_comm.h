@@ -61,8 +61,7 @@ class NcclCommunicator : public DeviceCommunicator {
   double timeout_s_ = 300.0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  void* scratch_ = nullptr;  ///< device scratch for barrier / all_gather_host (grown on demand)
-  size_t scratch_bytes_ = 0;
+  DeviceScratch scratch_;  ///< for barrier / all_gather_host
   std::atomic<bool> aborted_{false};
 };
 

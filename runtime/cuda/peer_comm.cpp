@@ -51,7 +51,6 @@ PeerCommunicator::~PeerCommunicator() {
     return;
   }
   car_.reset();
-  if (scratch_) (void)cudaFree(scratch_);
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
@@ -133,24 +132,8 @@ void PeerCommunicator::synchronize() {
 
 std::vector<uint8_t> PeerCommunicator::all_gather_host(const void* data, size_t bytes) {
   check_usable("all_gather_host");
-  if (bytes == 0) return {};
-  const size_t need = bytes * size_t(size_ + 1);
-  if (scratch_bytes_ < need) {
-    synchronize();  // the old scratch may still be in use by an earlier call on the stream
-    if (scratch_) TPS_CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    TPS_CUDA_CHECK(cudaMalloc(&scratch_, need));
-    scratch_bytes_ = need;
-  }
-  uint8_t* send = static_cast<uint8_t*>(scratch_);
-  uint8_t* recv = send + bytes;
-  TPS_CUDA_CHECK(cudaMemcpyAsync(send, data, bytes, cudaMemcpyHostToDevice, stream_));
-  gather(send, recv, bytes, bytes, -1);
-  std::vector<uint8_t> out(bytes * size_t(size_));
-  TPS_CUDA_CHECK(cudaMemcpyAsync(out.data(), recv, out.size(), cudaMemcpyDeviceToHost, stream_));
-  synchronize();
-  return out;
+  return all_gather_host_staged(*this, scratch_, data, bytes,
+                                [&](const uint8_t* send, uint8_t* recv) { gather(send, recv, bytes, bytes, -1); });
 }
 
 }  // namespace tpshard::cuda

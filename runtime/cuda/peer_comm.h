@@ -79,8 +79,7 @@ class PeerCommunicator : public DeviceCommunicator {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CustomAllReduce> car_;  ///< owns the regions; its one-shot kernel serves eligible messages
   PeerRegions regions_;
-  void* scratch_ = nullptr;  ///< device scratch for all_gather_host (grown on demand)
-  size_t scratch_bytes_ = 0;
+  DeviceScratch scratch_;  ///< for all_gather_host
   std::atomic<bool> aborted_{false};
 };
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/cuda_session.h"
 
 namespace tpshard::test {
 
@@ -31,6 +32,16 @@ bool all_peers(int n) {
       }
     }
   return true;
+}
+
+std::vector<int> rank_counts(bool peers_only) {
+  const int gpus = cuda::cuda_device_count();
+  const int all = gpus > 8 ? 8 : gpus;
+  std::vector<int> out;
+  for (int n : {2, 3, 4})
+    if (n <= gpus && (!peers_only || all_peers(n))) out.push_back(n);
+  if (all > 4 && (!peers_only || all_peers(all))) out.push_back(all);
+  return out;
 }
 
 void short_spin_timeout() { setenv("TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S", "30", 0); }

@@ -25,6 +25,10 @@ struct Failures {
 /// True when the first n GPUs can all access each other (cudaDeviceCanAccessPeer both ways).
 bool all_peers(int n);
 
+/// Rank counts to test: 2, 3, 4 and every GPU (at most 8), as far as there are GPUs; with peers_only,
+/// only counts whose GPUs are all CUDA peers (all_peers).
+std::vector<int> rank_counts(bool peers_only);
+
 /// Kernels must not spin forever when a test goes wrong (the library default is 300 s): 30 s unless set.
 void short_spin_timeout();
 

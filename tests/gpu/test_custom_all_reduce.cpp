@@ -37,18 +37,6 @@ namespace {
 
 constexpr size_t kMaxBytes = size_t(1) << 20;
 
-
-/// Rank counts to test: 2, 3, 4 and every GPU, as far as there are GPUs (and all pairs are peers).
-std::vector<int> rank_counts() {
-  const int gpus = cuda::cuda_device_count();
-  std::vector<int> out;
-  for (int n : {2, 3, 4})
-    if (n <= gpus) out.push_back(n);
-  if (gpus > 4) out.push_back(gpus > CustomAllReduce::kMaxRanks ? CustomAllReduce::kMaxRanks : gpus);
-  return out;
-}
-
-
 /// Runs fn(rank, comm) on n threads (rank r on GPU r, its own NcclCommunicator); rethrows the first error.
 void run_ranks(int n, const std::function<void(int, NcclCommunicator&)>& fn) {
   ncclUniqueId id;
@@ -86,11 +74,6 @@ bool have_peer_gpus(int n) {
 
 // ---- host data in a dtype, and the reference sum ----
 
-
-
-
-
-
 /// "" when equal, else the first mismatches.
 std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DType t,
                     const std::string& what) {
@@ -109,8 +92,6 @@ std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>&
     }
   return what + ": " + std::to_string(bad) + " of " + std::to_string(n) + " elements differ:" + first;
 }
-
-
 
 std::string label(int n, int rank, DType t, size_t count, const std::string& extra = "") {
   return "tp " + std::to_string(n) + " rank " + std::to_string(rank) + " " + dtype_name(t) + " count " +
@@ -138,8 +119,6 @@ void run_with_car(int n, Failures& f,
   });
 }
 
-
-
 const DType kDTypes[] = {DType::F32, DType::F16, DType::BF16};
 
 }  // namespace
@@ -159,7 +138,7 @@ TEST_CASE(
     "CustomAllReduce: exact sums for every dtype and size (= host fp32 rank-order sum; = NCCL at tp 2)") {
   if (!have_peer_gpus(2)) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/false)) {
     if (!all_peers(n)) continue;
     Failures f;
     run_with_car(n, f, [&](int rank, NcclCommunicator& comm, CustomAllReduce& car) {
@@ -202,7 +181,7 @@ TEST_CASE(
 TEST_CASE("CustomAllReduce: 200 back-to-back calls of mixed dtypes and sizes, NCCL fallbacks in between") {
   if (!have_peer_gpus(2)) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/false)) {
     if (!all_peers(n)) continue;
     Failures f;
     run_with_car(n, f, [&](int rank, NcclCommunicator& comm, CustomAllReduce& car) {
@@ -267,7 +246,7 @@ TEST_CASE(
     "mixed in") {
   if (!have_peer_gpus(2)) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/false)) {
     if (!all_peers(n)) continue;
     Failures f;
     run_with_car(n, f, [&](int rank, NcclCommunicator& comm, CustomAllReduce& car) {
@@ -387,7 +366,7 @@ TEST_CASE("CustomAllReduce: TPSHARD_NO_CUSTOM_ALL_REDUCE=1 makes every rank refu
 TEST_CASE("CustomAllReduce: latency vs NCCL at decode sizes (printed; results checked after timing)") {
   if (!have_peer_gpus(2)) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/false)) {
     if (!all_peers(n)) continue;
     Failures f;
     run_with_car(n, f, [&](int rank, NcclCommunicator& comm, CustomAllReduce& car) {
@@ -465,7 +444,7 @@ TEST_CASE("CustomAllReduce::all_reduce_add_norm: sum over ranks + residual add +
     int rows, hidden;
   };
   const Shape shapes[] = {{1, 2048}, {3, 4096}, {40, 6144}, {2, 64}, {33, 1000}};
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/false)) {
     Failures f;
     run_with_car(n, f, [&](int rank, NcclCommunicator& comm, CustomAllReduce& car) {
       int salt = 0;

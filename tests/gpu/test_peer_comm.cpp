@@ -36,28 +36,13 @@ namespace {
 /// Small staging (64 KiB) so that the "chunked" sizes below take many kernels per call.
 constexpr size_t kSmallStaging = size_t(64) << 10;
 
-
-
-/// 2, 3, 4 and all GPUs (at most 8), as far as they exist and are all peers.
-std::vector<int> rank_counts() {
-  const int gpus = cuda::cuda_device_count();
-  std::vector<int> out;
-  for (int n : {2, 3, 4})
-    if (n <= gpus && all_peers(n)) out.push_back(n);
-  const int all = gpus > 8 ? 8 : gpus;
-  if (all > 4 && all_peers(all)) out.push_back(all);
-  return out;
-}
-
 bool have_peer_gpus() {
-  if (rank_counts().empty()) {
+  if (rank_counts(/*peers_only=*/true).empty()) {
     MESSAGE("skipped: the peer communicator tests need 2 GPUs that are CUDA peers");
     return false;
   }
   return true;
 }
-
-
 
 /// Runs fn(rank, comm) on n threads (rank r on GPU r, a PeerCommunicator with `staging` bytes each);
 /// rethrows the first error. A missing communicator is a failure.
@@ -90,11 +75,6 @@ void run_peer(int n, size_t staging, Failures& f, const std::function<void(int, 
 
 // ---- host data and references ----
 
-
-
-
-
-
 /// Bytes of rank r's all_gather / broadcast contribution.
 std::vector<uint8_t> rank_bytes(size_t bytes, int rank, int salt) {
   std::vector<uint8_t> v(bytes);
@@ -124,9 +104,6 @@ std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>&
     }
   return what + ": " + std::to_string(bad) + " of " + std::to_string(n) + " elements differ:" + first;
 }
-
-
-
 
 std::string label(int n, int rank, const std::string& what) {
   return "tp " + std::to_string(n) + " rank " + std::to_string(rank) + " " + what;
@@ -163,7 +140,7 @@ TEST_CASE("PeerCommunicator: all_reduce_sum is bit-exact for 1, 7, 1000 elements
           "aligned and misaligned buffers") {
   if (!have_peer_gpus()) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/true)) {
     for (size_t staging : {PeerCommunicator::kDefaultStagingBytes, kSmallStaging}) {
       Failures f;
       run_peer(n, staging, f, [&](int rank, PeerCommunicator& comm) {
@@ -194,7 +171,7 @@ TEST_CASE("PeerCommunicator: all_reduce_sum is bit-exact for 1, 7, 1000 elements
 TEST_CASE("PeerCommunicator: all_gather of 8 bytes, odd sizes, misaligned buffers, in place and 5 MB (chunked)") {
   if (!have_peer_gpus()) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/true)) {
     Failures f;
     run_peer(n, kSmallStaging, f, [&](int rank, PeerCommunicator& comm) {
       cudaStream_t s = comm.stream();
@@ -243,7 +220,7 @@ TEST_CASE("PeerCommunicator: all_gather of 8 bytes, odd sizes, misaligned buffer
 TEST_CASE("PeerCommunicator: broadcast from every root (odd byte counts, chunked), all_gather_host, barrier") {
   if (!have_peer_gpus()) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/true)) {
     Failures f;
     run_peer(n, kSmallStaging, f, [&](int rank, PeerCommunicator& comm) {
       cudaStream_t s = comm.stream();
@@ -303,7 +280,7 @@ TEST_CASE("PeerCommunicator: 200 interleaved all_reduce / all_gather calls witho
           "replayed 50 times") {
   if (!have_peer_gpus()) return;
   short_spin_timeout();
-  for (int n : rank_counts()) {
+  for (int n : rank_counts(/*peers_only=*/true)) {
     Failures f;
     run_peer(n, kSmallStaging, f, [&](int rank, PeerCommunicator& comm) {
       cudaStream_t s = comm.stream();

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "format/error.h"
 #include "kernels/gemm.cuh"
@@ -83,6 +84,31 @@ double time_ms(F f, int iters, cudaStream_t stream) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return ms / iters;
+}
+
+/// The GPT-NeoX decode pair as the transformer builds it: a0 = x0 W0^T + b0 (None) into y0, a1 =
+/// gelu(x1 W1^T + b1) (Act) into y1; n tokens, `in` inputs, dtype t.
+std::pair<cuda::GemvArgs, cuda::GemvArgs> qkv_up_pair(const void* x0, const void* w0, const void* b0, void* y0, int out0,
+                                                      const void* x1, const void* w1, const void* b1, void* y1, int out1,
+                                                      int n, int in, DType t) {
+  cuda::GemvArgs a0;
+  a0.x = x0;
+  a0.w = w0;
+  a0.y = y0;
+  a0.bias = b0;
+  a0.n = n;
+  a0.out = out0;
+  a0.in = in;
+  a0.dtype = a0.out_dtype = t;
+  cuda::GemvArgs a1 = a0;
+  a1.x = x1;
+  a1.w = w1;
+  a1.y = y1;
+  a1.bias = b1;
+  a1.out = out1;
+  a1.epilogue = cuda::GemvEpilogue::Act;
+  a1.act = Activation::Gelu;
+  return {a0, a1};
 }
 
 }  // namespace
@@ -466,23 +492,8 @@ TEST_CASE("gemv_pair: QKV (+bias) and MLP up (+bias, gelu) in one launch equal t
         Buf d_x0 = upload(x0, t), d_x1 = upload(x1, t);
         Buf d_y0 = upload(Vec(static_cast<size_t>(n) * sh.out0, 7.0), t);
         Buf d_y1 = upload(Vec(static_cast<size_t>(n) * sh.out1, 7.0), t);
-        cuda::GemvArgs a0, a1;
-        a0.x = d_x0->ptr;
-        a0.w = d_w0->ptr;
-        a0.y = d_y0->ptr;
-        a0.bias = d_b0->ptr;
-        a0.n = n;
-        a0.out = sh.out0;
-        a0.in = sh.in;
-        a0.dtype = a0.out_dtype = t;
-        a1 = a0;
-        a1.x = d_x1->ptr;
-        a1.w = d_w1->ptr;
-        a1.y = d_y1->ptr;
-        a1.bias = d_b1->ptr;
-        a1.out = sh.out1;
-        a1.epilogue = cuda::GemvEpilogue::Act;
-        a1.act = Activation::Gelu;
+        const auto [a0, a1] = qkv_up_pair(d_x0->ptr, d_w0->ptr, d_b0->ptr, d_y0->ptr, sh.out0, d_x1->ptr, d_w1->ptr,
+                                          d_b1->ptr, d_y1->ptr, sh.out1, n, sh.in, t);
         REQUIRE(cuda::gemv_pair_unsupported_reason(a0, a1) == nullptr);
         cuda::gemv_pair(a0, a1, stream.s);
         // references: x W^T + b, and gelu(x W^T + b)
@@ -593,23 +604,11 @@ TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-ide
         }
         if (n > 2) continue;
         // the pair: QKV-like None (+bias) and MLP-up-like Act (+bias) products
-        cuda::GemvArgs p0;
-        p0.x = d_x->ptr;
-        p0.w = d_w->ptr;
-        p0.bias = d_bias->ptr;
-        p0.n = n;
-        p0.out = sh.out;
-        p0.in = sh.in;
-        p0.dtype = p0.out_dtype = t;
-        cuda::GemvArgs p1 = p0;
-        p1.w = static_cast<const char*>(d_w->ptr) + static_cast<size_t>(sh.out) * sh.in * dtype_size(t);
-        p1.out = sh.out;
-        p1.epilogue = cuda::GemvEpilogue::Act;
-        p1.act = Activation::Gelu;
         Buf d_y0 = upload(Vec(static_cast<size_t>(n) * sh.out, 0.0), t);
         Buf d_y1 = upload(Vec(static_cast<size_t>(n) * sh.out, 0.0), t);
-        p0.y = d_y0->ptr;
-        p1.y = d_y1->ptr;
+        const void* w1 = static_cast<const char*>(d_w->ptr) + static_cast<size_t>(sh.out) * sh.in * dtype_size(t);
+        const auto [p0, p1] = qkv_up_pair(d_x->ptr, d_w->ptr, d_bias->ptr, d_y0->ptr, sh.out, d_x->ptr, w1,
+                                          d_bias->ptr, d_y1->ptr, sh.out, n, sh.in, t);
         cuda::gemv_pair(p0, p1, stream.s);
         const Vec want0 = download(d_y0->ptr, static_cast<size_t>(n) * sh.out, t);
         const Vec want1 = download(d_y1->ptr, static_cast<size_t>(n) * sh.out, t);
