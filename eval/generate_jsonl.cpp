@@ -1,11 +1,15 @@
 // generate_jsonl.cpp: JSONL prompts in, JSONL generations out (see generate_jsonl.h).
 #include "eval/generate_jsonl.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <unordered_set>
 
 #include "eval/batch_job.h"
+#include "eval/json_fields.h"
 #include "eval/resumable_jsonl.h"
 #include "format/error.h"
 
@@ -15,25 +19,29 @@ namespace {
 using nlohmann::json;
 
 const char* kBadHint = "fix the line, or pass --on-bad-record skip to leave such lines out";
+constexpr int kIntMax = std::numeric_limits<int>::max();  // SamplingParams' token counts are int
 
+/// A true/false or number field of rec (absent or null: `out` keeps its default).
 template <typename T>
 void read_param(const json& rec, const char* name, T& out, const std::string& where) {
+  static_assert(!std::is_integral_v<T> || std::is_same_v<T, bool>, "integer fields: read_integer");
   auto it = rec.find(name);
   if (it == rec.end() || it->is_null()) return;
-  try {
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!it->is_boolean()) throw std::invalid_argument("expected true/false");
-    } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {  // "seed": -3 would wrap to 2^64-3
-      if (!it->is_number_unsigned()) throw std::invalid_argument("expected an integer in 0..18446744073709551615");
-    } else if constexpr (std::is_integral_v<T>) {
-      if (!it->is_number_integer()) throw std::invalid_argument("expected an integer");
-    } else {
-      if (!it->is_number()) throw std::invalid_argument("expected a number");
-    }
-    out = it->get<T>();
-  } catch (const std::exception& e) {
-    throw Error(where + ": \"" + name + "\" is " + it->dump() + ", " + e.what(), kBadHint);
-  }
+  const bool ok = std::is_same_v<T, bool> ? it->is_boolean() : it->is_number();
+  if (!ok)
+    throw Error(where + ": \"" + name + "\" is " + it->dump() + ", expected " +
+                    (std::is_same_v<T, bool> ? "true/false" : "a number"),
+                kBadHint);
+  out = it->get<T>();
+}
+
+/// An integer field of rec in lo..hi (absent or null: `out` keeps its default); anything else, e.g.
+/// 4294967297 for an int, 2.5 or 1e30, is refused naming the field, the value and the range.
+template <typename T>
+void read_integer(const json& rec, const char* name, T& out, T lo, T hi, const std::string& where) {
+  auto it = rec.find(name);
+  if (it == rec.end() || it->is_null()) return;
+  out = json_integer<T>(*it, lo, hi, where, name, kBadHint);
 }
 
 /// The keys a request line may have; anything else is reported once per name (a typo such as
@@ -77,13 +85,10 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
   std::vector<int32_t>& ids = p.item.request.prompt_ids;
   if (prompt_ids != rec.end() && !prompt_ids->is_null()) {
     if (!prompt_ids->is_array()) throw Error(where + ": \"prompt_ids\" must be a list of token ids", kBadHint);
-    for (const auto& v : *prompt_ids) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok.vocab_size())
-        throw Error(where + ": \"prompt_ids\" holds " + v.dump() + ", not a token id in [0, " +
-                        std::to_string(tok.vocab_size()) + ")",
-                    kBadHint);
-      ids.push_back(v.get<int32_t>());
-    }
+    const int32_t last_id = static_cast<int32_t>(std::min<int64_t>(tok.vocab_size(), kIntMax) - 1);
+    for (size_t i = 0; i < prompt_ids->size(); ++i)
+      ids.push_back(json_integer<int32_t>((*prompt_ids)[i], 0, last_id, where, "prompt_ids[" + std::to_string(i) + "]",
+                                          kBadHint));
     p.prompt_text = tok.decode(ids);
   } else if (prompt != rec.end() && prompt->is_string()) {
     p.prompt_text = prompt->get<std::string>();
@@ -97,14 +102,14 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
   }
   SamplingParams& sp = p.item.request.params;
   sp = defaults;
-  read_param(rec, "max_new_tokens", sp.max_new_tokens, where);
-  read_param(rec, "min_new_tokens", sp.min_new_tokens, where);
+  read_integer(rec, "max_new_tokens", sp.max_new_tokens, 0, kIntMax, where);
+  read_integer(rec, "min_new_tokens", sp.min_new_tokens, 0, kIntMax, where);
   read_param(rec, "temperature", sp.temperature, where);
-  read_param(rec, "top_k", sp.top_k, where);
+  read_integer(rec, "top_k", sp.top_k, 0, kIntMax, where);
   read_param(rec, "top_p", sp.top_p, where);
   read_param(rec, "min_p", sp.min_p, where);
   read_param(rec, "repetition_penalty", sp.repetition_penalty, where);
-  read_param(rec, "seed", sp.seed, where);
+  read_integer(rec, "seed", sp.seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(), where);
   read_param(rec, "ignore_eos", sp.ignore_eos, where);
   auto stop = rec.find("stop");
   if (stop != rec.end() && !stop->is_null()) {
@@ -122,7 +127,6 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
       throw Error(where + ": \"stop\" must be a string or a list of strings", kBadHint);
     }
   }
-  if (sp.max_new_tokens < 0) throw Error(where + ": \"max_new_tokens\" must be >= 0", kBadHint);
   return p;
 }
 

@@ -30,6 +30,8 @@ struct JsonlRequests {
 /// Read input_path: Stop: throws Error "FILE:LINE: problem" at the first bad line; Skip: the line is left
 /// out and, when print, reported on stderr as "warning: FILE:LINE: problem (skipped)". max_seq_len 0:
 /// prompt lengths are not checked; model_seq_limit as check_request's. print: also the unknown-key warnings.
+/// Integer fields must be JSON integers in range (json_fields.h): max_new_tokens, min_new_tokens, top_k
+/// 0..2147483647, seed 0..2^64-1, prompt_ids 0..vocab_size-1; 4294967297, -1, 2.5 or 1e30 is a bad line.
 /// Used by run_generate_jsonl and by tprun's preflight (before any weight loads).
 JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer& tokenizer,
                                   const SamplingParams& defaults, int64_t max_seq_len, int64_t model_seq_limit,

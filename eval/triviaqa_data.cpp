@@ -21,11 +21,12 @@ const json* find_key(const json& obj, std::initializer_list<const char*> keys) {
   return nullptr;
 }
 
-// A string field (absent: ""); allow_integer accepts an integer id and returns its decimal text.
+// A string field (absent: ""); allow_integer accepts an integer id and returns its decimal text, exactly
+// as written (dump(): get<long long>() would turn 18446744073709551615 into "-1").
 std::string string_field(const json* v, const std::string& where, const char* name, bool allow_integer = false) {
   if (v == nullptr) return {};
   if (v->is_string()) return v->get<std::string>();
-  if (allow_integer && v->is_number_integer()) return std::to_string(v->get<long long>());
+  if (allow_integer && v->is_number_integer()) return v->dump();
   throw Error(where + ": field '" + name + "' is " + v->type_name() + ", expected a string",
               "fix or remove the record (--on-bad-record skip leaves it out)");
 }

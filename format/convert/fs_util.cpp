@@ -22,9 +22,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_interrupt_signal{0};  // 0: none; lock-free int, so the handler may store it
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free atomic");
 
-void on_signal(int) { g_interrupted.store(true); }
+void on_signal(int sig) {
+  int none = 0;
+  g_interrupt_signal.compare_exchange_strong(none, sig);  // keep the first signal
+}
 
 std::string parent_of(const std::string& p) {
   fs::path parent = fs::path(p).parent_path();
@@ -47,7 +51,8 @@ std::error_code remove_moved_aside(const std::string& old) {
 
 }  // namespace
 
-bool interrupted() { return g_interrupted.load(); }
+bool interrupted() { return g_interrupt_signal.load() != 0; }
+int interrupt_signal() { return g_interrupt_signal.load(); }
 
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -89,7 +94,7 @@ TempDirGuard::TempDirGuard(const std::string& out_dir) {
     fs::remove_all(tmp_, ec);
     throw;
   }
-  g_interrupted.store(false);
+  g_interrupt_signal.store(0);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 }

@@ -29,5 +29,8 @@ class TempDirGuard {
 
 /// True once SIGINT or SIGTERM arrived while a TempDirGuard was alive (workers poll it).
 bool interrupted();
+/// The signal that set interrupted() (SIGINT or SIGTERM; the first one), 0 when none did. Still set
+/// after the guard is gone, so the tool can exit 128 + signal; reset when the next guard is made.
+int interrupt_signal();
 
 }  // namespace tpshard

@@ -234,6 +234,77 @@ Error expect_error(F&& f) {
 }
 }  // namespace
 
+TEST_CASE("generate --input: integer fields out of range, negative or fractional are refused, not truncated") {
+  test::ByteTokenizer tok;  // vocab 258: token ids 0..257
+  SamplingParams defaults;
+  defaults.max_new_tokens = 8;
+  const std::string in = temp_path("int_fields.jsonl");
+  const std::string hint = "fix the line, or pass --on-bad-record skip to leave such lines out";
+  auto read = [&](const std::string& line) {
+    std::ofstream(in) << "{\"id\": \"ok\", \"prompt\": \"x\"}\n" << line << "\n";
+    return read_generate_jsonl(in, tok, defaults, 0, 0, BadRecordPolicy::Stop, false);
+  };
+  struct Case {
+    std::string line, message;
+  };
+  const Case cases[] = {
+      // too large for the int field: get<int>() would have read 4294967297 as 1
+      {R"({"id": "a", "prompt": "x", "max_new_tokens": 4294967297})",
+       R"("max_new_tokens" is 4294967297, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "max_new_tokens": 2147483648})",
+       R"("max_new_tokens" is 2147483648, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "top_k": 18446744073709551615})",
+       R"("top_k" is 18446744073709551615, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "seed": 1e30})", R"("seed" is 1e+30, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt": "x", "seed": 18446744073709551616})",  // parsed as a float: one past 2^64-1
+       R"("seed" is 1.8446744073709552e+19, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt_ids": [5, 258]})", R"("prompt_ids[1]" is 258, expected an integer in 0..257)"},
+      {R"({"prompt_ids": [4294967301]})", R"("prompt_ids[0]" is 4294967301, expected an integer in 0..257)"},
+      // negative where not allowed
+      {R"({"prompt": "x", "max_new_tokens": -1})", R"("max_new_tokens" is -1, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "min_new_tokens": -2})", R"("min_new_tokens" is -2, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "top_k": -4294967296})", R"("top_k" is -4294967296, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "seed": -3})", R"("seed" is -3, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt_ids": [-1]})", R"("prompt_ids[0]" is -1, expected an integer in 0..257)"},
+      // fractional, or a float literal
+      {R"({"prompt": "x", "max_new_tokens": 2.5})", R"("max_new_tokens" is 2.5, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "max_new_tokens": 4.0})", R"("max_new_tokens" is 4.0, expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "seed": 1.5})", R"("seed" is 1.5, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt_ids": [1, 2.5]})", R"("prompt_ids[1]" is 2.5, expected an integer in 0..257)"},
+      // not a number at all
+      {R"({"prompt": "x", "top_k": "3"})", R"("top_k" is "3", expected an integer in 0..2147483647)"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.line);
+    const Error e = expect_error([&] { read(c.line); });
+    CHECK(std::string(e.what()) == in + ":2: " + c.message);
+    CHECK(e.hint() == hint);
+  }
+
+  // The boundary values are accepted as they are.
+  JsonlRequests r = read(R"({"prompt": "x", "max_new_tokens": 2147483647, "min_new_tokens": 0, "top_k": 2147483647, )"
+                         R"("seed": 18446744073709551615})");
+  REQUIRE(r.items.size() == 2);
+  const SamplingParams& hi = r.items[1].request.params;
+  CHECK(hi.max_new_tokens == 2147483647);
+  CHECK(hi.min_new_tokens == 0);
+  CHECK(hi.top_k == 2147483647);
+  CHECK(hi.seed == 18446744073709551615ull);
+  CHECK(r.items[0].request.params.max_new_tokens == 8);  // absent: the default
+  r = read(R"({"prompt_ids": [0, 257], "max_new_tokens": 0, "seed": 0})");
+  REQUIRE(r.items.size() == 2);
+  CHECK(r.items[1].request.prompt_ids == std::vector<int32_t>{0, 257});
+  CHECK(r.items[1].request.params.max_new_tokens == 0);
+  CHECK(r.items[1].request.params.seed == 0);
+
+  // Skip: the bad line is left out and the good one kept.
+  std::ofstream(in) << "{\"prompt\": \"x\", \"max_new_tokens\": 4294967297}\n{\"id\": \"ok\", \"prompt\": \"y\"}\n";
+  r = read_generate_jsonl(in, tok, defaults, 0, 0, BadRecordPolicy::Skip, false);
+  CHECK(r.skipped == 1);
+  REQUIRE(r.items.size() == 1);
+  CHECK(r.items[0].id == "ok");
+}
+
 TEST_CASE("generate --input: resuming refuses stored results of other requests under the same id") {
   test::ByteTokenizer tok;
   test::FakeRunner runner(2);

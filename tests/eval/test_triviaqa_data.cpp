@@ -129,3 +129,22 @@ TEST_CASE("a JSON array of HF records, and a bad record inside the original layo
   CHECK(skipped.records[0].ground_truths == std::vector<std::string>{"v", "Vee"});
   CHECK(skipped.warnings.size() == 1);
 }
+
+TEST_CASE("integer question ids keep their exact decimal text, beyond 2^63 too; a fractional id is refused") {
+  const std::string path =
+      write_temp("int_ids.jsonl", "{\"question\": \"Q1?\", \"question_id\": 18446744073709551615, \"answer\": \"A1\"}\n"
+                                  "{\"question\": \"Q2?\", \"question_id\": -9223372036854775808, \"answer\": \"A2\"}\n"
+                                  "{\"question\": \"Q3?\", \"question_id\": 7, \"answer\": \"A3\"}\n");
+  const auto r = load_triviaqa(path);
+  REQUIRE(r.records.size() == 3);
+  CHECK(r.records[0].id == "18446744073709551615");  // get<long long>() read it as -1
+  CHECK(r.records[1].id == "-9223372036854775808");
+  CHECK(r.records[2].id == "7");
+  const std::string bad = write_temp("frac_id.jsonl", "{\"question\": \"Q?\", \"question_id\": 2.5, \"answer\": \"A\"}\n");
+  try {
+    load_triviaqa(bad);
+    FAIL("expected an Error");
+  } catch (const tpshard::Error& e) {
+    CHECK(std::string(e.what()) == bad + ":1: field 'question_id' is number, expected a string");
+  }
+}

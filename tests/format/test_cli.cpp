@@ -1,9 +1,22 @@
 // test_cli.cpp: the tpshard binary end to end: exit codes and messages of convert / inspect /
-// verify (a flipped byte names the tensor and file) / plan; and plan_memory against hand-computed numbers.
+// verify (a flipped byte names the tensor and file) / plan, usage errors exiting 2 (as tprun), a convert
+// stopped by SIGINT exiting 130 with nothing left; and plan_memory against hand-computed numbers.
 #include <doctest/doctest.h>
 
-#include <filesystem>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "format/convert/convert.h"
+#include "format/convert/temp_owner.h"
 #include "format/error.h"
 #include "format/manifest.h"
 #include "format/memory_plan.h"
@@ -30,10 +43,12 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out3") + " --tp 3", log) == 1);
   CHECK(read_text(log).find("num_attention_heads 8 is not divisible by tp_size 3") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "out3"));
-  // Usage errors: non-zero.
-  CHECK(run_tpshard("convert " + (d / "hf"), log) != 0);
-  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "o") + " --compress lz4", log) == 1);
-  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "o") + " --dtype int8", log) != 0);
+  // Usage errors: 2, as in tprun (more in "every usage error exits 2").
+  CHECK(run_tpshard("convert " + (d / "hf"), log) == 2);
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "o") + " --compress lz4", log) == 2);
+  CHECK(read_text(log) == "error: --compress lz4: unknown codec\n"
+                          "hint: use none, zstd[:level] or zstd-planes[:level] (level 1..19)\n");
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "o") + " --dtype int8", log) == 2);
 
   CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --tensors --rank 1", log) == 0);
   CHECK(read_text(log).find("blk.1.ffn_gate_up.weight") != std::string::npos);
@@ -45,7 +60,7 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(read_text(log) == "error: inspect --rank 2: tp_size 2 has tp_rank 0..1\nhint: pass --rank 0..1\n");
   CHECK(run_tpshard("inspect " + (d / "out") + " --tensors --rank 1", log) == 1);  // tp 1 has rank 0 only
   CHECK(read_text(log).rfind("error: inspect --rank 1: tp_size 1 has tp_rank 0..0\n", 0) == 0);
-  CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --rank 1", log) != 0);  // --rank only picks a --tensors table
+  CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --rank 1", log) == 2);  // --rank only picks a --tensors table
   CHECK(read_text(log).find("--rank requires --tensors") != std::string::npos);
 
   CHECK(run_tpshard("verify " + (d / "out"), log) == 0);
@@ -77,7 +92,7 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(read_text(log).find(" 1.25 KiB  (2 * layers") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem 0.01", log) == 1);
   CHECK(read_text(log).find("does not fit") != std::string::npos);
-  CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem -1", log) != 0);
+  CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem -1", log) == 2);
   CHECK(read_text(log).find("must be > 0") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 100000", log) == 1);
   CHECK(read_text(log).find("max_position_embeddings") != std::string::npos);
@@ -89,11 +104,11 @@ TEST_CASE("tpshard: an unknown or missing subcommand is named with the choices")
   ScratchDir d;
   const std::string log = d / "log.txt";
   const std::string hint = "hint: choose one of: convert, inspect, verify, plan (`tpshard --help` describes each)\n";
-  CHECK(run_tpshard("frobnicate --tp 2", log) != 0);
+  CHECK(run_tpshard("frobnicate --tp 2", log) == 2);
   CHECK(read_text(log) == "error: tpshard: unknown subcommand 'frobnicate'\n" + hint);
-  CHECK(run_tpshard("", log) != 0);
+  CHECK(run_tpshard("", log) == 2);
   CHECK(read_text(log) == "error: tpshard: no subcommand given\n" + hint);
-  CHECK(run_tpshard("inspect", log) != 0);  // a missing required argument keeps CLI11's message
+  CHECK(run_tpshard("inspect", log) == 2);  // a missing required argument keeps CLI11's message
   CHECK(read_text(log).find("model_dir is required") != std::string::npos);
 }
 
@@ -117,10 +132,102 @@ TEST_CASE("tpshard refuses odd numeric options with the valid range, writing not
   };
   for (const auto& [args, message] : cases) {
     CAPTURE(args);
-    CHECK(run_tpshard(args, log) != 0);
+    CHECK(run_tpshard(args, log) == 2);
     CHECK(read_text(log).rfind(message + "\n", 0) == 0);
   }
   CHECK_FALSE(fs::exists(d / "out"));
+}
+
+TEST_CASE("tpshard: every usage error exits 2 (not CLI11's 104-109), keeping its message; --help, --version 0") {
+  ScratchDir d;
+  fs::create_directories(d / "hf");
+  const std::string log = d / "log.txt";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"inspect " + (d / "m") + " --tp 1.5", "Could not convert: --tp = 1.5"},          // CLI11 ConversionError
+      {"inspect " + (d / "m") + " --tp 0", "--tp: must be > 0, got 0"},                   // ValidationError
+      {"convert " + (d / "nothing") + " -o " + (d / "out"), "hf_dir: Directory does not exist"},
+      {"convert " + (d / "hf"), "--out is required"},                                    // RequiredError
+      {"inspect " + (d / "m") + " --rank 1", "--rank requires --tensors"},                // RequiresError
+      {"inspect " + (d / "m") + " extra", "The following argument was not expected: extra"},  // ExtrasError
+      {"convert " + (d / "hf") + " -o " + (d / "out") + " --compress zstd:99", "error: --compress zstd:99: level"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    CHECK(run_tpshard(args, log) == 2);
+    CHECK_MESSAGE(read_text(log).find(message) != std::string::npos, read_text(log));
+  }
+  CHECK_FALSE(fs::exists(d / "out"));
+  CHECK(run_tpshard("--help", log) == 0);
+  CHECK(read_text(log).find("convert") != std::string::npos);
+  CHECK(run_tpshard("convert --help", log) == 0);
+  CHECK(read_text(log).find("--compress") != std::string::npos);
+  CHECK(run_tpshard("--version", log) == 0);
+  CHECK(read_text(log) == std::string(tool_version()) + "\n");
+}
+
+namespace {
+/// Whether process `pid` has a handler installed for `sig` (the SigCgt mask of /proc/PID/status).
+bool catches_signal(pid_t pid, int sig) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("SigCgt:", 0) == 0) return ((std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1) != 0;
+  return false;
+}
+
+/// The OUT.tmp-* entries next to `out`.
+std::vector<std::string> temp_dirs_next_to(const std::string& out) {
+  std::vector<std::string> r;
+  const std::string prefix = fs::path(out).filename().string() + ".tmp-";
+  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path().string());
+  return r;
+}
+}  // namespace
+
+TEST_CASE("tpshard convert stopped by SIGINT exits 130, as tprun, and leaves no output") {
+  ScratchDir d;
+  LlamaSpec s;  // ~23 MB of f32 written 4 times (tp 1, 2, 4, 8): runs long after its SIGINT handler is set
+  s.heads = 8, s.kv_heads = 8, s.head_dim = 32, s.hidden = 256, s.inter = 768, s.vocab = 4096, s.layers = 4;
+  s.dtype = DType::F32;
+  make_llama(s).save(d / "hf");
+  const std::string out = d / "out", log = d / "log.txt";
+  const std::string bin = TPSHARD_BIN, hf = d / "hf";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(127);
+    ::execl(bin.c_str(), bin.c_str(), "convert", hf.c_str(), "-o", out.c_str(), "--tp", "1,2,4,8", "--threads", "1",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Freeze it once its TempDirGuard is alive (handler set, OUT.tmp-* holding the owner record), then
+  // deliver SIGINT: it must stop at the next chunk, remove OUT.tmp-* and exit 128 + 2.
+  bool stopped_inside = false;
+  for (int i = 0; i < 20000 && !stopped_inside; ++i) {
+    if (catches_signal(pid, SIGINT)) {
+      REQUIRE(::kill(pid, SIGSTOP) == 0);
+      int st = 0;
+      REQUIRE(::waitpid(pid, &st, WUNTRACED) == pid);
+      REQUIRE(WIFSTOPPED(st));
+      const std::vector<std::string> tmp = temp_dirs_next_to(out);
+      stopped_inside = catches_signal(pid, SIGINT) && tmp.size() == 1 && fs::exists(tmp[0] + "/" + kTempOwnerFile);
+      if (!stopped_inside) REQUIRE(::kill(pid, SIGCONT) == 0);
+    }
+    if (!stopped_inside) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  REQUIRE_MESSAGE(stopped_inside, "the convert was not caught while converting: " << read_text(log));
+  REQUIRE(::kill(pid, SIGINT) == 0);
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO("output: " << read_text(log));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 130);
+  CHECK(read_text(log).find("error: interrupted (SIGINT/SIGTERM): conversion stopped, nothing was written\n") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+  CHECK(temp_dirs_next_to(out).empty());
 }
 
 TEST_CASE("plan_memory: hand-computed per-rank numbers") {

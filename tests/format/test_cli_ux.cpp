@@ -17,12 +17,12 @@ TEST_CASE("tpshard: a mistyped option names the closest option of that subcomman
   ScratchDir d;
   fs::create_directories(d / "hf");  // hf_dir's existence is checked before leftover words
   const std::string log = d / "log.txt";
-  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --forse", log) != 0);
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --forse", log) == 2);
   CHECK(read_text(log) ==
         "error: tpshard convert: unknown option --forse\n"
         "hint: did you mean --force? (`tpshard convert --help` lists the options)\n");
   // Nothing close: only where the options are listed.
-  CHECK(run_tpshard("inspect " + (d / "m") + " --zzzzzzzz", log) != 0);
+  CHECK(run_tpshard("inspect " + (d / "m") + " --zzzzzzzz", log) == 2);
   CHECK(read_text(log) ==
         "error: tpshard inspect: unknown option --zzzzzzzz\nhint: `tpshard inspect --help` lists the options\n");
 }
@@ -35,10 +35,10 @@ TEST_CASE("tpshard convert --tp: an empty list item is refused, writing nothing"
   const std::string convert = "convert " + (d / "hf") + " -o " + (d / "out") + " -q";
   for (const std::string list : {"2,,4", "2,", ",2"}) {
     CAPTURE(list);
-    CHECK(run_tpshard(convert + " --tp " + list, log) != 0);
+    CHECK(run_tpshard(convert + " --tp " + list, log) == 2);
     CHECK(read_text(log).rfind("--tp: has an empty item in '" + list + "' (write e.g. 1,2,4)\n", 0) == 0);
   }
-  CHECK(run_tpshard(convert + " --tp 1.5", log) != 0);
+  CHECK(run_tpshard(convert + " --tp 1.5", log) == 2);
   CHECK(read_text(log).rfind("--tp: must be an integer, got 1.5\n", 0) == 0);
   CHECK_FALSE(fs::exists(d / "out"));
   // Lists still work, also split over repeated --tp.

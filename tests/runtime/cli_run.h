@@ -1,5 +1,5 @@
-// cli_run.h: run the real tprun binary from a test and capture its exit code, stdout and stderr
-// (shared by test_cli.cpp, test_cli_ux.cpp, test_cli_preflight.cpp). Needs TPSHARD_BIN_DIR.
+// cli_run.h: run the real tprun (or tpshard) binary from a test and capture its exit code, stdout and
+// stderr (shared by test_cli.cpp, test_cli_ux.cpp, test_cli_preflight.cpp). Needs TPSHARD_BIN_DIR.
 #pragma once
 #include <sys/wait.h>
 
@@ -23,15 +23,21 @@ inline std::string slurp_file(const std::string& path) {
   return s.str();
 }
 
-/// Runs `prefix tprun args` through the shell (prefix: e.g. "cd DIR && ", "VAR=value ", a privilege drop);
-/// stdout and stderr go through out.txt / err.txt in capture_dir (created).
-inline CliRun run_tprun(const std::string& args, const std::string& capture_dir, const std::string& prefix = "") {
+/// Runs `prefix TOOL args` (TOOL: "tprun" or "tpshard", from TPSHARD_BIN_DIR) through the shell (prefix:
+/// e.g. "cd DIR && ", "VAR=value ", a privilege drop); stdout and stderr go through out.txt / err.txt in
+/// capture_dir (created).
+inline CliRun run_tool(const std::string& tool, const std::string& args, const std::string& capture_dir,
+                       const std::string& prefix = "") {
   std::filesystem::create_directories(capture_dir);
-  const std::string cmd = prefix + std::string(TPSHARD_BIN_DIR) + "/tprun " + args + " >" + capture_dir +
+  const std::string cmd = prefix + std::string(TPSHARD_BIN_DIR) + "/" + tool + " " + args + " >" + capture_dir +
                           "/out.txt 2>" + capture_dir + "/err.txt";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp_file(capture_dir + "/out.txt"),
           slurp_file(capture_dir + "/err.txt")};
+}
+
+inline CliRun run_tprun(const std::string& args, const std::string& capture_dir, const std::string& prefix = "") {
+  return run_tool("tprun", args, capture_dir, prefix);
 }
 
 }  // namespace tpshard::test

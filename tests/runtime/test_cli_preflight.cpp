@@ -1,8 +1,8 @@
 // test_cli_preflight.cpp: request errors reported by tprun's preflight, before any weight loads (no
 // "tprun: backend" line before the error): bad JSONL lines of generate --input (top_p 3, duplicate id,
-// wrong type, prompt + max_new_tokens over --max-seq-len), generate --max-new-tokens beyond the model's
-// context (no "raise --max-seq-len" hint there), eval triviaqa with --shots above the record count and
-// with bad records; --on-bad-record skip reports each bad line once, before loading, and runs the rest.
+// wrong type, integers too wide or fractional, prompt + max_new_tokens over --max-seq-len), generate
+// --max-new-tokens beyond the model's context (no "raise --max-seq-len" hint there), eval triviaqa with
+// --shots above the record count and with bad records; --on-bad-record skip reports each bad line once, before loading, and runs the rest.
 // Also check_request's two hints (below / at the model's limit) on host values.
 #include <doctest/doctest.h>
 
@@ -116,8 +116,19 @@ TEST_CASE("tprun generate --input: bad lines fail before the model loads, with F
   }
   SUBCASE("wrong type") {
     pf_write(tmp + "/in.jsonl", good + "{\"id\": 2, \"prompt\": \"a\", \"max_new_tokens\": \"many\"}\n");
-    check_preflight_error(pf_tprun(gen, tmp), "", "in.jsonl:2: \"max_new_tokens\" is \"many\", expected an integer",
-                          skip_hint);
+    check_preflight_error(pf_tprun(gen, tmp), "",
+                          "in.jsonl:2: \"max_new_tokens\" is \"many\", expected an integer in 0..2147483647", skip_hint);
+  }
+  SUBCASE("an integer too wide for its field, or a fraction: refused, not truncated") {
+    pf_write(tmp + "/in.jsonl", good + "{\"id\": \"a\", \"prompt\": \"x\", \"max_new_tokens\": 4294967297}\n");
+    check_preflight_error(pf_tprun(gen, tmp), "",
+                          "in.jsonl:2: \"max_new_tokens\" is 4294967297, expected an integer in 0..2147483647", skip_hint);
+    pf_write(tmp + "/in.jsonl", good + "{\"id\": \"a\", \"prompt\": \"x\", \"seed\": 1e30}\n");
+    check_preflight_error(pf_tprun(gen, tmp), "",
+                          "in.jsonl:2: \"seed\" is 1e+30, expected an integer in 0..18446744073709551615", skip_hint);
+    pf_write(tmp + "/in.jsonl", good + "{\"id\": \"a\", \"prompt\": \"x\", \"max_new_tokens\": 2.5}\n");
+    check_preflight_error(pf_tprun(gen, tmp), "",
+                          "in.jsonl:2: \"max_new_tokens\" is 2.5, expected an integer in 0..2147483647", skip_hint);
   }
   SUBCASE("prompt + max_new_tokens over --max-seq-len (below the model's 512)") {
     pf_write(tmp + "/in.jsonl", good + "{\"id\": 2, \"prompt_ids\": [1, 2, 3, 4, 5, 6], \"max_new_tokens\": 5}\n");
@@ -145,7 +156,8 @@ TEST_CASE("tprun generate --input --on-bad-record skip: bad lines reported once,
   REQUIRE(r.code == 0);
   const std::string warnings = "warning: in.jsonl:2: top_p 3.000000 is outside (0, 1] (skipped)\n"
                                "warning: in.jsonl:3: duplicate id 1 (skipped)\n"
-                               "warning: in.jsonl:4: \"max_new_tokens\" is \"many\", expected an integer (skipped)\n";
+                               "warning: in.jsonl:4: \"max_new_tokens\" is \"many\", expected an integer in "
+                               "0..2147483647 (skipped)\n";
   CHECK(r.err.rfind(warnings + "tprun: backend cpu", 0) == 0);  // first, before the load, and once only
   CHECK(r.err.find("(skipped)", warnings.size()) == std::string::npos);
   CHECK(r.err.find("(0 done before, 3 skipped as bad)") != std::string::npos);

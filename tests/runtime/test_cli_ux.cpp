@@ -1,7 +1,8 @@
 // test_cli_ux.cpp: tprun CLI fixes from a new-user test, on the binary: a global option given after
 // the subcommand is named with the corrected command line; a mistyped option names the closest one;
 // `--stop ""`, `eval --limit 0` and a JSONL line's negative "seed" or empty "stop" are refused;
-// `--device cuda` with no usable GPU (a CUDA build under CUDA_VISIBLE_DEVICES="") says so.
+// `--device cuda` with no usable GPU (a CUDA build under CUDA_VISIBLE_DEVICES="") says so; usage errors
+// exit 2 in tprun and tpshard alike.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -81,6 +82,39 @@ TEST_CASE("tprun: a mistyped option names the closest option of the subcommand")
   CHECK(r.code == 2);
   CHECK(r.err == "error: tprun MODEL_DIR generate: unknown option --qqqqqqqqqq\n"
                  "hint: `tprun MODEL_DIR generate --help` lists the options\n");
+}
+
+TEST_CASE("tprun and tpshard: a usage error exits 2 in both tools; --help (and tpshard --version) exit 0") {
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-codes";
+  auto run = [&](const std::string& tool, const std::string& args) { return tpshard::test::run_tool(tool, args, dir); };
+  struct Case {
+    std::string tool, args, err_start;
+  };
+  const Case usage_errors[] = {
+      {"tprun", "/nonexistent-model generate --promt hi", "error: tprun MODEL_DIR generate: unknown option --promt\n"},
+      {"tpshard", "inspect /nonexistent-model --zzzzzzzz", "error: tpshard inspect: unknown option --zzzzzzzz\n"},
+      {"tprun", "/nonexistent-model --tp 0 generate --prompt hi", "--tp: must be > 0, got 0\n"},
+      {"tpshard", "inspect /nonexistent-model --tp 0", "--tp: must be > 0, got 0\n"},  // CLI11: 105
+      {"tpshard", "convert " + std::string(TPSHARD_FIXTURES_DIR) + "/stories260K", "--out is required\n"},  // 106
+      {"tpshard", "inspect /nonexistent-model --rank 1", "--rank requires --tensors\n"},  // CLI11: 107
+      {"tpshard", "frobnicate", "error: tpshard: unknown subcommand 'frobnicate'\n"},
+  };
+  for (const Case& c : usage_errors) {
+    CAPTURE(c.tool + " " + c.args);
+    const UxRun r = run(c.tool, c.args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(r.err.rfind(c.err_start, 0) == 0, r.err);
+    CHECK(r.out.empty());
+  }
+  for (const std::string tool : {"tprun", "tpshard"}) {
+    CAPTURE(tool);
+    const UxRun r = run(tool, "--help");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("Usage:") != std::string::npos);
+  }
+  const UxRun v = run("tpshard", "--version");
+  CHECK(v.code == 0);
+  CHECK_FALSE(v.out.empty());
 }
 
 TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {

@@ -1,6 +1,7 @@
 // main.cpp: `tpshard` CLI entry: parse arguments (CLI11), dispatch to one subcommand, and turn
-// tpshard::Error into "error: ...\nhint: ..." with exit code 1 (usage errors: CLI11's code, 2 for bad values;
-// an unknown or missing subcommand is printed as error/hint too, naming it and the choices, with CLI11's code).
+// tpshard::Error into "error: ...\nhint: ..." with exit code 1. Usage errors (unknown, missing or bad
+// option or argument; an unknown or missing subcommand, printed as error/hint naming it and the choices)
+// exit 2, as in tprun; --help / --version exit 0; a convert stopped by SIGINT/SIGTERM exits 128 + signal.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
+#include "format/convert/fs_util.h"
 #include "format/error.h"
 #include "tools/tpshard/commands.h"
 
@@ -63,21 +65,35 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::optional<tpshard::Error> why = cli::explain_subcommand_error(app, e, "tpshard");
     if (!why) why = cli::explain_unexpected_option(app, e, "tpshard", "tpshard",
                                                            std::vector<std::string>(argv + 1, argv + argc));
     if (why) {
       std::fprintf(stderr, "error: %s\nhint: %s\n", why->what(), why->hint().c_str());
-      return e.get_exit_code();
+      return 2;
     }
-    return app.exit(e);
+    app.exit(e);  // prints CLI11's message; its own code (100 and up, by error class) is dropped
+    return 2;
+  }
+  auto report = [](const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
+  };
+  if (*convert) {
+    try {  // a bad --compress value is a usage error like a bad --dtype, with its own error/hint text
+      cli::parse_compress(compress, &copt.codec, &copt.zstd_level);
+    } catch (const Error& e) {
+      report(e);
+      return 2;
+    }
   }
   int rc = 0;
   try {
     if (*convert) {
       if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
-      cli::parse_compress(compress, &copt.codec, &copt.zstd_level);
       copt.hash_source = !no_source_hash;
       copt.progress = !quiet;
       rc = cli::run_convert(copt);
@@ -89,8 +105,9 @@ int main(int argc, char** argv) {
       rc = cli::run_plan(model_dir, tp, batch, max_seq, gpu_gib);
     }
   } catch (const Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
+    report(e);
+    // Ctrl-C / SIGTERM stopped a convert (its temporary output is removed by then): exit as tprun does.
+    if (interrupt_signal() != 0) return 128 + interrupt_signal();
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
