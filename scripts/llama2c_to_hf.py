@@ -37,6 +37,14 @@ N_SPECIAL = 3  # <unk>, <s>, </s>
 N_BYTES = 256  # <0x00>..<0xFF>, ids 3..258
 
 
+
+def readable_like_open(path):
+    """safetensors' save_file creates files with mode 0600; give them the mode open() would (0666 & ~umask),
+    so that the checkpoint is readable by the other users of a shared model directory."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
 def read_model(path):
     """Returns (header dict, dict of name -> np.float32 array) for a llama2.c .bin."""
     with open(path, "rb") as f:
@@ -236,7 +244,9 @@ def hf_config(hdr):
 
 def write_checkpoint(hdr, w, out_dir):
     from safetensors.numpy import save_file
-    save_file(hf_state_dict(hdr, w), os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    path = os.path.join(out_dir, "model.safetensors")
+    save_file(hf_state_dict(hdr, w), path, metadata={"format": "pt"})
+    readable_like_open(path)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config(hdr), f, indent=2)
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:

@@ -34,6 +34,14 @@ class ConvertError(Exception):
         self.hint = hint
 
 
+
+def readable_like_open(path):
+    """safetensors' save_file creates files with mode 0600; give them the mode open() would (0666 & ~umask),
+    so that the checkpoint is readable by the other users of a shared model directory."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
 def check_python_deps():
     """Fail early, with the install command, when a package this script needs is missing."""
     missing = []
@@ -304,6 +312,7 @@ def main():
     # safetensors.numpy writes dtype "BF16" for ml_dtypes.bfloat16; "format": "pt" lets transformers load it.
     from safetensors.numpy import save_file
     save_file(tensors, tmp_path("model.safetensors"), metadata={"format": "pt"})
+    readable_like_open(tmp_path("model.safetensors"))
     gen = {"bos_token_id": bos, "eos_token_id": eos}
     if pad is not None:
         gen["pad_token_id"] = int(pad)
