@@ -34,6 +34,11 @@ T field(const json& j, const char* key, const std::string& where) {
 
 }  // namespace
 
+uint64_t model_section_xxh3(const nlohmann::json& model) {
+  const std::string text = model.dump();
+  return xxh3_64(text.data(), text.size());
+}
+
 Manifest load_manifest(const std::string& model_dir) {
   const std::string path = model_dir + "/manifest.json";
   std::ifstream f(path);
@@ -66,7 +71,17 @@ Manifest load_manifest(const std::string& model_dir) {
     sf.xxh3 = hash_from_hex(field<std::string>(s, "xxh3", path + " source " + sf.name), path + " source " + sf.name);
     m.source.push_back(sf);
   }
-  m.model = model_config_from_json(field<json>(j, "model", path), path);
+  const json model = field<json>(j, "model", path);
+  if (j.contains("model_section_xxh3")) {  // absent in manifests written before it was recorded
+    const uint64_t want = hash_from_hex(field<std::string>(j, "model_section_xxh3", path), path);
+    const uint64_t has = model_section_xxh3(model);
+    if (has != want)
+      throw Error(path + ": the \"model\" section was changed after tpshard convert wrote it (recorded XXH3 " +
+                      hash_to_hex(want) + ", now " + hash_to_hex(has) + ")",
+                  "re-run tpshard convert to get a consistent model directory; if the edit is deliberate, delete the "
+                  "\"model_section_xxh3\" line of manifest.json");
+  }
+  m.model = model_config_from_json(model, path);
   m.dtype = dtype_from_string(field<std::string>(j, "dtype", path));
   if (j.contains("tokenizer_files")) m.tokenizer_files = field<std::vector<std::string>>(j, "tokenizer_files", path);
   const json tp = field<json>(j, "tp", path);
@@ -109,6 +124,7 @@ void save_manifest(const Manifest& m, const std::string& dir) {
   for (const auto& s : m.source) src.push_back({{"name", s.name}, {"bytes", s.bytes}, {"xxh3", hash_to_hex(s.xxh3)}});
   j["source"] = src;
   j["model"] = model_config_to_json(m.model);
+  j["model_section_xxh3"] = hash_to_hex(model_section_xxh3(j["model"]));
   j["dtype"] = dtype_name(m.dtype);
   j["tokenizer_files"] = m.tokenizer_files;
   json tp = json::object();

@@ -44,8 +44,14 @@ struct Manifest {
   std::vector<std::string> tokenizer_files;          ///< copied next to manifest.json
 };
 
-/// Load MODEL_DIR/manifest.json. Throws Error naming the file for a missing/corrupt file or a
-/// format_version this build does not read (hint: re-run tpshard convert with this version).
+/// XXH3-64 of the compact dump of manifest.json's "model" section (keys sorted, numbers in their shortest
+/// round-trip spelling): recorded as "model_section_xxh3" by save_manifest, so that load_manifest notices
+/// a value edited by hand (whitespace and key order do not count).
+uint64_t model_section_xxh3(const nlohmann::json& model);
+
+/// Load MODEL_DIR/manifest.json. Throws Error naming the file for a missing/corrupt file, a
+/// format_version this build does not read (hint: re-run tpshard convert with this version), or a
+/// "model" section that no longer matches its recorded "model_section_xxh3" (edited after conversion).
 Manifest load_manifest(const std::string& model_dir);
 /// Write manifest.json into dir (atomically: temp file + rename).
 void save_manifest(const Manifest& m, const std::string& dir);

@@ -333,3 +333,40 @@ TEST_CASE("manifest table_xxh3: convert records each shard's table hash; check_s
   save_manifest(old, d / "a");
   CHECK(read_text(d / "a/manifest.json").find("table_xxh3") == std::string::npos);
 }
+
+TEST_CASE("manifest model_section_xxh3: a hand-edited model section is refused at load, naming the file") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  convert_checkpoint(opts(d / "hf", d / "out", {1}));
+  const std::string path = d / "out/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(read_text(path));
+  REQUIRE(j.contains("model_section_xxh3"));
+  CHECK(j["model_section_xxh3"] == hash_to_hex(model_section_xxh3(j["model"])));
+  const Manifest a = load_manifest(d / "out");
+  // Re-indented with other spacing: the same values, still loads.
+  write_text(path, j.dump(4));
+  CHECK_NOTHROW(load_manifest(d / "out"));
+  // A value changed by hand: refused with both hashes and the way out.
+  nlohmann::json edited = j;
+  edited["model"]["max_position_embeddings"] = a.model.max_position_embeddings * 2;
+  write_text(path, edited.dump(2));
+  try {
+    load_manifest(d / "out");
+    FAIL("expected an Error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == path + ": the \"model\" section was changed after tpshard convert wrote it (recorded XXH3 " +
+                                       j["model_section_xxh3"].get<std::string>() + ", now " +
+                                       hash_to_hex(model_section_xxh3(edited["model"])) + ")");
+    CHECK(std::string(e.hint()).find("delete the \"model_section_xxh3\" line") != std::string::npos);
+  }
+  // Deliberate edit: without the recorded hash the manifest loads with the new value.
+  edited.erase("model_section_xxh3");
+  write_text(path, edited.dump(2));
+  const Manifest b = load_manifest(d / "out");
+  CHECK(b.model.max_position_embeddings == a.model.max_position_embeddings * 2);
+  // save_manifest records the hash of what it writes: loads back.
+  save_manifest(b, d / "out");
+  CHECK(nlohmann::json::parse(read_text(path)).contains("model_section_xxh3"));
+  CHECK(load_manifest(d / "out").model.max_position_embeddings == b.model.max_position_embeddings);
+}
