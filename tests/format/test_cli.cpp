@@ -174,14 +174,6 @@ bool catches_signal(pid_t pid, int sig) {
   return false;
 }
 
-/// The OUT.tmp-* entries next to `out`.
-std::vector<std::string> temp_dirs_next_to(const std::string& out) {
-  std::vector<std::string> r;
-  const std::string prefix = fs::path(out).filename().string() + ".tmp-";
-  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path().string());
-  return r;
-}
 }  // namespace
 
 TEST_CASE("tpshard convert stopped by SIGINT exits 130, as tprun, and leaves no output") {
@@ -210,7 +202,7 @@ TEST_CASE("tpshard convert stopped by SIGINT exits 130, as tprun, and leaves no 
       int st = 0;
       REQUIRE(::waitpid(pid, &st, WUNTRACED) == pid);
       REQUIRE(WIFSTOPPED(st));
-      const std::vector<std::string> tmp = temp_dirs_next_to(out);
+      const std::vector<std::string> tmp = siblings_of(out, ".tmp-");
       stopped_inside = catches_signal(pid, SIGINT) && tmp.size() == 1 && fs::exists(tmp[0] + "/" + kTempOwnerFile);
       if (!stopped_inside) REQUIRE(::kill(pid, SIGCONT) == 0);
     }
@@ -227,7 +219,7 @@ TEST_CASE("tpshard convert stopped by SIGINT exits 130, as tprun, and leaves no 
   CHECK(read_text(log).find("error: interrupted (SIGINT/SIGTERM): conversion stopped, nothing was written\n") !=
         std::string::npos);
   CHECK_FALSE(fs::exists(out));
-  CHECK(temp_dirs_next_to(out).empty());
+  CHECK(siblings_of(out, ".tmp-").empty());
 }
 
 TEST_CASE("plan_memory: hand-computed per-rank numbers") {

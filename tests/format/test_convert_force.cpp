@@ -22,19 +22,6 @@ using namespace tpshard;
 using namespace tpshard::test;
 namespace fs = std::filesystem;
 
-namespace {
-
-/// The entries next to `out` whose name starts with OUT + `suffix_start` (".old-", ".tmp-").
-std::vector<std::string> siblings_of(const std::string& out, const std::string& suffix_start) {
-  std::vector<std::string> r;
-  const std::string prefix = fs::path(out).filename().string() + suffix_start;
-  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path().string());
-  return r;
-}
-
-}  // namespace
-
 TEST_CASE("convert --force: no OUT.old-PID is left; the next convert removes a killed convert's") {
   ScratchDir d;
   LlamaSpec s;

@@ -85,4 +85,14 @@ inline std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+/// The entries next to `out` whose names start with out's name + suffix_start (e.g. ".tmp-", ".old-").
+inline std::vector<std::string> siblings_of(const std::string& out, const std::string& suffix_start) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> r;
+  const std::string prefix = fs::path(out).filename().string() + suffix_start;
+  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path().string());
+  return r;
+}
+
 }  // namespace tpshard::test

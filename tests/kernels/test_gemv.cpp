@@ -111,6 +111,20 @@ std::pair<cuda::GemvArgs, cuda::GemvArgs> qkv_up_pair(const void* x0, const void
   return {a0, a1};
 }
 
+/// Supported f16 arguments over 16-byte aligned HOST memory (1 token, 4 x 16): for the host-only tests
+/// of gemv_supported(), which check pointers and never launch.
+cuda::GemvArgs host_args() {
+  static uint4 buf[64];
+  cuda::GemvArgs a;
+  a.x = a.w = buf;
+  a.y = buf;
+  a.n = 1;
+  a.out = 4;
+  a.in = 16;
+  a.dtype = a.out_dtype = DType::F16;
+  return a;
+}
+
 }  // namespace
 
 TEST_CASE("gemv: every epilogue over dtypes, n 1..8 and awkward shapes") {
@@ -511,14 +525,8 @@ TEST_CASE("gemv_pair: QKV (+bias) and MLP up (+bias, gelu) in one launch equal t
 }
 
 TEST_CASE("gemv / gemv_pair: argument limits of the second segment and of the pair" * doctest::test_suite("host")) {
-  static uint4 buf[64];  // 16-byte aligned host memory: only pointers are checked, nothing is launched
-  cuda::GemvArgs a;
-  a.x = a.w = buf;
-  a.y = buf;
-  a.n = 1;
-  a.out = 4;
-  a.in = 16;
-  a.dtype = a.out_dtype = DType::F16;
+  static uint4 buf[64];  // 16-byte aligned host memory for the second segment: nothing is launched
+  const cuda::GemvArgs a = host_args();
   CHECK(cuda::gemv_supported(a));
   cuda::GemvArgs s2 = a;
   s2.x2 = buf;
@@ -629,14 +637,7 @@ TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-ide
 }
 
 TEST_CASE("gemv_supported: tuning values" * doctest::test_suite("host")) {
-  static uint4 buf[64];
-  cuda::GemvArgs a;
-  a.x = a.w = buf;
-  a.y = buf;
-  a.n = 1;
-  a.out = 4;
-  a.in = 16;
-  a.dtype = a.out_dtype = DType::F16;
+  cuda::GemvArgs a = host_args();
   for (int d : {-1, 0, 4, 8, 16}) {
     a.tuning.fifo_depth = d;
     CHECK(cuda::gemv_supported(a));
