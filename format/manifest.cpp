@@ -34,8 +34,44 @@ T field(const json& j, const char* key, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+/// The canonical text of v for model_section_xxh3: compact, object keys sorted (nlohmann's object is a
+/// sorted map), every number written from its double value with 17 significant digits, so that 10000,
+/// 10000.0 and 1e4 (e.g. after `jq .` re-saved the file) are the same text.
+void canonical(const nlohmann::json& v, std::string& out) {
+  if (v.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, value] : v.items()) {
+      if (!first) out += ',';
+      first = false;
+      out += nlohmann::json(key).dump();
+      out += ':';
+      canonical(value, out);
+    }
+    out += '}';
+  } else if (v.is_array()) {
+    out += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) out += ',';
+      canonical(v[i], out);
+    }
+    out += ']';
+  } else if (v.is_number()) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.17g", v.get<double>());
+    out += buf;
+  } else {
+    out += v.dump();
+  }
+}
+
+}  // namespace
+
 uint64_t model_section_xxh3(const nlohmann::json& model) {
-  const std::string text = model.dump();
+  std::string text;
+  canonical(model, text);
   return xxh3_64(text.data(), text.size());
 }
 
@@ -73,7 +109,14 @@ Manifest load_manifest(const std::string& model_dir) {
   }
   const json model = field<json>(j, "model", path);
   if (j.contains("model_section_xxh3")) {  // absent in manifests written before it was recorded
-    const uint64_t want = hash_from_hex(field<std::string>(j, "model_section_xxh3", path), path);
+    const std::string where = path + " \"model_section_xxh3\"";
+    const auto& recorded = j["model_section_xxh3"];
+    if (!recorded.is_string() || recorded.get<std::string>().size() != 16 ||
+        recorded.get<std::string>().find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      throw Error(where + ": " + recorded.dump() + " is not 16 hex digits",
+                  "re-run tpshard convert; if the model section was edited deliberately, delete the "
+                  "\"model_section_xxh3\" line of manifest.json");
+    const uint64_t want = hash_from_hex(recorded.get<std::string>(), where);
     const uint64_t has = model_section_xxh3(model);
     if (has != want)
       throw Error(path + ": the \"model\" section was changed after tpshard convert wrote it (recorded XXH3 " +

@@ -44,9 +44,10 @@ struct Manifest {
   std::vector<std::string> tokenizer_files;          ///< copied next to manifest.json
 };
 
-/// XXH3-64 of the compact dump of manifest.json's "model" section (keys sorted, numbers in their shortest
-/// round-trip spelling): recorded as "model_section_xxh3" by save_manifest, so that load_manifest notices
-/// a value edited by hand (whitespace and key order do not count).
+/// XXH3-64 of a canonical text of manifest.json's "model" section (compact, keys sorted, every number
+/// by its value: 10000, 10000.0 and 1e4 are the same): recorded as "model_section_xxh3" by
+/// save_manifest, so that load_manifest notices a value edited by hand, while re-indenting, reordering
+/// keys or re-saving with another JSON tool (e.g. `jq .`) does not count.
 uint64_t model_section_xxh3(const nlohmann::json& model);
 
 /// Load MODEL_DIR/manifest.json. Throws Error naming the file for a missing/corrupt file, a

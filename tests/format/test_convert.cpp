@@ -5,6 +5,7 @@
 // and both zstd codecs. Also the manifest round trip.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 
@@ -347,6 +348,38 @@ TEST_CASE("manifest model_section_xxh3: a hand-edited model section is refused a
   // Re-indented with other spacing: the same values, still loads.
   write_text(path, j.dump(4));
   CHECK_NOTHROW(load_manifest(d / "out"));
+  // Numbers re-spelled by another JSON tool (jq writes 10000.0 as 10000): the same values, still loads.
+  {
+    std::string text = j.dump(2);
+    const std::string theta = "\"rope_theta\": " + j["model"]["rope_theta"].dump();
+    REQUIRE(j["model"]["rope_theta"].is_number_float());
+    REQUIRE(text.find(theta) != std::string::npos);
+    const double value = j["model"]["rope_theta"].get<double>();
+    REQUIRE(value == static_cast<double>(static_cast<int64_t>(value)));
+    text.replace(text.find(theta), theta.size(), "\"rope_theta\": " + std::to_string(static_cast<int64_t>(value)));
+    const size_t eps = text.find("\"rms_norm_eps\": ");
+    REQUIRE(eps != std::string::npos);
+    const size_t eps_end = text.find_first_of(",\n}", eps);
+    char spelled[40];
+    std::snprintf(spelled, sizeof(spelled), "%.6E", j["model"]["rms_norm_eps"].get<double>());  // e.g. 1.000000E-05
+    text.replace(eps, eps_end - eps, std::string("\"rms_norm_eps\": ") + spelled);
+    write_text(path, text);
+    REQUIRE(nlohmann::json::parse(text)["model"]["rope_theta"].is_number_integer());
+    CHECK_NOTHROW(load_manifest(d / "out"));
+  }
+  // A malformed recorded hash names the field and both ways out.
+  {
+    nlohmann::json bad = j;
+    bad["model_section_xxh3"] = "12345";
+    write_text(path, bad.dump(2));
+    try {
+      load_manifest(d / "out");
+      FAIL("expected an Error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()) == path + " \"model_section_xxh3\": \"12345\" is not 16 hex digits");
+      CHECK(std::string(e.hint()).find("delete the \"model_section_xxh3\" line") != std::string::npos);
+    }
+  }
   // A value changed by hand: refused with both hashes and the way out.
   nlohmann::json edited = j;
   edited["model"]["max_position_embeddings"] = a.model.max_position_embeddings * 2;
