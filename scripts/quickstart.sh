@@ -18,6 +18,13 @@ PROMPT=${PROMPT:-Once upon a time}
 # heads do not divide, with the sizes that work)
 TPS=$(printf '1\n2\n%s\n' "$TP" | sort -un | paste -sd, -)
 build/bin/tpshard convert models/stories260K-hf -o models/stories260K --tp "$TPS" --force
-printf '%s' "$PROMPT"  # the generated text continues the prompt
+# The story is the prompt followed by the streamed continuation on stdout; tprun's status lines (stderr:
+# backend, speed, or an error) are shown after it, so that they do not land in the middle of the story.
+ERR=$(mktemp)
+trap 'rm -f "$ERR"' EXIT
+printf '%s' "$PROMPT"
+status=0
 build/bin/tprun models/stories260K --tp "$TP" --device auto \
-  generate --prompt "$PROMPT" --max-new-tokens "${MAX_NEW_TOKENS:-200}"
+  generate --prompt "$PROMPT" --max-new-tokens "${MAX_NEW_TOKENS:-200}" 2> "$ERR" || status=$?
+cat "$ERR" >&2
+exit "$status"
