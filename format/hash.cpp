@@ -40,7 +40,7 @@ void Xxh3Stream::update(const void* data, size_t n) { XXH3_64bits_update(s_->st,
 uint64_t Xxh3Stream::digest() const { return XXH3_64bits_digest(s_->st); }
 
 uint64_t xxh3_fd_range(int fd, uint64_t offset, uint64_t length, const std::string& path, bool drop_cache,
-                       uint64_t* bytes_done) {
+                       uint64_t* bytes_done, const std::function<void()>& after_chunk) {
   constexpr size_t kChunk = 8u << 20;
   std::vector<uint8_t> buf(length < kChunk ? static_cast<size_t>(length) : kChunk);
   Xxh3Stream h;
@@ -61,12 +61,13 @@ uint64_t xxh3_fd_range(int fd, uint64_t offset, uint64_t length, const std::stri
     h.update(buf.data(), static_cast<size_t>(got));
     done += static_cast<uint64_t>(got);
     if (bytes_done) *bytes_done += static_cast<uint64_t>(got);
+    if (after_chunk) after_chunk();
   }
   if (drop_cache && length > 0) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_DONTNEED);
   return h.digest();
 }
 
-uint64_t xxh3_file(const std::string& path, uint64_t* bytes_done) {
+uint64_t xxh3_file(const std::string& path, uint64_t* bytes_done, const std::function<void()>& after_chunk) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno), "check that the file exists and is readable");
   const off_t size = ::lseek(fd, 0, SEEK_END);
@@ -75,7 +76,7 @@ uint64_t xxh3_file(const std::string& path, uint64_t* bytes_done) {
     throw Error(path + ": cannot get the file size: " + std::strerror(errno), "");
   }
   try {
-    const uint64_t h = xxh3_fd_range(fd, 0, static_cast<uint64_t>(size), path, true, bytes_done);
+    const uint64_t h = xxh3_fd_range(fd, 0, static_cast<uint64_t>(size), path, true, bytes_done, after_chunk);
     ::close(fd);
     return h;
   } catch (...) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,12 +31,15 @@ class Xxh3Stream {
 
 /// XXH3-64 of bytes [offset, offset+length) of an open file descriptor, read with pread in 8 MiB
 /// chunks. Drops the read pages from the page cache afterwards (posix_fadvise DONTNEED) when drop_cache.
-/// `bytes_done` (optional) is increased as bytes are hashed (progress reporting).
+/// `bytes_done` (optional) is increased as bytes are hashed (progress reporting). `after_chunk`
+/// (optional) is called after each chunk; it may throw to stop the hashing (e.g. on Ctrl-C), and the
+/// exception passes through (the file of xxh3_file is closed).
 /// Throws Error naming `path` on a read error or short file.
 uint64_t xxh3_fd_range(int fd, uint64_t offset, uint64_t length, const std::string& path, bool drop_cache = true,
-                       uint64_t* bytes_done = nullptr);
+                       uint64_t* bytes_done = nullptr, const std::function<void()>& after_chunk = {});
 /// XXH3-64 of a whole file.
-uint64_t xxh3_file(const std::string& path, uint64_t* bytes_done = nullptr);
+uint64_t xxh3_file(const std::string& path, uint64_t* bytes_done = nullptr,
+                   const std::function<void()>& after_chunk = {});
 
 /// "0123456789abcdef" spelling (16 lowercase hex digits).
 std::string hash_to_hex(uint64_t h);

@@ -248,7 +248,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     Progress p("hashing source", res.source_bytes, o.progress);
     parallel_for(ck.files().size(), threads, [&](size_t i) {
       uint64_t done = 0;
-      m.source[i].xxh3 = xxh3_file(ck.files()[i]->path(), &done);
+      m.source[i].xxh3 = xxh3_file(ck.files()[i]->path(), &done, check_interrupt);  // Ctrl-C: within one chunk
       p.add(done);
     });
   }
@@ -312,7 +312,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
       st.tp_rank = job.tp_rank;
       const std::string rel = "tp" + std::to_string(job.tp_size) + "/rank" + std::to_string(job.tp_rank) + ".tps";
       uint64_t done = 0;
-      st.xxh3 = xxh3_file(tmp.path() + "/" + rel, &done);
+      st.xxh3 = xxh3_file(tmp.path() + "/" + rel, &done, check_interrupt);  // Ctrl-C: within one chunk
       p.add(done);
       st.file_bytes = done;
       st.tensors = job.writer->records().size();

@@ -2,6 +2,7 @@
 #include "format/convert/fs_util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,9 +26,22 @@ namespace {
 std::atomic<int> g_interrupt_signal{0};  // 0: none; lock-free int, so the handler may store it
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free atomic");
 
+/// The first SIGINT/SIGTERM asks the workers to stop at their next chunk (they remove the temporary
+/// directory); it also gives both signals back their default action, so a second Ctrl-C ends the
+/// process at once. What that leaves (OUT.tmp-XXXXXX with this process's owner record) the next
+/// convert to OUT removes (temp_owner.h). Only async-signal-safe calls.
 void on_signal(int sig) {
   int none = 0;
-  g_interrupt_signal.compare_exchange_strong(none, sig);  // keep the first signal
+  if (!g_interrupt_signal.compare_exchange_strong(none, sig)) return;  // keep the first signal
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
+  static const char kMsg[] =
+      "\ntpshard convert: interrupted: stopping and removing the temporary output (press Ctrl-C again to stop at "
+      "once; the next convert to the same -o then removes what is left)\n";
+  (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
 }
 
 std::string parent_of(const std::string& p) {

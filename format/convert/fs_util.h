@@ -27,7 +27,9 @@ class TempDirGuard {
   bool committed_ = false;
 };
 
-/// True once SIGINT or SIGTERM arrived while a TempDirGuard was alive (workers poll it).
+/// True once SIGINT or SIGTERM arrived while a TempDirGuard was alive (workers, and the hashing of the
+/// source and shard files, poll it). That first signal also restores both signals' default action, so
+/// a second one ends the process at once (the next convert removes the OUT.tmp-XXXXXX it leaves).
 bool interrupted();
 /// The signal that set interrupted() (SIGINT or SIGTERM; the first one), 0 when none did. Still set
 /// after the guard is gone, so the tool can exit 128 + signal; reset when the next guard is made.

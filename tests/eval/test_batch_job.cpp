@@ -255,9 +255,9 @@ TEST_CASE("generate --input: integer fields out of range, negative or fractional
        R"("max_new_tokens" is 2147483648, expected an integer in 0..2147483647)"},
       {R"({"prompt": "x", "top_k": 18446744073709551615})",
        R"("top_k" is 18446744073709551615, expected an integer in 0..2147483647)"},
-      {R"({"prompt": "x", "seed": 1e30})", R"("seed" is 1e+30, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt": "x", "seed": 1e30})", R"("seed" is 1e+30 (a number beyond the 64-bit integer range), expected an integer in 0..18446744073709551615)"},
       {R"({"prompt": "x", "seed": 18446744073709551616})",  // parsed as a float: one past 2^64-1
-       R"("seed" is 1.8446744073709552e+19, expected an integer in 0..18446744073709551615)"},
+       R"("seed" is 1.8446744073709552e+19 (a number beyond the 64-bit integer range), expected an integer in 0..18446744073709551615)"},
       {R"({"prompt_ids": [5, 258]})", R"("prompt_ids[1]" is 258, expected an integer in 0..257)"},
       {R"({"prompt_ids": [4294967301]})", R"("prompt_ids[0]" is 4294967301, expected an integer in 0..257)"},
       // negative where not allowed
@@ -267,10 +267,16 @@ TEST_CASE("generate --input: integer fields out of range, negative or fractional
       {R"({"prompt": "x", "seed": -3})", R"("seed" is -3, expected an integer in 0..18446744073709551615)"},
       {R"({"prompt_ids": [-1]})", R"("prompt_ids[0]" is -1, expected an integer in 0..257)"},
       // fractional, or a float literal
-      {R"({"prompt": "x", "max_new_tokens": 2.5})", R"("max_new_tokens" is 2.5, expected an integer in 0..2147483647)"},
-      {R"({"prompt": "x", "max_new_tokens": 4.0})", R"("max_new_tokens" is 4.0, expected an integer in 0..2147483647)"},
-      {R"({"prompt": "x", "seed": 1.5})", R"("seed" is 1.5, expected an integer in 0..18446744073709551615)"},
-      {R"({"prompt_ids": [1, 2.5]})", R"("prompt_ids[1]" is 2.5, expected an integer in 0..257)"},
+      {R"({"prompt": "x", "max_new_tokens": 2.5})", R"("max_new_tokens" is 2.5 (a number with a fraction), expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "max_new_tokens": 4.0})", R"("max_new_tokens" is 4.0 (a number written with a fraction or exponent), expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "seed": 1.5})", R"("seed" is 1.5 (a number with a fraction), expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt": "x", "max_new_tokens": 1e3})",  // shown as parsed, so say why it is not an integer
+       R"("max_new_tokens" is 1000.0 (a number written with a fraction or exponent), expected an integer in 0..2147483647)"},
+      {R"({"prompt": "x", "seed": -18446744073709551616})",  // parsed as a float: -2^64
+       R"("seed" is -1.8446744073709552e+19 (a number beyond the 64-bit integer range), expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt": "x", "seed": -9223372036854775809})",  // a float: rounds to -2^63, as -9.223372036854775808e18 does
+       R"("seed" is -9.223372036854776e+18 (an integer beyond the 64-bit range, or a number written with a fraction or exponent), expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt_ids": [1, 2.5]})", R"("prompt_ids[1]" is 2.5 (a number with a fraction), expected an integer in 0..257)"},
       // not a number at all
       {R"({"prompt": "x", "top_k": "3"})", R"("top_k" is "3", expected an integer in 0..2147483647)"},
   };

@@ -1,6 +1,7 @@
 // test_cli.cpp: the tpshard binary end to end: exit codes and messages of convert / inspect /
 // verify (a flipped byte names the tensor and file) / plan, usage errors exiting 2 (as tprun), a convert
-// stopped by SIGINT exiting 130 with nothing left; and plan_memory against hand-computed numbers.
+// stopped by SIGINT exiting 130 with nothing left (also while hashing, within one chunk; a second signal
+// takes the default action); and plan_memory against hand-computed numbers.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "format/convert/convert.h"
+#include "format/convert/fs_util.h"
 #include "format/convert/temp_owner.h"
 #include "format/error.h"
 #include "format/manifest.h"
@@ -220,6 +222,124 @@ TEST_CASE("tpshard convert stopped by SIGINT exits 130, as tprun, and leaves no 
         std::string::npos);
   CHECK_FALSE(fs::exists(out));
   CHECK(siblings_of(out, ".tmp-").empty());
+}
+
+namespace {
+/// How many of process `pid`'s open file descriptors name `path` (/proc/PID/fd).
+int open_fds_of(pid_t pid, const std::string& path) {
+  int n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code lec;
+    if (fs::read_symlink(it->path(), lec) == fs::path(path)) ++n;
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("tpshard convert stopped by SIGINT while hashing the source stops within a chunk, exit 130, no output") {
+  // model.safetensors = a tiny Llama plus an unused 8 GiB tensor left sparse (no disk used): hashing it
+  // takes seconds even at 8 GB/s, converting the rest milliseconds.
+  ScratchDir d;
+  const TinyModel tiny = make_llama(LlamaSpec{});
+  const std::string hf = d / "hf", src = hf + "/model.safetensors";
+  tiny.save(hf);
+  {
+    nlohmann::json h = nlohmann::json::object();
+    uint64_t off = 0;
+    for (const auto& [name, e] : tiny.st) {
+      h[name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {off, off + e.bytes.size()}}};
+      off += e.bytes.size();
+    }
+    const uint64_t extra = 8ull << 30;
+    h["unused.sparse"] = {{"dtype", "F32"}, {"shape", {extra / 4}}, {"data_offsets", {off, off + extra}}};
+    std::string hs = h.dump();
+    while (hs.size() % 8) hs += ' ';
+    {
+      std::ofstream f(src, std::ios::binary | std::ios::trunc);
+      const uint64_t n = hs.size();
+      f.write(reinterpret_cast<const char*>(&n), 8);
+      f.write(hs.data(), static_cast<std::streamsize>(hs.size()));
+      for (const auto& [name, e] : tiny.st)
+        f.write(reinterpret_cast<const char*>(e.bytes.data()), static_cast<std::streamsize>(e.bytes.size()));
+    }
+    REQUIRE(::truncate(src.c_str(), static_cast<off_t>(8 + hs.size() + off + extra)) == 0);
+  }
+  const std::string out = d / "out", log = d / "log.txt", bin = TPSHARD_BIN;
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(127);
+    ::execl(bin.c_str(), bin.c_str(), "convert", hf.c_str(), "-o", out.c_str(), "--tp", "1", "--threads", "1",
+            "--allow-unused", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Hashing the source: a second descriptor of model.safetensors is open (the first is the mapping's).
+  // Freeze it there, then SIGINT: it must exit within one 8 MiB chunk, not after the rest of 8 GiB.
+  bool stopped_hashing = false;
+  for (int i = 0; i < 20000 && !stopped_hashing; ++i) {
+    if (open_fds_of(pid, src) >= 2) {
+      REQUIRE(::kill(pid, SIGSTOP) == 0);
+      int st = 0;
+      REQUIRE(::waitpid(pid, &st, WUNTRACED) == pid);
+      REQUIRE(WIFSTOPPED(st));
+      stopped_hashing = open_fds_of(pid, src) >= 2 && catches_signal(pid, SIGINT);
+      if (!stopped_hashing) REQUIRE(::kill(pid, SIGCONT) == 0);
+    }
+    if (!stopped_hashing) std::this_thread::sleep_for(std::chrono::microseconds(250));
+  }
+  if (!stopped_hashing) ::kill(pid, SIGKILL);
+  REQUIRE_MESSAGE(stopped_hashing, "the convert was not caught while hashing: " << read_text(log));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(::kill(pid, SIGINT) == 0);
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  int status = 0;
+  double seconds = 0;
+  for (;;) {  // bounded: a convert that ignores the signal is killed after 3 s and the test fails
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    REQUIRE(w >= 0);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (w == pid) break;
+    if (seconds > 3) {
+      ::kill(pid, SIGKILL);
+      REQUIRE(::waitpid(pid, &status, 0) == pid);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  INFO("output: " << read_text(log));
+  CHECK_MESSAGE(seconds < 0.5, "SIGINT took " << seconds << " s to stop the hashing");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 130);
+  const std::string text = read_text(log);
+  CHECK(text.find("press Ctrl-C again to stop at once") != std::string::npos);
+  CHECK(text.find("error: interrupted (SIGINT/SIGTERM): conversion stopped, nothing was written\n") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+  CHECK(siblings_of(out, ".tmp-").empty());
+}
+
+TEST_CASE("the first SIGINT/SIGTERM of a convert is kept; it restores the default action, so a second one ends it") {
+  ScratchDir d;
+  auto default_action = [](int sig) {  // whether sig has its default action (no handler)
+    struct sigaction now {};
+    REQUIRE(::sigaction(sig, nullptr, &now) == 0);
+    return now.sa_handler == SIG_DFL;
+  };
+  {
+    TempDirGuard guard(d / "out");
+    CHECK_FALSE(interrupted());
+    CHECK_FALSE(default_action(SIGINT));  // the guard's handler
+    CHECK_FALSE(default_action(SIGTERM));
+    REQUIRE(::raise(SIGTERM) == 0);  // runs the handler in this thread (it writes one line to stderr)
+    CHECK(interrupted());
+    CHECK(interrupt_signal() == SIGTERM);
+    CHECK(default_action(SIGINT));  // a second signal, of either kind, now ends the process
+    CHECK(default_action(SIGTERM));
+    CHECK(fs::exists(guard.path() + "/" + kTempOwnerFile));  // what the next convert removes if it does
+  }
+  CHECK(siblings_of(d / "out", ".tmp-").empty());
+  CHECK(interrupt_signal() == SIGTERM);  // still set for the tool's exit status
 }
 
 TEST_CASE("plan_memory: hand-computed per-rank numbers") {

@@ -173,13 +173,14 @@ TEST_CASE("tprun refuses odd numeric options with the valid range, before loadin
     CHECK(r.code == 2);
     CHECK(r.err.rfind("--seed: must be an integer in 0..18446744073709551615, got -3\n", 0) == 0);
   }
-  // --min-new-tokens above --max-new-tokens (default 128): error/hint, exit 1, before the model loads.
+  // --min-new-tokens above --max-new-tokens (default 128): conflicting options, error/hint, exit 2 (usage),
+  // before the model loads.
   Run r = tprun(dir + " --device cpu generate --prompt x --min-new-tokens 10 --max-new-tokens 5");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK(r.err == "error: generate: --min-new-tokens 10 is greater than --max-new-tokens 5\n"
                  "hint: pass --min-new-tokens 0..5, or a larger --max-new-tokens\n");
   r = tprun(dir + " --device cpu chat --prompt x --min-new-tokens 129");
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
   CHECK(r.err.rfind("error: chat: --min-new-tokens 129 is greater than --max-new-tokens 128\n", 0) == 0);
   // The ends of the ranges are accepted: the largest seed, --threads 1, min == max.
   r = tprun(dir + " --device cpu --threads 1 generate --prompt x --seed 18446744073709551615 --temperature 1 "

@@ -125,10 +125,10 @@ TEST_CASE("tprun generate --input: bad lines fail before the model loads, with F
                           "in.jsonl:2: \"max_new_tokens\" is 4294967297, expected an integer in 0..2147483647", skip_hint);
     pf_write(tmp + "/in.jsonl", good + "{\"id\": \"a\", \"prompt\": \"x\", \"seed\": 1e30}\n");
     check_preflight_error(pf_tprun(gen, tmp), "",
-                          "in.jsonl:2: \"seed\" is 1e+30, expected an integer in 0..18446744073709551615", skip_hint);
+                          "in.jsonl:2: \"seed\" is 1e+30 (a number beyond the 64-bit integer range), expected an integer in 0..18446744073709551615", skip_hint);
     pf_write(tmp + "/in.jsonl", good + "{\"id\": \"a\", \"prompt\": \"x\", \"max_new_tokens\": 2.5}\n");
     check_preflight_error(pf_tprun(gen, tmp), "",
-                          "in.jsonl:2: \"max_new_tokens\" is 2.5, expected an integer in 0..2147483647", skip_hint);
+                          "in.jsonl:2: \"max_new_tokens\" is 2.5 (a number with a fraction), expected an integer in 0..2147483647", skip_hint);
   }
   SUBCASE("prompt + max_new_tokens over --max-seq-len (below the model's 512)") {
     pf_write(tmp + "/in.jsonl", good + "{\"id\": 2, \"prompt_ids\": [1, 2, 3, 4, 5, 6], \"max_new_tokens\": 5}\n");

@@ -2,7 +2,7 @@
 // the subcommand is named with the corrected command line; a mistyped option names the closest one;
 // `--stop ""`, `eval --limit 0` and a JSONL line's negative "seed" or empty "stop" are refused;
 // `--device cuda` with no usable GPU (a CUDA build under CUDA_VISIBLE_DEVICES="") says so; usage errors
-// exit 2 in tprun and tpshard alike.
+// exit 2 in tprun and tpshard alike, tprun's own (a missing or conflicting option) too; --version exits 0.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/runtime/cli_run.h"
 
@@ -117,6 +118,53 @@ TEST_CASE("tprun and tpshard: a usage error exits 2 in both tools; --help (and t
   CHECK_FALSE(v.out.empty());
 }
 
+TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2, errors about inputs 1") {
+  const std::string m = ux_model_dir() + " --device cpu";
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-own-usage";
+  std::filesystem::create_directories(dir);
+  const std::string in = dir + "/in.jsonl", out = dir + "/out.jsonl";
+  std::ofstream(in) << "{\"id\": 1, \"prompt\": \"x\"}\n";
+  struct Case {
+    std::string args, err_start;
+    int code;
+  };
+  std::vector<Case> cases = {
+      // found by tprun after CLI11 parsed the line: usage, 2 (as CLI11's own, e.g. a required option)
+      {m + " generate", "error: generate: no prompt\nhint: pass --prompt", 2},
+      {m + " generate --input " + in, "error: generate: --input and --output go together\n", 2},
+      {m + " generate --output " + out, "error: generate: --input and --output go together\n", 2},
+      {m + " generate --prompt x --input " + in + " --output " + out,
+       "error: generate: --prompt cannot be combined with --input\n", 2},
+      {m + " generate --prompt x --min-new-tokens 10 --max-new-tokens 5",
+       "error: generate: --min-new-tokens 10 is greater than --max-new-tokens 5\n", 2},
+      {m + " logits", "error: logits: pass --ids or --text\n", 2},
+      {m + " tokenize", "error: tokenize: pass --text or --file\n", 2},
+      {m + " chat", "--prompt is required\n", 2},  // CLI11's
+      // what an input holds (or a missing file): 1
+      {m + " generate --input " + dir + "/missing.jsonl --output " + out,
+       "error: generate --input " + dir + "/missing.jsonl: no such file\n", 1},
+      {m + " logits --ids 1,x", "error: logits --ids: \"x\" is not a token id\n", 1},
+      {m + " tokenize --file " + dir + "/missing.txt", "error: ", 1},
+  };
+  if (has_eval()) cases.push_back({m + " eval triviaqa", "--data is required\n", 2});
+  for (const Case& c : cases) {
+    CAPTURE(c.args);
+    const UxRun r = run_tprun(c.args);
+    CHECK(r.code == c.code);
+    CHECK_MESSAGE(r.err.rfind(c.err_start, 0) == 0, r.err);
+    CHECK(r.out.empty());
+  }
+  CHECK_FALSE(std::filesystem::exists(out));
+  // --version before the model directory, as in tpshard: the version, exit 0.
+  const UxRun v = run_tprun("--version");
+  CHECK(v.code == 0);
+  CHECK(v.err.empty());
+  const UxRun t = tpshard::test::run_tool("tpshard", "--version", dir);
+  REQUIRE(t.code == 0);
+  CHECK(v.out == t.out);
+  CHECK(v.out.find('.') != std::string::npos);  // e.g. "0.1.0\n"
+}
+
 TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {
   const std::string dir = ux_model_dir();
   UxRun r = run_tprun(dir + " --device cpu generate --prompt x --stop ''");
@@ -142,7 +190,7 @@ TEST_CASE("tprun generate --input: a negative \"seed\" or an empty \"stop\" on a
   };
   const Case cases[] = {
       {R"({"prompt": "x", "seed": -3})", R"(:2: "seed" is -3, expected an integer in 0..18446744073709551615)"},
-      {R"({"prompt": "x", "seed": 1.5})", R"(:2: "seed" is 1.5, expected an integer in 0..18446744073709551615)"},
+      {R"({"prompt": "x", "seed": 1.5})", R"(:2: "seed" is 1.5 (a number with a fraction), expected an integer in 0..18446744073709551615)"},
       {R"({"prompt": "x", "stop": ""})", R"(:2: "stop" is an empty string)"},
       {R"({"prompt": "x", "stop": ["a", ""]})", R"(:2: "stop" holds an empty string)"},
   };

@@ -58,10 +58,10 @@ void add_sampling_options(CLI::App* sub, SamplingParams& p) {
 /// Sampling option combinations refused before loading (`cmd`: "generate", "chat"). Each value's own
 /// range is checked by its CLI11 validator; JSONL lines are checked again per line (check_request).
 void check_sampling_options(const std::string& cmd, const SamplingParams& p) {
-  TPS_CHECK(p.min_new_tokens <= p.max_new_tokens,
-            cmd + ": --min-new-tokens " + std::to_string(p.min_new_tokens) + " is greater than --max-new-tokens " +
-                std::to_string(p.max_new_tokens),
-            "pass --min-new-tokens 0.." + std::to_string(p.max_new_tokens) + ", or a larger --max-new-tokens");
+  check_usage(p.min_new_tokens <= p.max_new_tokens,
+              cmd + ": --min-new-tokens " + std::to_string(p.min_new_tokens) + " is greater than --max-new-tokens " +
+                  std::to_string(p.max_new_tokens),
+              "pass --min-new-tokens 0.." + std::to_string(p.max_new_tokens) + ", or a larger --max-new-tokens");
 }
 
 /// Token ids of a prompt; "" gives BOS only (the model's or the tokenizer's).
@@ -186,12 +186,13 @@ void check_generate_options(const GenerateOptions& o) {
   check_sampling_options("generate", o.params);
   const bool jsonl = !o.input.empty() || !o.output.empty();
   if (!jsonl) {
-    TPS_CHECK(!o.prompts.empty(), "generate: no prompt", "pass --prompt \"...\" (repeatable) or --input FILE --output FILE");
+    check_usage(!o.prompts.empty(), "generate: no prompt",
+                "pass --prompt \"...\" (repeatable) or --input FILE --output FILE");
     return;
   }
-  TPS_CHECK(!o.input.empty() && !o.output.empty(), "generate: --input and --output go together",
-            "pass both --input prompts.jsonl and --output out.jsonl");
-  TPS_CHECK(o.prompts.empty(), "generate: --prompt cannot be combined with --input", "use one of them");
+  check_usage(!o.input.empty() && !o.output.empty(), "generate: --input and --output go together",
+              "pass both --input prompts.jsonl and --output out.jsonl");
+  check_usage(o.prompts.empty(), "generate: --prompt cannot be combined with --input", "use one of them");
 #if !TPRUN_JSONL
   throw Error("generate --input: this build has no JSONL job support (eval/generate_jsonl.h)",
               "use --prompt, or build with the eval library");

@@ -46,8 +46,11 @@ void add_logits_command(CLI::App& app, GlobalOptions& g) {
   auto* ids_opt = sub->add_option("--ids", o->ids, "comma-separated token ids");
   auto* text_opt = sub->add_option("--text", o->text, "text, encoded with the model's tokenizer (with BOS etc.)");
   ids_opt->excludes(text_opt);
-  sub->callback([&g, o, ids_opt, text_opt] {
-    TPS_CHECK(ids_opt->count() + text_opt->count() == 1, "logits: pass --ids or --text", "e.g. --ids 1,15043");
+  g.preflight.push_back([sub, ids_opt, text_opt] {
+    if (sub->parsed())
+      check_usage(ids_opt->count() + text_opt->count() == 1, "logits: pass --ids or --text", "e.g. --ids 1,15043");
+  });
+  sub->callback([&g, o, text_opt] {
     const std::vector<int32_t> given = o->ids.empty() ? std::vector<int32_t>{} : parse_ids(o->ids);
     SessionOptions so = g.session;
     so.max_batch = 1;

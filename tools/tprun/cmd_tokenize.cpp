@@ -57,8 +57,12 @@ void add_tokenize_commands(CLI::App& app, GlobalOptions& g) {
   auto* file_opt = tok->add_option("--file", o->file, "read the text from this file instead");
   text_opt->excludes(file_opt);
   tok->add_flag("--no-special", o->no_special, "do not add the post-processor's special tokens (e.g. BOS)");
-  tok->callback([&g, o, text_opt, file_opt] {
-    TPS_CHECK(text_opt->count() + file_opt->count() == 1, "tokenize: pass --text or --file", "e.g. --text \"Hello world\"");
+  g.preflight.push_back([tok, text_opt, file_opt] {
+    if (tok->parsed())
+      check_usage(text_opt->count() + file_opt->count() == 1, "tokenize: pass --text or --file",
+                  "e.g. --text \"Hello world\"");
+  });
+  tok->callback([&g, o, file_opt] {
     const auto tokenizer = Tokenizer::load(g.session.model_dir);
     const std::string text = file_opt->count() ? read_file(o->file) : o->text;
     const std::vector<int32_t> ids = tokenizer->encode(text, !o->no_special);

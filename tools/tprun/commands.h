@@ -17,7 +17,8 @@ struct GlobalOptions {
   SessionOptions session;
   /// Checks that need no model (option combinations, input files readable, output directories
   /// writable). main runs them all once parsing is done, before any worker starts or weights load;
-  /// each returns at once unless its own subcommand was the one parsed. Throw tpshard::Error.
+  /// each returns at once unless its own subcommand was the one parsed. Throw UsageError for a missing
+  /// or conflicting option (exit 2), tpshard::Error for anything else (exit 1).
   std::vector<std::function<void()>> preflight;
   /// True in the one process that speaks for the job: the process the user started (launcher or
   /// single process), or rank 0 when an external launcher (mpirun, srun, torchrun) started every rank.
@@ -34,6 +35,21 @@ void add_logits_command(CLI::App& app, GlobalOptions& g);      // cmd_logits.cpp
 void add_eval_command(CLI::App& app, GlobalOptions& g);        // cmd_eval.cpp      (eval triviaqa)
 void add_bench_load_command(CLI::App& app, GlobalOptions& g);  // cmd_bench_load.cpp (CUDA builds;
                                                                // main.cpp registers a stub otherwise)
+
+/// A usage error tprun finds itself, after CLI11 parsed the line: an option missing for what was asked
+/// (`generate` without --prompt or --input) or options that conflict (--input without --output,
+/// --min-new-tokens above --max-new-tokens). main prints it as any Error and exits 2, as for CLI11's
+/// usage errors. Errors about what an input holds (a missing file, a bad JSONL line, a too-long
+/// prompt) are plain Errors: exit 1.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Throws UsageError(what, hint) when cond is false.
+inline void check_usage(bool cond, const std::string& what, const std::string& hint) {
+  if (!cond) throw UsageError(what, hint);
+}
 
 /// bench-load where it cannot run. It measures loading shards into GPU memory, so it needs a CUDA build
 /// and a visible GPU; the CPU backend has no bench-load. why: what is missing here.

@@ -1,7 +1,8 @@
 // main.cpp: the tprun command line. Reads like a table of contents: global options (model dir, tp,
 // device, kv_cache size, multi-node rendezvous), one subcommand per cmd_*.cpp, the subcommands'
 // preflight checks (before anything loads), the launcher hook (CUDA: start one worker per GPU, then
-// wait), and the error convention: tpshard::Error -> "error: ...\nhint: ..." exit 1; usage errors exit 2.
+// wait), and the error convention: tpshard::Error -> "error: ...\nhint: ..." exit 1; usage errors (CLI11's
+// and tprun's own UsageError: a missing or conflicting option) exit 2; --help / --version exit 0.
 #include <unistd.h>
 
 #include <csignal>
@@ -14,6 +15,7 @@
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
+#include "format/convert/convert.h"
 #include "format/error.h"
 #include "tools/tprun/commands.h"
 #if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
   using namespace tpshard::tprun;
   CLI::App app{"tprun: run a tpshard-converted model with tensor parallelism (CPU threads or CUDA + NCCL)"};
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  app.set_version_flag("--version", tpshard::tool_version());
   GlobalOptions g;
   std::string device = "auto";
   bool no_verify = false;
@@ -141,7 +144,7 @@ int main(int argc, char** argv) {
   } catch (const tpshard::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
-    return 1;
+    return dynamic_cast<const UsageError*>(&e) ? 2 : 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of host memory (std::bad_alloc)\n"
                          "hint: lower --max-batch / --max-seq-len (the CPU backend reserves its kv_cache up front), or use "
