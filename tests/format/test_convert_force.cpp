@@ -36,22 +36,12 @@ TEST_CASE("convert --force: no OUT.old-PID is left; the next convert removes a k
 
   // A convert SIGKILLed while deleting the previous output: OUT.old-PID holds the killed process's
   // owner record (what TempDirGuard::commit writes after moving OUT aside) and part of the old model.
-  const pid_t killed = ::fork();
-  REQUIRE(killed >= 0);
-  if (killed == 0) {
-    try {
-      const std::string old = out + ".old-" + std::to_string(::getpid());
-      fs::create_directories(old + "/tp1");
-      std::ofstream(old + "/tp1/rank0.tps") << "half deleted";
-      write_temp_owner(old, this_process_owner());
-      ::kill(::getpid(), SIGKILL);
-    } catch (...) {
-    }
-    ::_exit(3);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(killed, &status, 0) == killed);
-  REQUIRE(WIFSIGNALED(status));
+  const pid_t killed = run_then_sigkill([&] {
+    const std::string old = out + ".old-" + std::to_string(::getpid());
+    fs::create_directories(old + "/tp1");
+    std::ofstream(old + "/tp1/rank0.tps") << "half deleted";
+    write_temp_owner(old, this_process_owner());
+  });
   const std::string killed_old = out + ".old-" + std::to_string(killed);
   REQUIRE(fs::exists(killed_old + "/" + kTempOwnerFile));
   // One whose owner (this test process) still runs is kept.

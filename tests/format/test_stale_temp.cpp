@@ -26,16 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The OUT.tmp-* directories (not links) next to `out`, sorted.
-std::vector<std::string> temp_dirs_of(const std::string& out) {
-  std::vector<std::string> r;
-  const std::string prefix = fs::path(out).filename().string() + ".tmp-";
-  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path())) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0 && !e.is_symlink()) r.push_back(e.path().string());
-  }
-  std::sort(r.begin(), r.end());
-  return r;
-}
 
 /// A directory holding a partial shard and, when `owner` is set, an owner record.
 void make_temp_dir(const std::string& dir, const TempDirOwner* owner) {
@@ -74,7 +64,7 @@ TEST_CASE("owner record: TempDirGuard writes this process's, commit leaves it ou
   }
   CHECK(fs::exists(d / "out/manifest.json"));
   CHECK_FALSE(fs::exists(fs::path(d / "out") / kTempOwnerFile));
-  CHECK(temp_dirs_of(d / "out").empty());
+  CHECK(siblings_of(d / "out", ".tmp-").empty());
 
   // Unknown fields round-trip as "-"; anything not in the format reads as no record.
   fs::create_directory(d / "r");
@@ -102,22 +92,12 @@ TEST_CASE("convert removes the OUT.tmp-* of a SIGKILLed convert and keeps those 
 
   // 1. A real convert killed inside its TempDirGuard: the child makes OUT.tmp-XXXXXX, writes a partial
   //    shard and dies by SIGKILL, so no destructor or signal handler runs.
-  const pid_t killed = ::fork();
-  REQUIRE(killed >= 0);
-  if (killed == 0) {
-    try {
-      TempDirGuard guard(out);
-      std::ofstream(guard.path() + "/partial.tps") << "half a shard";
-      ::kill(::getpid(), SIGKILL);
-    } catch (...) {
-    }
-    ::_exit(3);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(killed, &status, 0) == killed);
-  REQUIRE(WIFSIGNALED(status));
-  REQUIRE(WTERMSIG(status) == SIGKILL);
-  const std::vector<std::string> left = temp_dirs_of(out);
+  const pid_t killed = run_then_sigkill([&] {
+    TempDirGuard guard(out);
+    std::ofstream(guard.path() + "/partial.tps") << "half a shard";
+    ::kill(::getpid(), SIGKILL);  // with the guard alive
+  });
+  const std::vector<std::string> left = siblings_of(out, ".tmp-");
   REQUIRE(left.size() == 1);  // what SIGKILL leaves behind
   const std::string killed_dir = left[0];
   REQUIRE(read_temp_owner(killed_dir).has_value());
@@ -175,7 +155,7 @@ TEST_CASE("convert removes the OUT.tmp-* of a SIGKILLed convert and keeps those 
                   std::to_string(killed) + ", which is no longer running (a killed convert)\n") != std::string::npos);
   if (self.start_ticks != 0) CHECK_FALSE(fs::exists(out + ".tmp-reuse1"));
   if (have_zombie) CHECK_FALSE(fs::exists(out + ".tmp-zombie"));
-  ::waitpid(zombie, &status, 0);
+  ::waitpid(zombie, nullptr, 0);  // reap the zombie
 
   CHECK(fs::exists(out + ".tmp-live01/tp2/rank0.tps"));
   CHECK(text.find("tpshard convert: kept the temporary directory " + out + ".tmp-live01: process " +
@@ -203,5 +183,5 @@ TEST_CASE("convert removes the OUT.tmp-* of a SIGKILLed convert and keeps those 
   if (!self.pid_ns.empty()) expected.push_back(out + ".tmp-contnr");
   expected.push_back(out + ".tmp-dead0123");
   std::sort(expected.begin(), expected.end());
-  CHECK(temp_dirs_of(out) == expected);
+  CHECK(siblings_of(out, ".tmp-") == expected);
 }

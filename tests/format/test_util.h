@@ -1,12 +1,19 @@
 // test_util.h: helpers of the format tests: a scratch directory, a C++ safetensors writer (so the
 // tests make their own checkpoints, no Python), random data and running the tpshard binary.
 #pragma once
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -85,14 +92,37 @@ inline std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-/// The entries next to `out` whose names start with out's name + suffix_start (e.g. ".tmp-", ".old-").
+/// The entries next to `out` whose names start with out's name + suffix_start (e.g. ".tmp-", ".old-"),
+/// symbolic links excluded, sorted.
 inline std::vector<std::string> siblings_of(const std::string& out, const std::string& suffix_start) {
   namespace fs = std::filesystem;
   std::vector<std::string> r;
   const std::string prefix = fs::path(out).filename().string() + suffix_start;
   for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path().string());
+    if (e.path().filename().string().rfind(prefix, 0) == 0 && !e.is_symlink()) r.push_back(e.path().string());
+  std::sort(r.begin(), r.end());
   return r;
+}
+
+/// Runs body() in a forked child that then dies by SIGKILL (no destructor, no signal handler runs: a
+/// convert killed mid-way). The child dies after body returns, so body's locals are destroyed first; a
+/// body that must die while an object lives (e.g. a TempDirGuard) ends with ::kill(::getpid(), SIGKILL). Returns the child's pid once it is reaped; throws std::runtime_error when the
+/// child ended any other way.
+inline pid_t run_then_sigkill(const std::function<void()>& body) {
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    try {
+      body();
+      ::kill(::getpid(), SIGKILL);
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+    throw std::runtime_error("the child " + std::to_string(pid) + " did not end by SIGKILL");
+  return pid;
 }
 
 }  // namespace tpshard::test
