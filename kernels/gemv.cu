@@ -22,14 +22,12 @@ using gemv_detail::gemv_row_registers;
 // Defaults of GemvTuning; what the transformer uses is gemv_tuning_for().
 constexpr int kDefaultWarps = 4;
 constexpr int kDefaultDepth = 0;
-constexpr int kDefaultLoads = 4;
 
-/// The calling warp's output row of `a`, by the streaming of depth D (register batches of L loads per
-/// lane when D == 0; L is unused otherwise).
-template <typename T, int N, GemvEpilogue E, int D, int L>
+/// The calling warp's output row of `a`, by the streaming of depth D.
+template <typename T, int N, GemvEpilogue E, int D>
 __device__ __forceinline__ void row_by(const GemvArgs& a, int row, int lane, int warp) {
   if constexpr (D == 0) {
-    gemv_row_registers<T, N, E, L>(a, row, lane);
+    gemv_row_registers<T, N, E>(a, row, lane);
   } else {
     extern __shared__ uint4 fifo[];
     gemv_row_fifo<T, N, E, D>(a, row, lane, fifo + warp * D * 32);
@@ -37,12 +35,12 @@ __device__ __forceinline__ void row_by(const GemvArgs& a, int row, int lane, int
 }
 
 /// Grid: ceil(out / warps) blocks of `warps` warps (blockDim.x / 32); warp -> output row.
-template <typename T, int N, GemvEpilogue E, int D, int L>
+template <typename T, int N, GemvEpilogue E, int D>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;
   if (row >= a.out) return;  // writes nothing; other warps of the grid wait for the previous kernel
-  row_by<T, N, E, D, L>(a, row, threadIdx.x & 31, warp);
+  row_by<T, N, E, D>(a, row, threadIdx.x & 31, warp);
 }
 
 /// Two independent products in one launch: blocks [0, blocks0) compute a0, the rest a1.
@@ -51,15 +49,15 @@ struct GemvPairParams {
   int blocks0;
 };
 
-template <typename T, int N, int D, int L>
+template <typename T, int N, int D>
 __global__ void __launch_bounds__(256) gemv_pair_kernel(GemvPairParams p) {
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   if (static_cast<int>(blockIdx.x) < p.blocks0) {
     const int row = blockIdx.x * warps + warp;
-    if (row < p.a0.out) row_by<T, N, GemvEpilogue::None, D, L>(p.a0, row, lane, warp);
+    if (row < p.a0.out) row_by<T, N, GemvEpilogue::None, D>(p.a0, row, lane, warp);
   } else {
     const int row = (blockIdx.x - p.blocks0) * warps + warp;
-    if (row < p.a1.out) row_by<T, N, GemvEpilogue::Act, D, L>(p.a1, row, lane, warp);
+    if (row < p.a1.out) row_by<T, N, GemvEpilogue::Act, D>(p.a1, row, lane, warp);
   }
 }
 
@@ -68,7 +66,6 @@ GemvTuning resolve(const GemvTuning& t) {
   GemvTuning r = t;
   if (r.fifo_depth < 0) r.fifo_depth = kDefaultDepth;
   if (r.warps_per_block == 0) r.warps_per_block = kDefaultWarps;
-  if (r.loads_per_lane == 0) r.loads_per_lane = kDefaultLoads;
   return r;
 }
 
@@ -85,45 +82,45 @@ cudaError_t configure_fifo(K* kernel) {
   return e;
 }
 
-template <typename T, int N, GemvEpilogue E, int D, int L>
+template <typename T, int N, GemvEpilogue E, int D>
 cudaError_t launch(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
-  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_kernel<T, N, E, D, L>) : cudaSuccess;
+  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_kernel<T, N, E, D>) : cudaSuccess;
   if (configured != cudaSuccess) return configured;
   const unsigned blocks = static_cast<unsigned>((a.out + t.warps_per_block - 1) / t.warps_per_block);
-  return launch_pdl(gemv_kernel<T, N, E, D, L>, dim3(blocks), dim3(t.warps_per_block * 32), smem_bytes(t), stream, a);
+  return launch_pdl(gemv_kernel<T, N, E, D>, dim3(blocks), dim3(t.warps_per_block * 32), smem_bytes(t), stream, a);
 }
 
-template <typename T, int N, int D, int L>
+template <typename T, int N, int D>
 cudaError_t launch_pair(const GemvArgs& a0, const GemvArgs& a1, const GemvTuning& t, cudaStream_t stream) {
-  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_pair_kernel<T, N, D, L>) : cudaSuccess;
+  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_pair_kernel<T, N, D>) : cudaSuccess;
   if (configured != cudaSuccess) return configured;
   const int w = t.warps_per_block;
   GemvPairParams p{a0, a1, (a0.out + w - 1) / w};
   const unsigned blocks = static_cast<unsigned>(p.blocks0 + (a1.out + w - 1) / w);
-  return launch_pdl(gemv_pair_kernel<T, N, D, L>, dim3(blocks), dim3(w * 32), smem_bytes(t), stream, p);
+  return launch_pdl(gemv_pair_kernel<T, N, D>, dim3(blocks), dim3(w * 32), smem_bytes(t), stream, p);
 }
 
-template <typename T, GemvEpilogue E, int D, int L>
+template <typename T, GemvEpilogue E, int D>
 cudaError_t launch_n(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
   switch (a.n) {
-    case 1: return launch<T, 1, E, D, L>(a, t, stream);
-    case 2: return launch<T, 2, E, D, L>(a, t, stream);
-    case 3: return launch<T, 3, E, D, L>(a, t, stream);
-    case 4: return launch<T, 4, E, D, L>(a, t, stream);
-    case 5: return launch<T, 5, E, D, L>(a, t, stream);
-    case 6: return launch<T, 6, E, D, L>(a, t, stream);
-    case 7: return launch<T, 7, E, D, L>(a, t, stream);
-    case 8: return launch<T, 8, E, D, L>(a, t, stream);
+    case 1: return launch<T, 1, E, D>(a, t, stream);
+    case 2: return launch<T, 2, E, D>(a, t, stream);
+    case 3: return launch<T, 3, E, D>(a, t, stream);
+    case 4: return launch<T, 4, E, D>(a, t, stream);
+    case 5: return launch<T, 5, E, D>(a, t, stream);
+    case 6: return launch<T, 6, E, D>(a, t, stream);
+    case 7: return launch<T, 7, E, D>(a, t, stream);
+    case 8: return launch<T, 8, E, D>(a, t, stream);
   }
   return cudaErrorInvalidValue;  // unreachable: gemv_supported checked n
 }
 
-template <typename T, int D, int L>
+template <typename T, int D>
 cudaError_t launch_epilogue(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
   switch (a.epilogue) {
-    case GemvEpilogue::None: return launch_n<T, GemvEpilogue::None, D, L>(a, t, stream);
-    case GemvEpilogue::Act: return launch_n<T, GemvEpilogue::Act, D, L>(a, t, stream);
-    case GemvEpilogue::GatedAct: return launch_n<T, GemvEpilogue::GatedAct, D, L>(a, t, stream);
+    case GemvEpilogue::None: return launch_n<T, GemvEpilogue::None, D>(a, t, stream);
+    case GemvEpilogue::Act: return launch_n<T, GemvEpilogue::Act, D>(a, t, stream);
+    case GemvEpilogue::GatedAct: return launch_n<T, GemvEpilogue::GatedAct, D>(a, t, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -131,16 +128,10 @@ cudaError_t launch_epilogue(const GemvArgs& a, const GemvTuning& t, cudaStream_t
 template <typename T>
 cudaError_t launch_depth(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
   switch (t.fifo_depth) {
-    case 0:
-      switch (t.loads_per_lane) {
-        case 4: return launch_epilogue<T, 0, 4>(a, t, stream);
-        case 8: return launch_epilogue<T, 0, 8>(a, t, stream);
-        case 16: return launch_epilogue<T, 0, 16>(a, t, stream);
-      }
-      break;
-    case 4: return launch_epilogue<T, 4, kDefaultLoads>(a, t, stream);
-    case 8: return launch_epilogue<T, 8, kDefaultLoads>(a, t, stream);
-    case 16: return launch_epilogue<T, 16, kDefaultLoads>(a, t, stream);
+    case 0: return launch_epilogue<T, 0>(a, t, stream);
+    case 4: return launch_epilogue<T, 4>(a, t, stream);
+    case 8: return launch_epilogue<T, 8>(a, t, stream);
+    case 16: return launch_epilogue<T, 16>(a, t, stream);
   }
   return cudaErrorInvalidValue;  // unreachable: gemv_supported checked the tuning
 }
@@ -148,18 +139,11 @@ cudaError_t launch_depth(const GemvArgs& a, const GemvTuning& t, cudaStream_t st
 template <typename T>
 cudaError_t launch_pair_depth(const GemvArgs& a0, const GemvArgs& a1, const GemvTuning& t, cudaStream_t stream) {
   const bool one = a0.n == 1;
-  constexpr int L4 = kDefaultLoads;
   switch (t.fifo_depth) {
-    case 0:
-      switch (t.loads_per_lane) {
-        case 4: return one ? launch_pair<T, 1, 0, 4>(a0, a1, t, stream) : launch_pair<T, 2, 0, 4>(a0, a1, t, stream);
-        case 8: return one ? launch_pair<T, 1, 0, 8>(a0, a1, t, stream) : launch_pair<T, 2, 0, 8>(a0, a1, t, stream);
-        case 16: return one ? launch_pair<T, 1, 0, 16>(a0, a1, t, stream) : launch_pair<T, 2, 0, 16>(a0, a1, t, stream);
-      }
-      break;
-    case 4: return one ? launch_pair<T, 1, 4, L4>(a0, a1, t, stream) : launch_pair<T, 2, 4, L4>(a0, a1, t, stream);
-    case 8: return one ? launch_pair<T, 1, 8, L4>(a0, a1, t, stream) : launch_pair<T, 2, 8, L4>(a0, a1, t, stream);
-    case 16: return one ? launch_pair<T, 1, 16, L4>(a0, a1, t, stream) : launch_pair<T, 2, 16, L4>(a0, a1, t, stream);
+    case 0: return one ? launch_pair<T, 1, 0>(a0, a1, t, stream) : launch_pair<T, 2, 0>(a0, a1, t, stream);
+    case 4: return one ? launch_pair<T, 1, 4>(a0, a1, t, stream) : launch_pair<T, 2, 4>(a0, a1, t, stream);
+    case 8: return one ? launch_pair<T, 1, 8>(a0, a1, t, stream) : launch_pair<T, 2, 8>(a0, a1, t, stream);
+    case 16: return one ? launch_pair<T, 1, 16>(a0, a1, t, stream) : launch_pair<T, 2, 16>(a0, a1, t, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -194,8 +178,6 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
   const int d = a.tuning.fifo_depth, w = a.tuning.warps_per_block;
   if (d != -1 && d != 0 && d != 4 && d != 8 && d != 16) return "tuning.fifo_depth is not -1, 0, 4, 8 or 16";
   if (w != 0 && w != 2 && w != 4 && w != 8) return "tuning.warps_per_block is not 0, 2, 4 or 8";
-  const int l = a.tuning.loads_per_lane;
-  if (l != 0 && l != 4 && l != 8 && l != 16) return "tuning.loads_per_lane is not 0, 4, 8 or 16";
   return nullptr;
 }
 
@@ -208,12 +190,6 @@ struct GemvPolicy {
   GemvTuning single, multi;
   GemvPolicy() {
     GemvTuning fifo{4, 4}, regs{0, 4};
-    if (const char* l = std::getenv("TPSHARD_GEMV_LOADS")) {
-      const std::string v = l;
-      if (v != "4" && v != "8" && v != "16")
-        throw Error("TPSHARD_GEMV_LOADS=" + v + " is not 4, 8 or 16", "unset TPSHARD_GEMV_LOADS (the default is 4)");
-      regs.loads_per_lane = std::stoi(v);
-    }
     if (const char* f = std::getenv("TPSHARD_GEMV_FIFO")) {
       GemvArgs probe;  // validate through gemv_unsupported_reason's tuning checks
       probe.x = probe.w = probe.y = reinterpret_cast<void*>(16);

@@ -22,8 +22,6 @@ struct GemvTuning {
   int fifo_depth = -1;      ///< 16-byte chunks in flight per lane (shared-memory FIFO): 4, 8 or 16; 0 = register
                             ///< batches (fastest for a GEMV that follows a GEMV); -1 = the default, 0
   int warps_per_block = 0;  ///< 2, 4 or 8 warps (one output row each) per block; 0 = the default, 4
-  int loads_per_lane = 0;   ///< register batches only: 16-byte loads per lane per batch, 4, 8 or 16; 0 = the
-                            ///< default, 4 (more bytes in flight per warp for long rows, more registers)
 };
 
 /// The tuning the transformer's decode GEMVs use on a rank of a tp_size-way model. Policy "auto"
@@ -31,8 +29,7 @@ struct GemvTuning {
 /// tp > 1 every layer waits twice for the peers in its all_reduces, and the FIFO requests the next
 /// GEMV's weights during those waits; at tp 1 the register batches stream faster (measured end to end,
 /// docs/BENCHMARKS.md "GEMV weight streaming"). Environment, read once (A/B timing):
-/// TPSHARD_GEMV_POLICY=auto|registers|fifo, TPSHARD_GEMV_FIFO=DEPTH,WARPS (the FIFO tuning, e.g. 8,8),
-/// TPSHARD_GEMV_LOADS=4|8|16 (loads_per_lane of the register batches).
+/// TPSHARD_GEMV_POLICY=auto|registers|fifo, TPSHARD_GEMV_FIFO=DEPTH,WARPS (the FIFO tuning, e.g. 8,8).
 /// Throws Error on a malformed value.
 GemvTuning gemv_tuning_for(int tp_size);
 

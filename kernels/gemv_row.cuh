@@ -4,8 +4,8 @@
 //     cp.async (Ampere+ asynchronous copy, no registers held while in flight). All D chunks of a lane
 //     are requested before griddep_wait(), so a warp whose row fits (D x 512 bytes) has its whole row in
 //     flight while the previous kernel still runs; later chunks are requested as earlier ones are used.
-//   - gemv_row_registers (depth 0, the default; session 2's kernel): batches of L (loads_per_lane) 16-byte
-//     loads into registers, one batch in flight at a time per warp.
+//   - gemv_row_registers (depth 0, the default; session 2's kernel): batches of kLoadsPerLane 16-byte loads into
+//     registers, one batch in flight at a time per warp.
 // Both accumulate in fp32 in the same order per lane (chunk c = 32 k + lane, elements in order) and
 // finish with the same warp reduction and epilogue, so their results are bit-identical.
 // Does not own: grids, launches, argument checks (kernels/gemv.cu).
@@ -19,6 +19,7 @@
 
 namespace tpshard::cuda::gemv_detail {
 
+constexpr int kLoadsPerLane = 4;  ///< register path: 16-byte weight loads per lane per batch
 
 /// 16-byte load of constant data (weights) through the read-only path without allocating in L1, which
 /// keeps L1 for x (read once per row by every warp). volatile: stays ahead of griddep_wait().
@@ -240,13 +241,12 @@ __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int la
   gemv_finish<T, N, E>(a, acc, row, lane);
 }
 
-/// One output row with register batches of L chunks per lane (session 2's kernel, FIFO depth 0; L =
-/// GemvTuning::loads_per_lane). Weights of the first batch are loaded before griddep_wait(); x (and x2,
-/// y_old) only after. Every L gives the same per-lane accumulation order, hence the same bits.
-template <typename T, int N, GemvEpilogue E, int L>
+/// One output row with register batches of kLoadsPerLane chunks per lane (session 2's kernel, FIFO
+/// depth 0). Weights of the first batch are loaded before griddep_wait(); x (and x2, y_old) only after.
+template <typename T, int N, GemvEpilogue E>
 __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, int lane) {
   constexpr int kRows = E == GemvEpilogue::GatedAct ? 2 : 1;  // gate row `row` and up row `out + row`
-  constexpr int kUnroll = L / kRows;
+  constexpr int kUnroll = kLoadsPerLane / kRows;
   constexpr int kStep = 32 * kUnroll;  // 16-byte chunks of a row per batch of the warp
   const RowSegments s = row_segments<T, E>(a, row);
   const uint4* w[kRows] = {s.w0};

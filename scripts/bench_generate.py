@@ -311,7 +311,7 @@ def main():
         ablations(args, rows, results, copy_bw, ngpu)
 
 
-# (label, environment, the smallest tp it applies to or (smallest, largest)). The switches measured in session 2 (TPSHARD_NO_GEMV,
+# (label, environment, smallest tp it applies to). The switches measured in session 2 (TPSHARD_NO_GEMV,
 # TPSHARD_NO_PDL, TPSHARD_NO_FUSED_SPLIT_MERGE, TPSHARD_NO_GROUPED_GEMV) still exist; their table is in
 # docs/BENCHMARKS.md. Each entry here costs a full model run on the GPU machine.
 ABLATIONS = [
@@ -323,10 +323,6 @@ ABLATIONS = [
     ("GEMV: shared-memory FIFO, depth 4, 8 warps", {"TPSHARD_GEMV_FIFO": "4,8"}, 2),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
     ("row-parallel GEMV does not push its output to the peer", {"TPSHARD_NO_GEMV_PUSH": "1"}, 2),
-    ("GEMV: register batches of 8 loads per lane", {"TPSHARD_GEMV_LOADS": "8"}, (1, 1)),
-    ("GEMV: register batches of 16 loads per lane", {"TPSHARD_GEMV_LOADS": "16"}, (1, 1)),
-    ("GEMV: register batches of 8 loads per lane (instead of the FIFO)",
-     {"TPSHARD_GEMV_POLICY": "registers", "TPSHARD_GEMV_LOADS": "8"}, 2),
     ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
 ]
 
@@ -343,9 +339,8 @@ def ablations(args, rows, results, copy_bw, ngpu):
             if tp > ngpu:
                 continue
             only = set(filter(None, args.only_ablations.split(",")))
-            for name, env, tp_range in ABLATIONS:  # tp_range: the lowest tp, or (lowest, highest)
-                lo, hi = tp_range if isinstance(tp_range, tuple) else (tp_range, tp)
-                if not lo <= tp <= hi or (only and env and not only & set(env)):
+            for name, env, min_tp in ABLATIONS:
+                if tp < min_tp or (only and env and not only & set(env)):
                     continue
                 try:
                     o = results.get((shape, layers, tp, batch, plen, new)) if not env else \

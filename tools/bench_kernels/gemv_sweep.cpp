@@ -44,9 +44,7 @@ struct LayerShape {
 };
 
 std::string name(const GemvTuning& t) {
-  if (t.fifo_depth == 0)
-    return t.loads_per_lane > 4 ? "registers x" + std::to_string(t.loads_per_lane) : std::string("registers");
-  return "fifo " + std::to_string(t.fifo_depth) + "x" + std::to_string(t.warps_per_block);
+  return t.fifo_depth == 0 ? "registers" : "fifo " + std::to_string(t.fifo_depth) + "x" + std::to_string(t.warps_per_block);
 }
 
 double busy_us(const LayerShape& l) {
@@ -81,12 +79,12 @@ void bench_gemv_sweep() {
        {{Op::Gemv, 0, 0, 0}, {Op::Busy, 0, 3.5, 32}, {Op::Gemv, 1, 0, 0}, {Op::Busy, 0, 3.0, 16},
         {Op::Gemv, 2, 0, 0}, {Op::Gemv, 3, 0, 0}, {Op::Busy, 0, 3.0, 16}}},
   };
-  const GemvTuning tunings[] = {{0, 4}, {0, 4, 8}, {0, 4, 16}, {4, 4}, {4, 8}, {8, 4}, {8, 8}, {16, 4}};
+  const GemvTuning tunings[] = {{0, 4}, {4, 4}, {4, 8}, {8, 4}, {8, 8}, {16, 4}};
 
   cudaStream_t s = nullptr;
   TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf("\n## Decode GEMV weight streaming: tunings on whole layers (GPU 0; copy bandwidth %.0f GB/s)\n\n", bw);
-  std::printf("registers = register batches (the session-2 kernel; xL: L loads per lane, default 4); busy = latency-bound stand-ins where\n"
+  std::printf("registers = register batches (the session-2 kernel); busy = latency-bound stand-ins where\n"
               "attention and the norms run; GEMV GB/s = weight bytes / (us per layer - busy us).\n\n");
   std::printf("| layer | tokens | busy us | tuning (fifo DEPTHxWARPS; per launch in launch order) | us/layer | GEMV GB/s | %% of copy BW |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
