@@ -167,14 +167,6 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
     if (!aligned16(a.x2) || !aligned16(a.w2)) return "x2 or w2 is not 16-byte aligned";
   }
   if (a.epilogue != GemvEpilogue::None && a.beta != 0.f) return "beta != 0 with an activation epilogue";
-  if (a.push.num_dst != 0) {
-    if (a.epilogue != GemvEpilogue::None) return "a push needs the None epilogue (row-parallel products)";
-    if (a.push.num_dst < 0 || a.push.num_dst > GemvPush::kMaxDst || !a.push.call_counter)
-      return "push.num_dst outside 1..7 or push.call_counter null";
-    for (int i = 0; i < a.push.num_dst; ++i)
-      if (!a.push.dst[i]) return "a push destination is null";
-    if (static_cast<int64_t>(a.n) * a.out > a.push.max_words) return "n * out exceeds push.max_words";
-  }
   const int d = a.tuning.fifo_depth, w = a.tuning.warps_per_block;
   if (d != -1 && d != 0 && d != 4 && d != 8 && d != 16) return "tuning.fifo_depth is not -1, 0, 4, 8 or 16";
   if (w != 0 && w != 2 && w != 4 && w != 8) return "tuning.warps_per_block is not 0, 2, 4 or 8";

@@ -33,23 +33,6 @@ struct GemvTuning {
 /// Throws Error on a malformed value.
 GemvTuning gemv_tuning_for(int tp_size);
 
-/// Optional push of a row-parallel GEMV's output to the peer ranks, for an all_reduce that then only reads
-/// local memory (CustomAllReduce::gemv_push / all_reduce_add_norm_pushed, runtime/cuda/custom_all_reduce.h).
-/// Each output value y[t, row], as rounded to out_dtype, is also stored into every dst as ONE 8-byte
-/// "flagged word": low 32 bits = the value's bits (f16 / bf16 zero-extended), high 32 bits = the epoch,
-/// at word index (epoch & 1) * parity_words + t * out + row. One 8-byte store carries value and flag, so
-/// a reader that sees the epoch sees the value, with no fence (the LL protocol of NCCL's low-latency
-/// kernels, read to learn). epoch = *call_counter + 1, read after griddep_wait(): the number of the next
-/// call of the collective whose counter it is. Default: no push (num_dst 0).
-struct GemvPush {
-  static constexpr int kMaxDst = 7;
-  uint64_t* dst[kMaxDst] = {};  ///< device-accessible word buffers (peers' memory: NVLink stores)
-  int num_dst = 0;              ///< 0 = no push
-  int64_t parity_words = 0;     ///< words between the two parities' buffers
-  int64_t max_words = 0;        ///< n * out must not exceed it (capacity of one parity's buffer)
-  const uint32_t* call_counter = nullptr;  ///< device u32, see above
-};
-
 struct GemvArgs {
   const void* x = nullptr;    ///< [n, in] row-major of dtype, device, 16-byte aligned
   const void* w = nullptr;    ///< [rows, in] row-major of dtype, 16-byte aligned; rows = out, or 2*out for
@@ -72,7 +55,6 @@ struct GemvArgs {
   int in2 = 0;
   Activation act = Activation::Silu;  ///< for Act / GatedAct (kernels/activation_fn.cuh definitions)
   GemvTuning tuning;                  ///< weight streaming; gemv_pair uses a0's
-  GemvPush push;                      ///< None epilogue only: also push y to peers (see GemvPush)
 };
 
 /// The largest n gemv() takes (decode graph buckets 1, 2, 4, 8).
@@ -81,8 +63,7 @@ constexpr int kGemvMaxTokens = 8;
 /// Why gemv() cannot take these arguments, or nullptr when it can: 1 <= n <= kGemvMaxTokens, 1 <= out <= 2^30,
 /// in >= 1 and a multiple of the vector width (8 elements for f16/bf16, 4 for f32), x/w/y non-null,
 /// x and w 16-byte aligned, out_dtype == dtype or F32, beta == 0 unless the epilogue is None, tuning
-/// values among those GemvTuning lists; a push only with the None epilogue, 1..kMaxDst non-null dst,
-/// a call_counter and n * out <= max_words.
+/// values among those GemvTuning lists.
 const char* gemv_unsupported_reason(const GemvArgs& a);
 
 /// True when gemv() handles these arguments (gemv_unsupported_reason(a) == nullptr). The caller falls

@@ -104,24 +104,6 @@ __device__ __forceinline__ void fma_chunk(float (&acc)[N], const uint4& w, const
   }
 }
 
-/// The bits of one value, zero-extended to 32 (GemvPush word layout).
-__device__ __forceinline__ uint32_t value_bits(float v) { return __float_as_uint(v); }
-__device__ __forceinline__ uint32_t value_bits(__half v) { return __half_as_ushort(v); }
-__device__ __forceinline__ uint32_t value_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
-
-/// Store the flagged word {bits, epoch} of output element yi (= t * out + row) into every push
-/// destination (gemv.cuh GemvPush): one 8-byte relaxed store at system scope each, no fence.
-__device__ __forceinline__ void push_word(const GemvPush& p, int64_t yi, uint32_t bits) {
-  const uint32_t epoch = *reinterpret_cast<const volatile uint32_t*>(p.call_counter) + 1u;
-  const uint64_t word = (static_cast<uint64_t>(epoch) << 32) | bits;
-  const int64_t at = static_cast<int64_t>(epoch & 1u) * p.parity_words + yi;
-#pragma unroll
-  for (int i = 0; i < GemvPush::kMaxDst; ++i) {
-    if (i >= p.num_dst) break;
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p.dst[i] + at), "l"(word) : "memory");
-  }
-}
-
 /// Reduce the lanes' partial sums and write y[t, row] = epilogue(...) (lane t writes token t).
 /// acc[0] is the product (GatedAct: the gate), acc[1] the up row (GatedAct only).
 template <typename T, int N, GemvEpilogue E>
@@ -149,16 +131,8 @@ __device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[2][N
       const float up = acc[kRows - 1][t] + (bias ? to_f32(bias[a.out + row]) : 0.f);
       v = apply_act(v, a.act) * up;
     }
-    uint32_t bits;
-    if (out_f32) {
-      static_cast<float*>(a.y)[yi] = v;
-      bits = __float_as_uint(v);
-    } else {
-      const T r = from_f32<T>(v);
-      static_cast<T*>(a.y)[yi] = r;
-      bits = value_bits(r);
-    }
-    if (E == GemvEpilogue::None && a.push.num_dst > 0) push_word(a.push, yi, bits);
+    if (out_f32) static_cast<float*>(a.y)[yi] = v;
+    else static_cast<T*>(a.y)[yi] = from_f32<T>(v);
   }
 }
 

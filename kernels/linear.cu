@@ -18,8 +18,6 @@ void linear(const GemvArgs& a, Gemm& gemm, void* scratch, bool use_gemv, cudaStr
     gemv(a, stream);
     return;
   }
-  TPS_CHECK(a.push.num_dst == 0, "kernels/linear: a GEMV push was given, but these arguments take the cuBLASLt path",
-            "set GemvArgs::push only when use_gemv, n <= kLinearGemvMaxTokens and gemv_supported(args) hold");
   const bool act = a.epilogue != GemvEpilogue::None;
   TPS_CHECK(!act || scratch, "kernels/linear: the cuBLASLt path of an activation epilogue needs a scratch buffer",
             "pass scratch of linear_scratch_elems(args) elements");

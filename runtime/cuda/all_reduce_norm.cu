@@ -3,10 +3,8 @@
 // instead of two per all_reduce at decode). Same flag protocol as the one-shot all_reduce
 // (custom_all_reduce_protocol.cuh), but each block owns whole ROWS (rows b, b + kBlocks, ...) so that it can
 // normalize them; the sum is rounded once to the activation dtype before it is added, exactly as the
-// unfused all_reduce_sum + add_norm pair does. all_reduce_add_norm_pushed runs the same kernel with the
-// peers' partial sums already pushed by their GEMVs (kPushed: custom_all_reduce.cu "Pushed calls"). The
-// fusion of the all-reduce with the residual add and RMSNorm is the technique of TensorRT-LLM's fused
-// allreduce kernels (read to learn; own implementation).
+// unfused all_reduce_sum + add_norm pair does. The fusion of the all-reduce with the residual add and
+// RMSNorm is the technique of TensorRT-LLM's fused allreduce kernels (read to learn; own implementation).
 #include <cstring>
 
 #include "kernels/common.cuh"
@@ -27,7 +25,6 @@ struct FusedParams {
   Regions g;
   AddNormParams a;  ///< a.add0 = this rank's partial sums
   int row_packs;    ///< hidden * sizeof(T) / 16
-  const uint64_t* push_self;  ///< pushed calls: this rank's push area, [2][tp_size][kPushMaxElems] words
 };
 
 template <typename T>
@@ -35,9 +32,7 @@ __device__ __forceinline__ float opt(const void* p, int64_t i) {
   return p ? to_f32(static_cast<const T*>(p)[i]) : 0.f;
 }
 
-/// kPushed: the peers' partial sums arrive as flagged words in push_self (custom_all_reduce.cu "Pushed
-/// calls"): no copy-in, no handshake, only local reads.
-template <typename T, int kRanks, bool kLayerNorm, bool kPushed>
+template <typename T, int kRanks, bool kLayerNorm>
 __global__ void __launch_bounds__(kThreads) all_reduce_add_norm_kernel(FusedParams p) {
   constexpr int kElems = 16 / sizeof(T);
   __shared__ float scratch[32];
@@ -47,15 +42,11 @@ __global__ void __launch_bounds__(kThreads) all_reduce_add_norm_kernel(FusedPara
   const int b = blockIdx.x;
   const uint32_t epoch = begin_call(p.g);
   const uint4* const part = static_cast<const uint4*>(a.add0);
-  if constexpr (!kPushed) {
-    uint4* const stage_self = reinterpret_cast<uint4*>(staging(p.g, p.g.rank, epoch));
-    for (int row = b; row < a.n; row += kBlocks)
-      for (int i = threadIdx.x; i < p.row_packs; i += kThreads)
-        stage_self[static_cast<int64_t>(row) * p.row_packs + i] = part[static_cast<int64_t>(row) * p.row_packs + i];
-    handshake<kRanks>(p.g, epoch);
-  }
-  // pushed: the words of call `epoch` from rank r (kElems per pack)
-  const uint64_t* const pushed = p.push_self + static_cast<int64_t>(epoch & 1u) * kRanks * kPushMaxElems;
+  uint4* const stage_self = reinterpret_cast<uint4*>(staging(p.g, p.g.rank, epoch));
+  for (int row = b; row < a.n; row += kBlocks)
+    for (int i = threadIdx.x; i < p.row_packs; i += kThreads)
+      stage_self[static_cast<int64_t>(row) * p.row_packs + i] = part[static_cast<int64_t>(row) * p.row_packs + i];
+  handshake<kRanks>(p.g, epoch);
 
   for (int row = b; row < a.n; row += kBlocks) {
     float v[kMaxPacksPerThread][kElems];
@@ -66,16 +57,9 @@ __global__ void __launch_bounds__(kThreads) all_reduce_add_norm_kernel(FusedPara
       const int i = threadIdx.x + k * kThreads;
       if (i >= p.row_packs) continue;
       uint4 pk[kRanks];
-      const int64_t pack = static_cast<int64_t>(row) * p.row_packs + i;
 #pragma unroll
-      for (int r = 0; r < kRanks; ++r) {
-        if constexpr (kPushed)
-          pk[r] = r == p.g.rank ? part[pack]
-                                : wait_pushed_pack<T>(pushed + r * kPushMaxElems + pack * kElems, epoch,
-                                                      p.g.timeout_ns, p.g.rank, r);
-        else
-          pk[r] = __ldcg(reinterpret_cast<const uint4*>(staging(p.g, r, epoch)) + pack);
-      }
+      for (int r = 0; r < kRanks; ++r)
+        pk[r] = __ldcg(reinterpret_cast<const uint4*>(staging(p.g, r, epoch)) + static_cast<int64_t>(row) * p.row_packs + i);
       const uint4 sum = sum_packs<T, kRanks>(pk);  // the all_reduce's bits: fp32 in rank order, rounded once
       const T* const se = reinterpret_cast<const T*>(&sum);
       float4* const x4 = reinterpret_cast<float4*>(x + i * kElems);
@@ -131,17 +115,17 @@ __global__ void __launch_bounds__(kThreads) all_reduce_add_norm_kernel(FusedPara
   }
 }
 
-template <typename T, bool kLayerNorm, bool kPushed>
+template <typename T, bool kLayerNorm>
 cudaError_t launch_fused(int tp_size, const FusedParams& p, cudaStream_t stream) {
   const dim3 grid(kBlocks), block(kThreads);
   switch (tp_size) {
-    case 2: return launch_pdl(all_reduce_add_norm_kernel<T, 2, kLayerNorm, kPushed>, grid, block, 0, stream, p);
-    case 3: return launch_pdl(all_reduce_add_norm_kernel<T, 3, kLayerNorm, kPushed>, grid, block, 0, stream, p);
-    case 4: return launch_pdl(all_reduce_add_norm_kernel<T, 4, kLayerNorm, kPushed>, grid, block, 0, stream, p);
-    case 5: return launch_pdl(all_reduce_add_norm_kernel<T, 5, kLayerNorm, kPushed>, grid, block, 0, stream, p);
-    case 6: return launch_pdl(all_reduce_add_norm_kernel<T, 6, kLayerNorm, kPushed>, grid, block, 0, stream, p);
-    case 7: return launch_pdl(all_reduce_add_norm_kernel<T, 7, kLayerNorm, kPushed>, grid, block, 0, stream, p);
-    case 8: return launch_pdl(all_reduce_add_norm_kernel<T, 8, kLayerNorm, kPushed>, grid, block, 0, stream, p);
+    case 2: return launch_pdl(all_reduce_add_norm_kernel<T, 2, kLayerNorm>, grid, block, 0, stream, p);
+    case 3: return launch_pdl(all_reduce_add_norm_kernel<T, 3, kLayerNorm>, grid, block, 0, stream, p);
+    case 4: return launch_pdl(all_reduce_add_norm_kernel<T, 4, kLayerNorm>, grid, block, 0, stream, p);
+    case 5: return launch_pdl(all_reduce_add_norm_kernel<T, 5, kLayerNorm>, grid, block, 0, stream, p);
+    case 6: return launch_pdl(all_reduce_add_norm_kernel<T, 6, kLayerNorm>, grid, block, 0, stream, p);
+    case 7: return launch_pdl(all_reduce_add_norm_kernel<T, 7, kLayerNorm>, grid, block, 0, stream, p);
+    case 8: return launch_pdl(all_reduce_add_norm_kernel<T, 8, kLayerNorm>, grid, block, 0, stream, p);
   }
   return cudaErrorInvalidValue;
 }
@@ -160,27 +144,11 @@ bool CustomAllReduce::add_norm_eligible(const AddNormParams& a) const {
   return aligned16(a.add0) && aligned16(a.residual) && aligned16(a.out0) && (!a.out1 || aligned16(a.out1));
 }
 
-bool CustomAllReduce::push_eligible(const AddNormParams& a) const {
-  return add_norm_eligible(a) && static_cast<int64_t>(a.n) * a.hidden <= kPushMaxElems;
-}
-
 void CustomAllReduce::all_reduce_add_norm(const AddNormParams& a, cudaStream_t stream) {
   TPS_CHECK(add_norm_eligible(a),
             "custom all_reduce + add_norm: " + std::to_string(a.n) + " rows of " + std::to_string(a.hidden) + " " +
                 dtype_name(a.dtype) + " are not eligible",
             "call add_norm_eligible() first and use all_reduce_sum + add_norm otherwise");
-  launch_add_norm(a, /*pushed=*/false, stream);
-}
-
-void CustomAllReduce::all_reduce_add_norm_pushed(const AddNormParams& a, cudaStream_t stream) {
-  TPS_CHECK(push_eligible(a),
-            "custom all_reduce + add_norm (pushed): " + std::to_string(a.n) + " rows of " + std::to_string(a.hidden) +
-                " " + dtype_name(a.dtype) + " are not eligible",
-            "call push_eligible() before giving the GEMV gemv_push(), and use all_reduce_add_norm otherwise");
-  launch_add_norm(a, /*pushed=*/true, stream);
-}
-
-void CustomAllReduce::launch_add_norm(const AddNormParams& a, bool pushed, cudaStream_t stream) {
   int dev = -1;
   TPS_CUDA_CHECK(cudaGetDevice(&dev));
   TPS_CHECK(dev == device_,
@@ -194,17 +162,11 @@ void CustomAllReduce::launch_add_norm(const AddNormParams& a, bool pushed, cudaS
   p.g.rank = rank_;
   p.a = a;
   p.row_packs = static_cast<int>(static_cast<size_t>(a.hidden) * dtype_size(a.dtype) / 16);
-  p.push_self = reinterpret_cast<const uint64_t*>(static_cast<uint8_t*>(region_) + push_offset(data_bytes_));
   cudaError_t e = cudaSuccess;
-  const bool ln = a.kind == NormKind::LayerNorm;
-  if (pushed && ln) {
-    TPS_DISPATCH_DTYPE(a.dtype, T, e = (launch_fused<T, true, true>(size_, p, stream)));
-  } else if (pushed) {
-    TPS_DISPATCH_DTYPE(a.dtype, T, e = (launch_fused<T, false, true>(size_, p, stream)));
-  } else if (ln) {
-    TPS_DISPATCH_DTYPE(a.dtype, T, e = (launch_fused<T, true, false>(size_, p, stream)));
+  if (a.kind == NormKind::LayerNorm) {
+    TPS_DISPATCH_DTYPE(a.dtype, T, e = (launch_fused<T, true>(size_, p, stream)));
   } else {
-    TPS_DISPATCH_DTYPE(a.dtype, T, e = (launch_fused<T, false, false>(size_, p, stream)));
+    TPS_DISPATCH_DTYPE(a.dtype, T, e = (launch_fused<T, false>(size_, p, stream)));
   }
   TPS_CUDA_CHECK(e);
 }

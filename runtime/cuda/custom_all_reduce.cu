@@ -29,25 +29,8 @@ namespace {
 //   [2D, 2D+F)    flags[kBlocks][kMaxRanks] (uint32): flags[b][r] = last epoch rank r signalled for
 //                 block b; written ONLY by rank r (remotely), read only by this rank
 //   [2D+F, +C)    counters[kBlocks] (uint32): epoch = number of calls block b of this rank has started;
-//                 read and written only by block b of this rank's kernels (and read by this rank's
-//                 pushing GEMVs, see below)
-//   [2D+F+C, +P)  push[2][tp_size][kPushMaxElems] (uint64 flagged words): push[p][r] = rank r's partial
-//                 sums of a pushed call with parity p, written ONLY by rank r (remotely, from its GEMV)
+//                 read and written only by block b of this rank's kernels
 // All zero at creation.
-//
-// Pushed calls (all_reduce_add_norm_pushed, all_reduce_norm.cu): the row-parallel GEMV before the call
-// (kernels/gemv.cuh GemvPush) reads e = counters[0] + 1 after its griddep_wait (the number this call will
-// get: every block's counter is equal between calls), and stores each output value with flag e into
-// push[e & 1][rank] of every peer as it computes it. The call itself does step 0-1, skips steps 2-3, and
-// in step 4 takes its own partials from its input and each peer's from push[e & 1][peer] of its own
-// region, spinning on each word until its flag is e. Why push[p] may be overwritten two calls later:
-// rank r writes push_i[p][r] for call e + 2 only after its call e + 1 is complete. If call e + 1 is a
-// pushed call, it read rank i's words of e + 1, which rank i's GEMV wrote after its call e was complete;
-// otherwise it saw rank i's signal e + 1, sent after rank i's call e was complete. Either way rank i
-// finished reading push_i[p] for call e. The same reasoning covers the one-shot staging above when a
-// pushed call sits between two one-shot calls: its completion on rank i implies that every peer started
-// its next call. A stale word cannot pass for a new one: it carries an older epoch (or 0 from the
-// zeroing), and equality with e would need 2^32 calls in between.
 //
 // Protocol of call (epoch) e, the same kernel on every rank, kBlocks blocks; block b owns packs
 // [b*per, (b+1)*per) of the message (per = ceil(packs / kBlocks), one pack = 16 bytes; the same chunking
@@ -81,6 +64,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------------
 
 using car_protocol::kBlocks;
+using car_protocol::kCountersBytes;
+using car_protocol::kFlagsBytes;
 using car_protocol::kMaxRanks;
 using car_protocol::kThreads;
 using car_protocol::Regions;
@@ -299,7 +284,7 @@ bool CustomAllReduce::init(HostExchange& exchange, cudaStream_t stream, size_t m
     if (local_why.empty() &&
         (e = cudaDeviceGetPCIBusId(mine.pci_bus_id, sizeof(mine.pci_bus_id) - 1, device_)) != cudaSuccess)
       local_why = cuda_why("cudaDeviceGetPCIBusId", e);
-    const size_t region_bytes = car_protocol::push_offset(data_bytes_) + car_protocol::push_area_bytes(size_);
+    const size_t region_bytes = 2 * data_bytes_ + kFlagsBytes + kCountersBytes;
     if (local_why.empty() && (e = cudaMalloc(&region_, region_bytes)) != cudaSuccess) {
       region_ = nullptr;
       local_why = cuda_why(("cudaMalloc of " + std::to_string(region_bytes) + " bytes").c_str(), e);
@@ -412,22 +397,6 @@ bool CustomAllReduce::init(HostExchange& exchange, cudaStream_t stream, size_t m
     throw;
   }
   return true;
-}
-
-GemvPush CustomAllReduce::gemv_push() const {
-  GemvPush p;
-  if (region_ == nullptr) return p;
-  const size_t area = car_protocol::push_offset(data_bytes_);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    uint64_t* const peer_push = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(peer_region_[r]) + area);
-    p.dst[p.num_dst++] = peer_push + static_cast<int64_t>(rank_) * kPushMaxElems;  // slot of this rank
-  }
-  p.parity_words = static_cast<int64_t>(size_) * kPushMaxElems;
-  p.max_words = kPushMaxElems;
-  p.call_counter = reinterpret_cast<const uint32_t*>(static_cast<uint8_t*>(region_) +
-                                                     car_protocol::counters_offset(data_bytes_));
-  return p;
 }
 
 bool CustomAllReduce::eligible(const void* buf, size_t count, DType dtype) const {

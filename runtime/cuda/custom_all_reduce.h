@@ -13,7 +13,6 @@
 #include <string>
 
 #include "format/dtype.h"
-#include "kernels/gemv.cuh"
 #include "kernels/norm.cuh"
 #include "runtime/cuda/device_comm.h"
 #include "runtime/host_exchange.h"
@@ -45,8 +44,6 @@ class CustomAllReduce {
   static constexpr int kMaxRanks = 8;   ///< largest tp_size supported
   static constexpr int kBlocks = 32;    ///< blocks of every launch (fixed: see the protocol)
   static constexpr int kThreads = 512;  ///< threads per block
-  /// Largest n x hidden of a pushed all_reduce + add_norm (gemv_push): 2 decode tokens of hidden 16384.
-  static constexpr int kPushMaxElems = 32768;
 
   /// Collective over the ranks of `exchange` (every rank constructs it, same max_bytes). Allocates on the
   /// current device one IPC-shareable region of 2 x max_bytes (rounded up to 16) of data + flags + call
@@ -98,21 +95,6 @@ class CustomAllReduce {
   /// same order as its all_reduce_sum calls); one kernel, capturable. Throws Error when !add_norm_eligible(p).
   void all_reduce_add_norm(const AddNormParams& p, cudaStream_t stream);
 
-  /// The push (kernels/gemv.cuh GemvPush) that a row-parallel decode GEMV of this rank sets so that its
-  /// output reaches every peer while it is computed: flagged words into each peer's push area (slot of
-  /// this rank), epoch = this rank's call counter + 1. The next call on this object must then be
-  /// all_reduce_add_norm_pushed of that output: every rank pushes, every rank makes that call.
-  GemvPush gemv_push() const;
-  /// True when all_reduce_add_norm_pushed accepts p: add_norm_eligible(p) and n x hidden <= kPushMaxElems.
-  /// Pure host check.
-  bool push_eligible(const AddNormParams& p) const;
-  /// all_reduce_add_norm(p) for partial sums p.add0 that were written by a GEMV with gemv_push() on every
-  /// rank (the last kernel on each rank's stream before this call that touches them): one kernel that
-  /// takes this rank's partials from p.add0 and the peers' from its own region, waiting on each word's
-  /// epoch instead of signalling (no copy-in, no flag handshake, no remote read). Same bits as
-  /// all_reduce_add_norm. Throws Error when !push_eligible(p).
-  void all_reduce_add_norm_pushed(const AddNormParams& p, cudaStream_t stream);
-
   int tp_rank() const { return rank_; }
   int tp_size() const { return size_; }
   size_t max_bytes() const { return max_bytes_; }
@@ -125,8 +107,6 @@ class CustomAllReduce {
   /// (then nothing is left allocated, and every rank returned false).
   bool init(HostExchange& exchange, cudaStream_t stream, size_t max_bytes, std::string* why_not);
   void release();
-  /// The fused kernel's launch, shared by all_reduce_add_norm and all_reduce_add_norm_pushed.
-  void launch_add_norm(const AddNormParams& p, bool pushed, cudaStream_t stream);
 
   int rank_ = 0;
   int size_ = 0;

@@ -20,15 +20,9 @@ constexpr int kMaxRanks = CustomAllReduce::kMaxRanks;
 constexpr int kBlocks = CustomAllReduce::kBlocks;
 constexpr int kThreads = CustomAllReduce::kThreads;
 /// Region of one rank, D = data bytes: data[0] [0, D) | data[1] [D, 2D) | flags[kBlocks][kMaxRanks] u32 |
-/// counters[kBlocks] u32 | push[2][tp_size][kPushMaxElems] u64 (flagged words, gemv.cuh GemvPush).
+/// counters[kBlocks] u32.
 constexpr size_t kFlagsBytes = size_t(kBlocks) * kMaxRanks * sizeof(uint32_t);
 constexpr size_t kCountersBytes = size_t(kBlocks) * sizeof(uint32_t);
-constexpr int64_t kPushMaxElems = CustomAllReduce::kPushMaxElems;
-/// Bytes of the push area of a tp_size-rank region.
-constexpr size_t push_area_bytes(int tp_size) { return size_t(2) * tp_size * kPushMaxElems * sizeof(uint64_t); }
-/// Offset of the call counters / of the push area in a region of data_bytes D.
-constexpr size_t counters_offset(size_t data_bytes) { return 2 * data_bytes + kFlagsBytes; }
-constexpr size_t push_offset(size_t data_bytes) { return 2 * data_bytes + kFlagsBytes + kCountersBytes; }
 
 /// Every rank's region as mapped on this device, passed by value (graph replays see the same pointers).
 struct Regions {
@@ -88,7 +82,7 @@ __device__ __forceinline__ uint32_t begin_call(const Regions& g) {
   __shared__ uint32_t s_epoch;
   if (threadIdx.x == 0) {
     uint8_t* const self = region_of(g, g.rank);
-    uint32_t* const counter = reinterpret_cast<uint32_t*>(self + counters_offset(g.data_bytes)) + blockIdx.x;
+    uint32_t* const counter = reinterpret_cast<uint32_t*>(self + 2 * g.data_bytes + kFlagsBytes) + blockIdx.x;
     const uint32_t e = *counter + 1u;
     *counter = e;
     s_epoch = e;
@@ -117,49 +111,6 @@ __device__ __forceinline__ void handshake(const Regions& g, uint32_t epoch) {
     wait_flag(own + b * kMaxRanks + peer, epoch, g.timeout_ns, g.rank, peer);
   }
   __syncthreads();
-}
-
-/// One 16-byte pack of T (16 / sizeof(T) elements) from the flagged words at w (gemv.cuh GemvPush; 16-byte
-/// aligned), once every word carries `epoch`: spins (volatile loads, i.e. relaxed at system scope) until then,
-/// and traps after timeout_ns like wait_flag. A word holds its value and its flag in one 8-byte store, so
-/// no fence is needed between seeing the flag and using the value.
-template <typename T>
-__device__ __forceinline__ uint4 wait_pushed_pack(const uint64_t* w, uint32_t epoch, uint64_t timeout_ns, int rank,
-                                                  int src) {
-  constexpr int kElems = 16 / sizeof(T);
-  uint64_t v[kElems];
-  uint32_t polls = 0;
-  uint64_t start = 0;
-  for (;;) {
-    bool ready = true;
-#pragma unroll
-    for (int j = 0; j < kElems; j += 2) {
-      asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(v[j]), "=l"(v[j + 1]) : "l"(w + j) : "memory");
-      ready = ready && uint32_t(v[j] >> 32) == epoch && uint32_t(v[j + 1] >> 32) == epoch;
-    }
-    if (ready) break;
-    if (timeout_ns != 0 && (++polls & 0x3ffu) == 0) {
-      const uint64_t now = global_timer_ns();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > timeout_ns) {
-        printf("custom all_reduce: rank %d block %d waited %.1f s for rank %d's pushed partial sums (epoch %u); "
-               "trapping\n",
-               rank, int(blockIdx.x), double(now - start) * 1e-9, src, epoch);
-        __trap();
-      }
-    }
-  }
-  uint4 out;
-  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
-  if constexpr (kElems == 4) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o[j] = uint32_t(v[j]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o[j] = (uint32_t(v[2 * j]) & 0xffffu) | (uint32_t(v[2 * j + 1]) << 16);
-  }
-  return out;
 }
 
 /// Sum of one 16-byte pack of T over kRanks ranks, in rank order, in fp32; rounded once to T: the

@@ -46,7 +46,6 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
   use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
   use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
-  use_push_ = std::getenv("TPSHARD_NO_GEMV_PUSH") == nullptr;
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
@@ -116,11 +115,7 @@ void Transformer::all_reduce(void* buf, size_t count, DType dtype) {
   }
 }
 
-void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce, bool pushed) {
-  if (reduce && layout_.tp_size > 1 && pushed) {
-    car_->all_reduce_add_norm_pushed(p, stream_);  // throws (never hangs) if push_to_peers misjudged p
-    return;
-  }
+void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce) {
   if (reduce && layout_.tp_size > 1) {
     if (use_fused_norm_ && car_ && car_->add_norm_eligible(p)) {
       car_->all_reduce_add_norm(p, stream_);
@@ -129,25 +124,6 @@ void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce, bool push
     all_reduce(const_cast<void*>(p.add0), static_cast<size_t>(p.n) * p.hidden, p.dtype);
   }
   add_norm(p, stream_);
-}
-
-bool Transformer::push_to_peers(GemvArgs& g) const {
-  if (layout_.tp_size == 1 || !car_ || !use_push_ || !use_fused_norm_) return false;
-  if (!use_gemv_ || g.n > kLinearGemvMaxTokens || !gemv_supported(g)) return false;  // linear()'s GEMV test
-  AddNormParams probe;  // the shape of the all_reduce + add_norm that follows (its buffers are ours)
-  probe.residual = residual_;
-  probe.add0 = g.y;
-  probe.weight0 = probe.out0 = h1_;
-  probe.out1 = c_.use_parallel_residual ? h2_ : nullptr;
-  probe.dtype = w_.dtype;
-  probe.n = g.n;
-  probe.hidden = g.out;
-  if (!car_->push_eligible(probe)) return false;
-  GemvArgs pushed = g;
-  pushed.push = car_->gemv_push();
-  if (!gemv_supported(pushed)) return false;
-  g = pushed;
-  return true;
 }
 
 void Transformer::linear(const GemvArgs& a, void* scratch) { cuda::linear(a, gemm_, scratch, use_gemv_, stream_); }
@@ -192,7 +168,7 @@ void Transformer::run(const StepMeta& m) {
   g.dtype = w_.dtype;
   g.out_dtype = DType::F32;
   g.tuning = gemv_tuning_;
-  reduce_add_norm(fn, pending.reduce, pending.pushed);
+  reduce_add_norm(fn, pending.reduce);
   if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
   linear(g, nullptr);
 
@@ -227,7 +203,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   nrm.eps = static_cast<float>(c_.norm_eps);
   nrm.n = m.n;
   nrm.hidden = H;
-  reduce_add_norm(nrm, pending.reduce, pending.pushed);
+  reduce_add_norm(nrm, pending.reduce);
 
   if (c_.use_parallel_residual) {
     // x + attn(ln1(x)) + mlp(ln2(x)): both partial sums into out_, one all_reduce, biases added once
@@ -237,10 +213,8 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
     od.x2 = d.x;  // output projection + MLP down: one product over [attn | act]
     od.w2 = d.w;
     od.in2 = d.in;
-    bool pushed = false;
     if (use_grouped_ && use_gemv_ && m.n <= kLinearGemvMaxTokens && !gemv_pair_unsupported_reason(q, u) &&
         gemv_supported(od)) {  // decode: 3 launches for the layer's 4 products
-      pushed = push_to_peers(od);
       gemv_pair(q, u, stream_);
       attention_core(i, m);
       gemv(od, stream_);
@@ -251,13 +225,11 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
       linear(u, ffn_);
       linear(down_args(i, m, out_, 1.f), nullptr);
     }
-    // all_reduce fused into the next norm
-    pending = {out_, lw.attn_output_bias, lw.ffn_down_bias, /*reduce=*/true, pushed};
+    pending = {out_, lw.attn_output_bias, lw.ffn_down_bias, /*reduce=*/true};  // all_reduce fused into the next norm
     return;
   }
   linear(qkv_args(i, m, h1_), nullptr);
-  GemvArgs o = out_args(i, m, out_, 0.f);
-  const bool o_pushed = push_to_peers(o);
+  const GemvArgs o = out_args(i, m, out_, 0.f);
   attention_core(i, m);
   linear(o, nullptr);
   AddNormParams n2 = nrm;
@@ -268,12 +240,10 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
   const GemvArgs up = up_args(i, m, h2_);
-  reduce_add_norm(n2, /*reduce=*/true, o_pushed);
+  reduce_add_norm(n2, /*reduce=*/true);
   linear(up, ffn_);
-  GemvArgs down = down_args(i, m, out_, 0.f);
-  const bool down_pushed = push_to_peers(down);
-  linear(down, nullptr);
-  pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true, down_pushed};
+  linear(down_args(i, m, out_, 0.f), nullptr);
+  pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true};
 }
 
 GemvArgs Transformer::qkv_args(int i, const StepMeta& m, const void* h) const {

@@ -66,16 +66,10 @@ class Transformer {
     const void* bias0 = nullptr;
     const void* bias1 = nullptr;
     bool reduce = false;  ///< add0 holds this rank's row-parallel partial sums: all_reduce them first
-    bool pushed = false;  ///< ... and the GEMV that wrote them pushed them to the peers (push_to_peers)
   };
   /// add_norm(p) after the all_reduce of p.add0 when `reduce`: one fused kernel
   /// (CustomAllReduce::all_reduce_add_norm) when the custom all_reduce takes it, else all_reduce + add_norm.
-  /// `pushed`: the GEMV that wrote p.add0 had push_to_peers (all_reduce_add_norm_pushed).
-  void reduce_add_norm(const AddNormParams& p, bool reduce, bool pushed = false);
-  /// Give the row-parallel product g (of m.n tokens, out = hidden) the custom all_reduce's gemv_push when
-  /// the GEMV computes it and the all_reduce + add_norm after it can take pushed partials (the same
-  /// decision on every rank: it depends only on shapes and settings). Returns whether it did.
-  bool push_to_peers(GemvArgs& g) const;
+  void reduce_add_norm(const AddNormParams& p, bool reduce);
   void layer(int i, const StepMeta& m, Pending& pending);
   /// The layer's products as GemvArgs (shapes of this rank): column-parallel QKV (+bias) of h into qkv_;
   /// row-parallel output projection of attn_ into out (+ beta out); MLP up/gate (+bias, activation) of h
@@ -105,7 +99,6 @@ class Transformer {
   bool use_gemv_ = true;             ///< false when TPSHARD_NO_GEMV is set (A/B timing)
   bool use_grouped_ = true;          ///< false when TPSHARD_NO_GROUPED_GEMV is set (A/B timing)
   bool use_fused_norm_ = true;       ///< false when TPSHARD_NO_FUSED_ALL_REDUCE_NORM is set (A/B timing)
-  bool use_push_ = true;             ///< false when TPSHARD_NO_GEMV_PUSH is set (A/B timing)
   GemvTuning gemv_tuning_;           ///< how every decode GEMV streams its weights (gemv_tuning_for(tp_size))
   CustomAllReduce* car_ = nullptr;
   std::vector<float> inv_freq_host_;
