@@ -167,6 +167,7 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
     if (!aligned16(a.x2) || !aligned16(a.w2)) return "x2 or w2 is not 16-byte aligned";
   }
   if (a.epilogue != GemvEpilogue::None && a.beta != 0.f) return "beta != 0 with an activation epilogue";
+  if (a.x2_early && !a.x2) return "x2_early without a second input segment (x2)";
   const int d = a.tuning.fifo_depth, w = a.tuning.warps_per_block;
   if (d != -1 && d != 0 && d != 4 && d != 8 && d != 16) return "tuning.fifo_depth is not -1, 0, 4, 8 or 16";
   if (w != 0 && w != 2 && w != 4 && w != 8) return "tuning.warps_per_block is not 0, 2, 4 or 8";

@@ -53,6 +53,13 @@ struct GemvArgs {
   const void* x2 = nullptr;
   const void* w2 = nullptr;
   int in2 = 0;
+  /// With x2 only: x2 was complete before the PREVIOUS kernel on the stream passed its griddep_wait()
+  /// (it was written two or more launches back, and the kernels in between wait before they trigger
+  /// their dependents, as all of ours do). The GEMV then streams the x2 W2^T segment before its own
+  /// griddep_wait(), overlapping the previous kernel, and x W^T after it. The sum runs over the x2
+  /// segment first, so results differ from x2_early = false by rounding (every tuning still agrees
+  /// bit for bit). GPT-NeoX decode: the MLP down half of the combined product runs during attention.
+  bool x2_early = false;
   Activation act = Activation::Silu;  ///< for Act / GatedAct (kernels/activation_fn.cuh definitions)
   GemvTuning tuning;                  ///< weight streaming; gemv_pair uses a0's
 };
@@ -63,7 +70,7 @@ constexpr int kGemvMaxTokens = 8;
 /// Why gemv() cannot take these arguments, or nullptr when it can: 1 <= n <= kGemvMaxTokens, 1 <= out <= 2^30,
 /// in >= 1 and a multiple of the vector width (8 elements for f16/bf16, 4 for f32), x/w/y non-null,
 /// x and w 16-byte aligned, out_dtype == dtype or F32, beta == 0 unless the epilogue is None, tuning
-/// values among those GemvTuning lists.
+/// values among those GemvTuning lists, x2_early only with x2.
 const char* gemv_unsupported_reason(const GemvArgs& a);
 
 /// True when gemv() handles these arguments (gemv_unsupported_reason(a) == nullptr). The caller falls

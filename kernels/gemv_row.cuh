@@ -165,15 +165,26 @@ __device__ __forceinline__ RowSegments row_segments(const GemvArgs& a, int row) 
   return s;
 }
 
+/// True when this row streams its second input segment first, before griddep_wait() (GemvArgs::x2_early).
+template <GemvEpilogue E>
+__device__ __forceinline__ bool x2_early_row(const GemvArgs& a, const RowSegments& s) {
+  return E == GemvEpilogue::None && a.x2_early && s.nv1 > 0;
+}
+/// s with its two segments exchanged (x2_early: x2 W2^T is streamed first).
+__device__ __forceinline__ RowSegments swapped(const RowSegments& s) { return {s.w1, s.x1, s.w0, s.x0, s.nv1, s.nv0}; }
+
 /// One output row through a per-lane shared-memory FIFO of D chunks (D a power of 2); `fifo` is this
-/// warp's D * 32 uint4. Lane l streams chunks c = 32 k + l of segment 0, then of segment 1; chunk k of
+/// warp's D * 32 uint4. Lane l streams chunks c = 32 k + l of segment 0, then of segment 1 (x2_early: the
+/// other way round, and griddep_wait() between the two instead of before the first); chunk k of
 /// the lane's stream lives in slot k % D. Each lane reads back only what it copied itself, so
 /// cp.async.wait_group orders everything: no warp or block barrier.
 template <typename T, int N, GemvEpilogue E, int D>
 __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int lane, uint4* fifo) {
   static_assert(D >= 2 && (D & (D - 1)) == 0, "FIFO depth must be a power of 2");
-  const RowSegments s = row_segments<T, E>(a, row);
-  const int k0 = (s.nv0 + 31) >> 5, kt = k0 + ((s.nv1 + 31) >> 5);  // chunks per lane: segment 0, total
+  const RowSegments s0 = row_segments<T, E>(a, row);
+  const bool early = x2_early_row<E>(a, s0);
+  const RowSegments s = early ? swapped(s0) : s0;  // streamed in order: segment "0", then "1"
+  const int k0 = (s.nv0 + 31) >> 5, kt = k0 + ((s.nv1 + 31) >> 5);  // chunks per lane: first segment, total
   uint4* slots = fifo + lane;
   // Request stream chunk k into its slot (nothing past the row's end); always close a group, so that
   // "group k is complete" is "at most D - 1 groups pending" after the D-th later commit.
@@ -187,14 +198,14 @@ __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int la
   };
 #pragma unroll
   for (int k = 0; k < D; ++k) request(k);
-  griddep_wait();  // x, x2 and y_old are written by the previous kernel(s)
+  if (!early) griddep_wait();  // x, x2 and y_old are written by the previous kernel(s)
 
   float acc[2][N];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] = 0.f;
-  constexpr int kUp = E == GemvEpilogue::GatedAct ? 1 : 0;  // accumulator of segment 1
+  constexpr int kUp = E == GemvEpilogue::GatedAct ? 1 : 0;  // accumulator of the second segment
 #pragma unroll 4
   for (int k = 0; k < k0; ++k) {
     cp_async_wait<D - 1>();
@@ -202,6 +213,7 @@ __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int la
     if (c < s.nv0) fma_chunk<T, N>(acc[0], slots[(k & (D - 1)) * 32], s.x0, s.nv0, c);
     request(k + D);  // after the slot's value was used
   }
+  if (early) griddep_wait();  // x (and y_old) are written by the previous kernel
 #pragma unroll 4
   for (int k = k0; k < kt; ++k) {
     cp_async_wait<D - 1>();
@@ -216,13 +228,16 @@ __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int la
 }
 
 /// One output row with register batches of kLoadsPerLane chunks per lane (session 2's kernel, FIFO
-/// depth 0). Weights of the first batch are loaded before griddep_wait(); x (and x2, y_old) only after.
+/// depth 0). Weights of the first batch are loaded before griddep_wait(); x (and x2, y_old) only after,
+/// except with x2_early: the whole x2 W2^T segment runs before the wait.
 template <typename T, int N, GemvEpilogue E>
 __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, int lane) {
   constexpr int kRows = E == GemvEpilogue::GatedAct ? 2 : 1;  // gate row `row` and up row `out + row`
   constexpr int kUnroll = kLoadsPerLane / kRows;
   constexpr int kStep = 32 * kUnroll;  // 16-byte chunks of a row per batch of the warp
-  const RowSegments s = row_segments<T, E>(a, row);
+  const RowSegments s0 = row_segments<T, E>(a, row);
+  const bool early = x2_early_row<E>(a, s0);
+  const RowSegments s = early ? swapped(s0) : s0;  // streamed in order: segment "0", then "1"
   const uint4* w[kRows] = {s.w0};
   if constexpr (kRows == 2) w[1] = s.w1;
 
@@ -238,7 +253,7 @@ __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, i
   };
 
   load_batch(w, s.nv0, 0);
-  griddep_wait();  // x and y_old are written by the previous kernel(s)
+  if (!early) griddep_wait();  // x and y_old are written by the previous kernel(s)
 
   float acc[2][N];
 #pragma unroll
@@ -267,6 +282,7 @@ __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, i
     if (s.nv1 > 0) {  // second input segment into the same accumulators
       const uint4* w2[1] = {s.w1};
       load_batch(w2, s.nv1, 0);
+      if (early) griddep_wait();  // x (and y_old) are written by the previous kernel
       run(w2, s.x1, s.nv1);
     }
   }

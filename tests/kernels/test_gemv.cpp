@@ -390,6 +390,77 @@ TEST_CASE("gemv: PDL chains, each GEMV reading the previous one's output on the 
   }
 }
 
+TEST_CASE("gemv: x2_early streams x2 W2^T before griddep_wait, x only after it (PDL chain)") {
+  // K1 writes h_a = gelu(x W1^T + b1); K2 writes h_b = x W2^T; K3 = h_b W3^T + h_a W4^T with x2 = h_a and
+  // x2_early: K3 may read h_a while K2 still runs (K2 waits for K1 before it lets K3 launch), h_b only
+  // after K2. h_a and h_b start as NaN, so reading either too early shows.
+  std::mt19937 rng(17);
+  Stream stream;
+  for (DType t : {DType::F16, DType::BF16, DType::F32}) {
+    for (int n : {1, 2}) {
+      const int d0 = 2048, da = 8192, db = 2048, d3 = 2048;
+      const Vec x = random_vec(static_cast<size_t>(n) * d0, -1, 1, t, rng);
+      const Vec w1 = random_weights(static_cast<size_t>(da) * d0, d0, t, rng);
+      const Vec b1 = random_vec(da, -0.5, 0.5, t, rng);
+      const Vec w2 = random_weights(static_cast<size_t>(db) * d0, d0, t, rng);
+      const Vec w3 = random_weights(static_cast<size_t>(d3) * db, db + da, t, rng);
+      const Vec w4 = random_weights(static_cast<size_t>(d3) * da, db + da, t, rng);
+      Buf d_x = upload(x, t), d_w1 = upload(w1, t), d_b1 = upload(b1, t), d_w2 = upload(w2, t), d_w3 = upload(w3, t),
+          d_w4 = upload(w4, t);
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      Buf d_ha = upload(Vec(static_cast<size_t>(n) * da, nan), t), d_hb = upload(Vec(static_cast<size_t>(n) * db, nan), t);
+      Buf d_y = upload(Vec(static_cast<size_t>(n) * d3, nan), t);
+      cuda::GemvArgs k1;
+      k1.x = d_x->ptr;
+      k1.w = d_w1->ptr;
+      k1.y = d_ha->ptr;
+      k1.bias = d_b1->ptr;
+      k1.n = n;
+      k1.out = da;
+      k1.in = d0;
+      k1.dtype = k1.out_dtype = t;
+      k1.epilogue = cuda::GemvEpilogue::Act;
+      k1.act = Activation::Gelu;
+      cuda::GemvArgs k2 = k1;
+      k2.w = d_w2->ptr;
+      k2.y = d_hb->ptr;
+      k2.bias = nullptr;
+      k2.out = db;
+      k2.epilogue = cuda::GemvEpilogue::None;
+      cuda::GemvArgs k3 = k2;
+      k3.x = d_hb->ptr;
+      k3.w = d_w3->ptr;
+      k3.y = d_y->ptr;
+      k3.out = d3;
+      k3.in = db;
+      k3.x2 = d_ha->ptr;
+      k3.w2 = d_w4->ptr;
+      k3.in2 = da;
+      k3.x2_early = true;
+      for (int depth : {0, 4}) {
+        k3.tuning.fifo_depth = depth;
+        REQUIRE(cuda::gemv_supported(k3));
+        for (int rep = 0; rep < 3; ++rep) {  // NaN again before each chain
+          // all-ones bytes: NaN in f32, f16 and bf16
+          REQUIRE(cudaMemsetAsync(d_ha->ptr, 0xff, static_cast<size_t>(n) * da * dtype_size(t), stream.s) == cudaSuccess);
+          REQUIRE(cudaMemsetAsync(d_hb->ptr, 0xff, static_cast<size_t>(n) * db * dtype_size(t), stream.s) == cudaSuccess);
+          cuda::gemv(k1, stream.s);
+          cuda::gemv(k2, stream.s);
+          cuda::gemv(k3, stream.s);
+        }
+        const Vec ha = download(d_ha->ptr, static_cast<size_t>(n) * da, t);
+        const Vec hb = download(d_hb->ptr, static_cast<size_t>(n) * db, t);
+        Vec ref = ref::linear(hb, w3, {}, 0, n, d3, db);  // from the GPU's own h_a, h_b
+        const Vec p4 = ref::linear(ha, w4, {}, 0, n, d3, da);
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] += p4[i];
+        check_close("x2_early chain " + std::string(name_of(t)) + " n " + std::to_string(n) + " depth " +
+                        std::to_string(depth),
+                    download(d_y->ptr, ref.size(), t), ref, tol_for(t));
+      }
+    }
+  }
+}
+
 TEST_CASE("gemv_supported: limits, and gemv() throws Error outside them" * doctest::test_suite("host")) {
   // Fake, never dereferenced device addresses: gemv() must throw before launching anything.
   char* const base = reinterpret_cast<char*>(uintptr_t{1} << 20);
@@ -467,10 +538,12 @@ TEST_CASE("gemv: a second input segment adds x2 W2^T (GPT-NeoX output projection
         const Vec y0 = random_vec(static_cast<size_t>(n) * sh.out, -1, 1, t, rng);
         Buf d_w = upload(w, t), d_w2 = upload(w2, t), d_x = upload(x, t), d_x2 = upload(x2, t);
         for (float beta : {0.f, 1.f}) {
+         for (bool early : {false, true}) {  // x2 W2^T streamed before or after griddep_wait
           Vec ref = ref::linear(x, w, beta != 0.f ? y0 : Vec{}, beta, n, sh.out, sh.in);
           const Vec part2 = ref::linear(x2, w2, {}, 0, n, sh.out, sh.in2);
           for (size_t k = 0; k < ref.size(); ++k) ref[k] += part2[k];
           cuda::GemvArgs a;
+          a.x2_early = early;
           a.x = d_x->ptr;
           a.w = d_w->ptr;
           a.x2 = d_x2->ptr;
@@ -482,8 +555,9 @@ TEST_CASE("gemv: a second input segment adds x2 W2^T (GPT-NeoX output projection
           a.dtype = a.out_dtype = t;
           a.beta = beta;
           check_close("gemv two segments " + shape_name(t, n, sh.out, sh.in) + " in2 " + std::to_string(sh.in2) +
-                          " beta " + std::to_string(beta),
+                          " beta " + std::to_string(beta) + (early ? " x2_early" : ""),
                       run_gemv(a, y0, stream.s), ref, tol_for(t));
+         }
         }
       }
     }
@@ -541,8 +615,14 @@ TEST_CASE("gemv / gemv_pair: argument limits of the second segment and of the pa
   s2.w2 = reinterpret_cast<const char*>(buf) + 2;  // misaligned
   CHECK_FALSE(cuda::gemv_supported(s2));
   s2.w2 = buf;
+  s2.x2_early = true;
+  CHECK(cuda::gemv_supported(s2));
   s2.epilogue = cuda::GemvEpilogue::Act;  // two segments only with the None epilogue
   CHECK_FALSE(cuda::gemv_supported(s2));
+  cuda::GemvArgs e = a;
+  e.x2_early = true;  // without a second segment
+  REQUIRE(cuda::gemv_unsupported_reason(e) != nullptr);
+  CHECK(std::string(cuda::gemv_unsupported_reason(e)).find("x2_early") != std::string::npos);
   cuda::GemvArgs up = a;
   up.epilogue = cuda::GemvEpilogue::Act;
   CHECK(cuda::gemv_pair_unsupported_reason(a, up) == nullptr);
@@ -595,6 +675,9 @@ TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-ide
               a.in2 = sh.in2;
             }
           }
+         for (bool early : {false, true}) {
+          if (early && a.in2 == 0) continue;
+          a.x2_early = early;
           const Vec want = run_gemv(a, y0, stream.s);
           for (const cuda::GemvTuning& tu : tunings) {
             cuda::GemvArgs b = a;
@@ -602,13 +685,15 @@ TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-ide
             const Vec got = run_gemv(b, y0, stream.s);
             const std::string what = "gemv epilogue " + std::to_string(static_cast<int>(e)) + " " +
                                      shape_name(t, n, sh.out, sh.in) + " in2 " + std::to_string(a.in2) + " depth " +
-                                     std::to_string(tu.fifo_depth) + " warps " + std::to_string(tu.warps_per_block);
+                                     std::to_string(tu.fifo_depth) + " warps " + std::to_string(tu.warps_per_block) +
+                                     (early ? " x2_early" : "");
             REQUIRE(got.size() == want.size());
             size_t diff = 0;
             for (size_t k = 0; k < got.size(); ++k) diff += got[k] != want[k];
             INFO(what);
             CHECK(diff == 0);
           }
+         }
         }
         if (n > 2) continue;
         // the pair: QKV-like None (+bias) and MLP-up-like Act (+bias) products

@@ -46,6 +46,7 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
   use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
   use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
+  use_x2_early_ = std::getenv("TPSHARD_NO_X2_EARLY") == nullptr;
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
@@ -213,6 +214,9 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
     od.x2 = d.x;  // output projection + MLP down: one product over [attn | act]
     od.w2 = d.w;
     od.in2 = d.in;
+    // act comes from gemv_pair, two launches back (attention waits before it triggers): the MLP down half
+    // streams while attention runs
+    od.x2_early = use_x2_early_;
     if (use_grouped_ && use_gemv_ && m.n <= kLinearGemvMaxTokens && !gemv_pair_unsupported_reason(q, u) &&
         gemv_supported(od)) {  // decode: 3 launches for the layer's 4 products
       gemv_pair(q, u, stream_);
