@@ -23,9 +23,23 @@ struct ArgmaxParams {
   int64_t vocab_per_rank = 0;
   int64_t vocab_begin = 0;        ///< global id of column 0
   int64_t vocab_size = 0;         ///< unpadded: columns with global id >= vocab_size are ignored
+  /// Optional split of each row over `splits` blocks (2..kArgmaxMaxSplits; 1 = one block per row), for
+  /// the few rows of a decode step, where one block per row is latency-bound (9.8 us for 50,304 columns):
+  /// each block leaves its range's pair in partial[t * splits + b], and the last block of row t (counted
+  /// in counters[t], which must be 0 before the call and is 0 again after it) merges them.
+  ArgmaxPair* partial = nullptr;  ///< [n, splits], device
+  int32_t* counters = nullptr;    ///< [n], device, zero
+  int splits = 1;
 };
 
-/// out[t] = (max over valid columns, lowest global id attaining it). NaN never wins.
+constexpr int kArgmaxMaxSplits = 64;
+
+/// The splits vocab_argmax should use for n rows of vocab_per_rank columns: about 2,048 columns per
+/// block, only when n <= 8 (else 1).
+int argmax_splits(int n, int64_t vocab_per_rank);
+
+/// out[t] = (max over valid columns, lowest global id attaining it). NaN never wins. The same result
+/// for every split. Throws Error when splits > 1 without partial / counters or out of range.
 void vocab_argmax(const ArgmaxParams& p, cudaStream_t stream);
 
 /// Merge the per-rank pairs gathered as [tp_size, n]: the largest value, lowest id on ties.

@@ -86,6 +86,43 @@ TEST_CASE("vocab_argmax: padding masked, lowest id on ties, merged over ranks") 
   std::vector<int32_t> best(n);
   cuda::merge_argmax(gathered.data(), tp, n, best.data());
   CHECK(best[0] == 258);
+  // the same pairs with each row split over blocks (the last block merges; counters back to 0)
+  DeviceBuffer partial(static_cast<size_t>(n) * cuda::kArgmaxMaxSplits * sizeof(cuda::ArgmaxPair));
+  DeviceBuffer counters(n * sizeof(int32_t));
+  REQUIRE(cudaMemset(counters.ptr, 0, n * sizeof(int32_t)) == cudaSuccess);
+  for (int splits : {2, 7, cuda::kArgmaxMaxSplits}) {
+    for (int r = 0; r < tp; ++r) {
+      Buf d_l = upload(logits[r], DType::F32);
+      DeviceBuffer out(n * sizeof(cuda::ArgmaxPair));
+      cuda::ArgmaxParams p;
+      p.logits = d_l->as<float>();
+      p.out = out.as<cuda::ArgmaxPair>();
+      p.n = n;
+      p.vocab_per_rank = vpr;
+      p.vocab_begin = static_cast<int64_t>(r) * vpr;
+      p.vocab_size = vocab;
+      p.splits = splits;
+      p.partial = partial.as<cuda::ArgmaxPair>();
+      p.counters = counters.as<int32_t>();
+      for (int rep = 0; rep < 2; ++rep) {  // twice: the counters must be zero again after a call
+        cuda::vocab_argmax(p, nullptr);
+        std::vector<cuda::ArgmaxPair> got(n);
+        std::vector<int32_t> cnt(n);
+        REQUIRE(cudaMemcpy(got.data(), out.ptr, n * sizeof(cuda::ArgmaxPair), cudaMemcpyDeviceToHost) == cudaSuccess);
+        REQUIRE(cudaMemcpy(cnt.data(), counters.ptr, n * sizeof(int32_t), cudaMemcpyDeviceToHost) == cudaSuccess);
+        for (int t = 0; t < n; ++t) {
+          INFO("splits " << splits << " rank " << r << " row " << t);
+          CHECK(got[t].index == gathered[static_cast<size_t>(r) * n + t].index);
+          CHECK(got[t].value == gathered[static_cast<size_t>(r) * n + t].value);
+          CHECK(cnt[t] == 0);
+        }
+      }
+    }
+  }
+  CHECK(cuda::argmax_splits(1, 50304) == 25);
+  CHECK(cuda::argmax_splits(1, 1 << 20) == cuda::kArgmaxMaxSplits);
+  CHECK(cuda::argmax_splits(48, 50304) == 1);
+  CHECK(cuda::argmax_splits(2, 100) == 1);
   CHECK(best[1] == 30);
   CHECK(best[2] == 507);
 }

@@ -71,6 +71,9 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   alloc(last_, static_cast<size_t>(max_rows_) * H * es, total);
   alloc(logits_, static_cast<size_t>(max_rows_) * layout_.vocab_size_per_rank * sizeof(float), total);
   alloc(argmax_, static_cast<size_t>(max_rows_) * sizeof(ArgmaxPair), total);
+  alloc(argmax_partial_, static_cast<size_t>(max_rows_) * kArgmaxMaxSplits * sizeof(ArgmaxPair), total);
+  alloc(argmax_counters_, static_cast<size_t>(max_rows_) * sizeof(int32_t), total);
+  TPS_CUDA_CHECK(cudaMemset(argmax_counters_, 0, static_cast<size_t>(max_rows_) * sizeof(int32_t)));
   // split-K is used only for steps of at most max_rows tokens (decode); prefill steps use one split
   max_splits_ = kMaxSplits;
   alloc(partial_, static_cast<size_t>(max_rows_) * heads * kMaxSplits * (hd + 2) * sizeof(float), total);
@@ -85,7 +88,8 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
 Transformer::~Transformer() {
   for (void* p : {static_cast<void*>(inv_freq_), static_cast<void*>(meta_dev_), static_cast<void*>(residual_), h1_, h2_,
                   qkv_, attn_, ffn_, act_, out_, last_, static_cast<void*>(logits_), static_cast<void*>(argmax_),
-                  static_cast<void*>(partial_), static_cast<void*>(split_counters_)})
+                  static_cast<void*>(partial_), static_cast<void*>(split_counters_),
+                  static_cast<void*>(argmax_partial_), static_cast<void*>(argmax_counters_)})
     cudaFree(p);
   cudaFreeHost(meta_host_);
 }
@@ -180,6 +184,9 @@ void Transformer::run(const StepMeta& m) {
   a.vocab_per_rank = layout_.vocab_size_per_rank;
   a.vocab_begin = static_cast<int64_t>(tp_rank_) * layout_.vocab_size_per_rank;
   a.vocab_size = c_.vocab_size;
+  a.splits = argmax_splits(a.n, a.vocab_per_rank);  // decode: the row split over blocks
+  a.partial = argmax_partial_;
+  a.counters = argmax_counters_;
   vocab_argmax(a, stream_);
 }
 

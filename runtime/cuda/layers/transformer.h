@@ -118,6 +118,8 @@ class Transformer {
   void* last_ = nullptr;        // [max_rows, hidden]
   float* logits_ = nullptr;     // [max_rows, vocab_pr] f32
   ArgmaxPair* argmax_ = nullptr;// [max_rows]
+  ArgmaxPair* argmax_partial_ = nullptr;  // [max_rows, kArgmaxMaxSplits] the argmax's per-block pairs
+  int32_t* argmax_counters_ = nullptr;    // [max_rows] zero: the argmax's last block merges
   float* partial_ = nullptr;    // attention split-K workspace
   int32_t* split_counters_ = nullptr;  // [max_rows, heads_pr] zero: attention merges splits in-kernel
   size_t workspace_bytes_ = 0;
