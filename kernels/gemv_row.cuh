@@ -4,8 +4,8 @@
 //     cp.async (Ampere+ asynchronous copy, no registers held while in flight). All D chunks of a lane
 //     are requested before griddep_wait(), so a warp whose row fits (D x 512 bytes) has its whole row in
 //     flight while the previous kernel still runs; later chunks are requested as earlier ones are used.
-//   - gemv_row_registers (depth 0, the default): batches of kLoadsPerLane 16-byte loads into registers,
-//     double-buffered: the next batch is in flight while one is multiplied.
+//   - gemv_row_registers (depth 0, the default; session 2's kernel): batches of kLoadsPerLane 16-byte loads into
+//     registers, one batch in flight at a time per warp.
 // Both accumulate in fp32 in the same order per lane (chunk c = 32 k + lane, elements in order) and
 // finish with the same warp reduction and epilogue, so their results are bit-identical.
 // Does not own: grids, launches, argument checks (kernels/gemv.cu).
@@ -227,11 +227,9 @@ __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int la
   gemv_finish<T, N, E>(a, acc, row, lane);
 }
 
-/// One output row with register batches of kLoadsPerLane chunks per lane (FIFO depth 0), double-buffered:
-/// batch b + 1 is in flight while batch b is multiplied, and the first two batches are requested before
-/// griddep_wait(); x (and y_old) are read only after it, except with x2_early, where the whole x2 W2^T
-/// segment runs before the wait. The batches walk the row's chunks in the same order as the FIFO, so the
-/// results are the same bits.
+/// One output row with register batches of kLoadsPerLane chunks per lane (session 2's kernel, FIFO
+/// depth 0). Weights of the first batch are loaded before griddep_wait(); x (and x2, y_old) only after,
+/// except with x2_early: the whole x2 W2^T segment runs before the wait.
 template <typename T, int N, GemvEpilogue E>
 __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, int lane) {
   constexpr int kRows = E == GemvEpilogue::GatedAct ? 2 : 1;  // gate row `row` and up row `out + row`
@@ -240,57 +238,53 @@ __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, i
   const RowSegments s0 = row_segments<T, E>(a, row);
   const bool early = x2_early_row<E>(a, s0);
   const RowSegments s = early ? swapped(s0) : s0;  // streamed in order: segment "0", then "1"
-  // Batches [0, na) cover segment "0" (GatedAct: the gate and the up row together), [na, nb) segment "1"
-  // (None with x2 only).
-  const bool second = E == GemvEpilogue::None && s.nv1 > 0;
-  const int na = (s.nv0 + kStep - 1) / kStep;
-  const int nb = na + (second ? (s.nv1 + kStep - 1) / kStep : 0);
+  const uint4* w[kRows] = {s.w0};
+  if constexpr (kRows == 2) w[1] = s.w1;
 
   // Chunk c = base + 32 u + lane: at each u the warp reads 512 contiguous bytes of each row.
-  auto load = [&](uint4 (&wv)[kRows][kUnroll], int b) {
-    const bool first = b < na;
-    const int base = (first ? b : b - na) * kStep, nv = first ? s.nv0 : s.nv1;
-    const uint4* const w0 = first ? s.w0 : s.w1;
+  uint4 wv[kRows][kUnroll];
+  auto load_batch = [&](const uint4* const* ws, int nv, int base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + u * 32 + lane;
-      wv[0][u] = c < nv ? load_weights(w0 + c) : make_uint4(0, 0, 0, 0);
-      if constexpr (kRows == 2) wv[1][u] = c < nv ? load_weights(s.w1 + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) wv[r][u] = c < nv ? load_weights(ws[r] + c) : make_uint4(0, 0, 0, 0);
     }
   };
+
+  load_batch(w, s.nv0, 0);
+  if (!early) griddep_wait();  // x and y_old are written by the previous kernel(s)
+
   float acc[2][N];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] = 0.f;
-  // acc += the chunks of batch b times x (x2 for segment "1"); None: both segments into acc[0]
-  auto multiply = [&](const uint4 (&wv)[kRows][kUnroll], int b) {
-    const bool first = b < na;
-    const int base = (first ? b : b - na) * kStep, nv = first ? s.nv0 : s.nv1;
-    const uint4* const x = first ? s.x0 : s.x1;
+
+  // acc += x W^T over one input segment whose first batch is already in wv
+  auto run = [&](const uint4* const* ws, const uint4* x, int nv) {
+    for (int base = 0;;) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = base + u * 32 + lane;
-      if (c < nv) {
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = base + u * 32 + lane;
+        if (c < nv) {
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) fma_chunk<T, N>(acc[r], wv[r][u], x, nv, c);
+          for (int r = 0; r < kRows; ++r) fma_chunk<T, N>(acc[r], wv[r][u], x, nv, c);
+        }
       }
+      base += kStep;
+      if (base >= nv) break;
+      load_batch(ws, nv, base);
     }
   };
-
-  uint4 buf0[kRows][kUnroll], buf1[kRows][kUnroll];
-  load(buf0, 0);
-  if (nb > 1) load(buf1, 1);
-  if (!early) griddep_wait();  // x and y_old are written by the previous kernel(s)
-  for (int b = 0;; b += 2) {
-    if (early && b == na) griddep_wait();  // x (and y_old) are written by the previous kernel
-    multiply(buf0, b);
-    if (b + 2 < nb) load(buf0, b + 2);
-    if (b + 1 >= nb) break;
-    if (early && b + 1 == na) griddep_wait();
-    multiply(buf1, b + 1);
-    if (b + 3 < nb) load(buf1, b + 3);
-    if (b + 2 >= nb) break;
+  run(w, s.x0, s.nv0);
+  if constexpr (E == GemvEpilogue::None) {
+    if (s.nv1 > 0) {  // second input segment into the same accumulators
+      const uint4* w2[1] = {s.w1};
+      load_batch(w2, s.nv1, 0);
+      if (early) griddep_wait();  // x (and y_old) are written by the previous kernel
+      run(w2, s.x1, s.nv1);
+    }
   }
 
   // Let the next kernel launch only now: triggered right after griddep_wait(), its blocks sat in

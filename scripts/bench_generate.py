@@ -322,6 +322,7 @@ ABLATIONS = [
     ("GEMV: shared-memory FIFO, depth 4, 4 warps (the tp > 1 default)", {"TPSHARD_GEMV_POLICY": "fifo"}, 1),
     ("GEMV: shared-memory FIFO, depth 4, 8 warps", {"TPSHARD_GEMV_FIFO": "4,8"}, 2),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
+    ("vocab argmax: one block per row (not split over blocks)", {"TPSHARD_NO_ARGMAX_SPLIT": "1"}, 1),
     ("GPT-NeoX: MLP down half of the combined GEMV after attention, not during it", {"TPSHARD_NO_X2_EARLY": "1"}, 1),
     ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
 ]

@@ -47,6 +47,7 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
   use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
   use_x2_early_ = std::getenv("TPSHARD_NO_X2_EARLY") == nullptr;
+  use_argmax_split_ = std::getenv("TPSHARD_NO_ARGMAX_SPLIT") == nullptr;
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
@@ -184,7 +185,7 @@ void Transformer::run(const StepMeta& m) {
   a.vocab_per_rank = layout_.vocab_size_per_rank;
   a.vocab_begin = static_cast<int64_t>(tp_rank_) * layout_.vocab_size_per_rank;
   a.vocab_size = c_.vocab_size;
-  a.splits = argmax_splits(a.n, a.vocab_per_rank);  // decode: the row split over blocks
+  a.splits = use_argmax_split_ ? argmax_splits(a.n, a.vocab_per_rank) : 1;  // decode: rows split over blocks
   a.partial = argmax_partial_;
   a.counters = argmax_counters_;
   vocab_argmax(a, stream_);
