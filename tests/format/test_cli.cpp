@@ -392,3 +392,39 @@ TEST_CASE("tpshard convert / verify load the tokenizer: a corrupt tokenizer.json
   CHECK(err.find("hint: the tokenizer is corrupt") != std::string::npos);
   CHECK(err.find("all hashes match") == std::string::npos);
 }
+
+TEST_CASE("tpshard verify: the shards' tensors must match manifest.json's model section (an edit without its hash)") {
+  ScratchDir d;
+  LlamaSpec s;  // 2 layers, hidden 16, intermediate 24
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --tp 1,2", log) == 0);
+  const std::string path = d / "out/manifest.json";
+  const nlohmann::json original = nlohmann::json::parse(read_text(path));
+  // The user deleted the model_section_xxh3 line (load_manifest then accepts edits) and changed a value.
+  auto edit = [&](const char* key, int64_t value) {
+    nlohmann::json j = original;
+    j.erase("model_section_xxh3");
+    j["model"][key] = value;
+    write_text(path, j.dump(2));
+    return run_tpshard("verify " + (d / "out"), log);
+  };
+  const std::string hint = "hint: manifest.json's \"model\" section does not describe these shards";
+  CHECK(edit("num_hidden_layers", 1) == 1);  // fewer layers: tprun would run a 1-layer model silently
+  std::string v = read_text(log);
+  CHECK(v.find("BAD " + (d / "out/tp1/rank0.tps") + ": holds tensor blk.1.attn_norm.weight, which manifest.json's "
+               "model section (num_hidden_layers 1, hidden_size 16) does not call for") != std::string::npos);
+  CHECK(v.find("error: 3 of 3 shard file(s) are bad") != std::string::npos);
+  CHECK(v.find(hint) != std::string::npos);
+  CHECK(edit("num_hidden_layers", 3) == 1);  // more layers: tprun would refuse a missing tensor
+  v = read_text(log);
+  CHECK(v.find(": has no tensor blk.2.attn_norm.weight, which manifest.json's model section") != std::string::npos);
+  CHECK(v.find(hint) != std::string::npos);
+  CHECK(edit("intermediate_size", 48) == 1);  // the same names, other shapes
+  v = read_text(log);
+  CHECK(v.find("BAD " + (d / "out/tp2/rank1.tps") + ": tensor blk.0.ffn_gate_up.weight is [24, 16], manifest.json's "
+               "model section (num_hidden_layers 2, hidden_size 16) gives [48, 16] at tp_rank 1 of 2") != std::string::npos);
+  // An edit that leaves the tensors as they are (a longer context) still verifies.
+  CHECK(edit("max_position_embeddings", original["model"]["max_position_embeddings"].get<int64_t>() * 2) == 0);
+  CHECK(read_text(log).find("verified 3 shard file(s)") != std::string::npos);
+}

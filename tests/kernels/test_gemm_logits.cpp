@@ -64,9 +64,7 @@ TEST_CASE("vocab_argmax: padding masked, lowest id on ties, merged over ranks") 
   logits[2][2 * vpr + 5] = 70.0;     // row 2 tie inside one rank: ids 507 and 509 -> 507
   logits[2][2 * vpr + 7] = 70.0;
   std::vector<cuda::ArgmaxPair> gathered(static_cast<size_t>(tp) * n);
-  for (int r = 0; r < tp; ++r) {
-    Buf d_l = upload(logits[r], DType::F32);
-    DeviceBuffer out(n * sizeof(cuda::ArgmaxPair));
+  auto params = [&](int r, const Buf& d_l, const DeviceBuffer& out) {  // rank r's argmax of its columns
     cuda::ArgmaxParams p;
     p.logits = d_l->as<float>();
     p.out = out.as<cuda::ArgmaxPair>();
@@ -74,7 +72,12 @@ TEST_CASE("vocab_argmax: padding masked, lowest id on ties, merged over ranks") 
     p.vocab_per_rank = vpr;
     p.vocab_begin = static_cast<int64_t>(r) * vpr;
     p.vocab_size = vocab;
-    cuda::vocab_argmax(p, nullptr);
+    return p;
+  };
+  for (int r = 0; r < tp; ++r) {
+    Buf d_l = upload(logits[r], DType::F32);
+    DeviceBuffer out(n * sizeof(cuda::ArgmaxPair));
+    cuda::vocab_argmax(params(r, d_l, out), nullptr);
     REQUIRE(cudaMemcpy(&gathered[static_cast<size_t>(r) * n], out.ptr, n * sizeof(cuda::ArgmaxPair),
                        cudaMemcpyDeviceToHost) == cudaSuccess);
     const std::vector<int32_t> ref = ref::argmax(logits[r], n, vpr, static_cast<int64_t>(r) * vpr, vocab);
@@ -94,13 +97,7 @@ TEST_CASE("vocab_argmax: padding masked, lowest id on ties, merged over ranks") 
     for (int r = 0; r < tp; ++r) {
       Buf d_l = upload(logits[r], DType::F32);
       DeviceBuffer out(n * sizeof(cuda::ArgmaxPair));
-      cuda::ArgmaxParams p;
-      p.logits = d_l->as<float>();
-      p.out = out.as<cuda::ArgmaxPair>();
-      p.n = n;
-      p.vocab_per_rank = vpr;
-      p.vocab_begin = static_cast<int64_t>(r) * vpr;
-      p.vocab_size = vocab;
+      cuda::ArgmaxParams p = params(r, d_l, out);
       p.splits = splits;
       p.partial = partial.as<cuda::ArgmaxPair>();
       p.counters = counters.as<int32_t>();

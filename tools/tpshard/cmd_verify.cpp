@@ -1,11 +1,15 @@
 // cmd_verify.cpp: `tpshard verify`: for every shard of the manifest (or of one tp size): size, header
-// and table hash against the manifest, every tensor's XXH3, then the whole-file XXH3; then the tokenizer
+// and table hash against the manifest, every tensor's XXH3, the tensor table against what manifest.json's
+// "model" section calls for (names and local shapes), then the whole-file XXH3; then the tokenizer
 // must load (Tokenizer::load). Every shard file is checked; each bad one is named on stderr, and the run
 // ends with an Error naming the first bad tensor and file (exit 1).
 #include <sys/stat.h>
 
 #include <cstdio>
 
+#include <set>
+
+#include "format/convert/tensor_plan.h"
 #include "format/error.h"
 #include "format/hash.h"
 #include "format/manifest.h"
@@ -17,10 +21,47 @@ namespace tpshard::cli {
 namespace {
 
 const char* kHint = "the file is corrupt: re-run tpshard convert (or copy the directory again)";
+const char* kModelHint =
+    "manifest.json's \"model\" section does not describe these shards (edited after conversion?): restore "
+    "manifest.json from the conversion, or re-run tpshard convert";
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+/// The shard's tensors must be exactly those tpshard convert writes for manifest.json's "model" section
+/// at (tp_size, tp_rank): the same names and local shapes (tensor_plan.h). A section edited after
+/// conversion with its model_section_xxh3 line removed (load_manifest then cannot notice) would
+/// otherwise pass verify, and tprun would refuse it (a missing tensor) or run a smaller model silently.
+void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_size, int tp_rank) {
+  const std::string& path = r.path();
+  const std::string section = "manifest.json's model section (num_hidden_layers " +
+                              std::to_string(m.model.num_hidden_layers) + ", hidden_size " +
+                              std::to_string(m.model.hidden_size) + ")";
+  const TpLayout layout = make_tp_layout(m.model, tp_size);
+  std::set<std::string> planned;
+  for (const OutputTensor& t : plan_tensors(m.model)) {
+    planned.insert(t.name);
+    const TensorRecord* rec = r.find(t.name);
+    if (!rec) throw Error(path + ": has no tensor " + t.name + ", which " + section + " calls for", kModelHint);
+    const RankSlice want = slice_for_rank(t, m.model, layout, tp_rank);
+    if (rec->local_shape != want.local_shape)
+      throw Error(path + ": tensor " + t.name + " is " + shape_text(rec->local_shape) + ", " + section + " gives " +
+                      shape_text(want.local_shape) + " at tp_rank " + std::to_string(tp_rank) + " of " +
+                      std::to_string(tp_size),
+                  kModelHint);
+  }
+  for (const TensorRecord& rec : r.tensors())
+    if (!planned.count(rec.name))
+      throw Error(path + ": holds tensor " + rec.name + ", which " + section + " does not call for", kModelHint);
+}
 
 /// Check one shard file against its manifest entry; returns its tensor count, or throws Error naming
 /// the file (and the tensor) at the first mismatch.
-size_t verify_shard(const std::string& dir, const std::string& path, int tp_size, const ManifestShard& s) {
+size_t verify_shard(const std::string& dir, const std::string& path, const Manifest& m, int tp_size,
+                    const ManifestShard& s) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw Error(path + ": missing (listed in manifest.json)", kHint);
   if (static_cast<uint64_t>(st.st_size) != s.bytes)
@@ -41,6 +82,7 @@ size_t verify_shard(const std::string& dir, const std::string& path, int tp_size
     if (h != t.xxh3)
       throw Error(path + ": tensor " + t.name + ": XXH3 " + hash_to_hex(h) + " != stored " + hash_to_hex(t.xxh3), kHint);
   }
+  check_tensors_match_model(r, m, tp_size, s.tp_rank);
   const uint64_t fh = xxh3_file(path);
   if (fh != s.xxh3) throw Error(path + ": file XXH3 " + hash_to_hex(fh) + " != manifest " + hash_to_hex(s.xxh3), kHint);
   std::printf("ok  tp%-3d rank %-3d %s  %zu tensors\n", tp_size, s.tp_rank, hash_to_hex(fh).c_str(), r.tensors().size());
@@ -53,22 +95,25 @@ int run_verify(const std::string& dir, int tp_size) {
   const Manifest m = load_manifest(dir);
   if (tp_size) shards_for(m, tp_size, dir);
   size_t files = 0, tensors = 0, bad = 0;
-  std::string first_bad;
+  std::string first_bad, first_hint;
   for (const auto& [size, shards] : m.shards) {
     if (tp_size && size != tp_size) continue;
     for (const auto& s : shards) {
       try {
-        tensors += verify_shard(dir, dir + "/" + s.file, size, s);
+        tensors += verify_shard(dir, dir + "/" + s.file, m, size, s);
         ++files;
       } catch (const Error& e) {
         std::fprintf(stderr, "BAD %s\n", e.what());
-        if (bad++ == 0) first_bad = e.what();
+        if (bad++ == 0) {
+          first_bad = e.what();
+          first_hint = e.hint();
+        }
       }
     }
   }
   if (bad)
     throw Error(std::to_string(bad) + " of " + std::to_string(files + bad) + " shard file(s) are bad; first: " + first_bad,
-                kHint);
+                first_hint);
   for (const auto& t : m.tokenizer_files) {
     struct stat st {};
     if (::stat((dir + "/" + t).c_str(), &st) != 0) throw Error(dir + "/" + t + ": missing (listed in manifest.json)", kHint);
