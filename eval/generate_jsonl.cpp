@@ -152,8 +152,7 @@ JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = input_path + ":" + std::to_string(line_no);
     try {
-      json rec = json::parse(line, nullptr, false);
-      if (rec.is_discarded()) throw Error(where + ": not valid JSON", kBadHint);
+      json rec = parse_jsonl_line(line, where, kBadHint);
       warn_unknown_keys(rec, where, warned_keys, print);
       ParsedLine p = parse_line(rec, line_no, where, tokenizer, defaults);
       if (max_seq_len > 0) check_request(p.item.request, max_seq_len, where, model_seq_limit);  // now, not hours in

@@ -1,18 +1,55 @@
-// json_fields.h: reading integer fields of JSON records (JSONL prompt lines, eval data records) without
-// silent narrowing: nlohmann's get<int>() turns 4294967297 into 1 and get<uint64_t>() turns -3 into
-// 2^64-3. Owns the range check and its one error text; does not own which fields a record has.
+// json_fields.h: reading JSON records (JSONL prompt lines, eval data records) without nlohmann's silent
+// defaults: a line is parsed with the column of a syntax error and with repeated keys refused (nlohmann
+// keeps the last), and integer fields are read without narrowing (get<int>() turns 4294967297 into 1,
+// get<uint64_t>() turns -3 into 2^64-3). Owns those checks and their error texts; does not own which
+// fields a record has.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
 
 namespace tpshard::eval {
+
+/// One JSONL line as a JSON value. Throws Error(hint) for
+///   a syntax error: "WHERE:COLUMN: not valid JSON: REASON" (COLUMN 1-based, REASON nlohmann's text, e.g.
+///   "syntax error while parsing object - unexpected end of input; expected '}'");
+///   a key repeated in one object: "WHERE: key "K" appears twice in one object" (nlohmann would keep the last).
+inline nlohmann::json parse_jsonl_line(const std::string& line, const std::string& where, const std::string& hint) {
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> keys;  // of each object being parsed, innermost last
+  std::string repeated;
+  const nlohmann::json::parser_callback_t track = [&](int, Event ev, nlohmann::json& parsed) {
+    if (ev == Event::object_start) {
+      keys.emplace_back();
+    } else if (ev == Event::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (ev == Event::key && repeated.empty() && !keys.empty() && parsed.is_string() &&
+               !keys.back().insert(parsed.get<std::string>()).second) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line, track);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 37: REASON"
+    const std::string text = e.what();
+    const size_t col = text.find("column "), colon = col == std::string::npos ? col : text.find(": ", col);
+    if (colon == std::string::npos) throw Error(where + ": not valid JSON: " + text, hint);
+    throw Error(where + ":" + text.substr(col + 7, colon - col - 7) + ": not valid JSON: " + text.substr(colon + 2), hint);
+  }
+  if (!repeated.empty()) throw Error(where + ": key \"" + repeated + "\" appears twice in one object", hint);
+  return j;
+}
 
 /// What a JSON number that nlohmann parsed as a float was, for the error text: its value is shown as
 /// parsed (1e3 as 1000.0), so say why it is not an integer. nlohmann parses a literal with '.', 'e' or

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "eval/answer_normalize.h"
+#include "eval/json_fields.h"
 #include "format/error.h"
 
 namespace tpshard::eval {
@@ -167,9 +168,7 @@ TriviaQaLoadResult load_triviaqa(const std::string& path, BadRecordPolicy policy
       std::string where = path + ":" + std::to_string(line_no);
       add(
           [&] {
-            json j = json::parse(line, nullptr, false);
-            if (j.is_discarded())
-              throw Error(where + ": not valid JSON", "fix or remove the line (--on-bad-record skip leaves it out)");
+            json j = parse_jsonl_line(line, where, "fix or remove the line (--on-bad-record skip leaves it out)");
             return parse_triviaqa_record(j, where, "line-" + std::to_string(line_no));
           },
           where);

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "eval/json_fields.h"
 #include "eval/triviaqa_data.h"
 #include "format/error.h"
 
@@ -86,7 +87,8 @@ TEST_CASE("bad records: stop names file and line; skip warns and keeps the rest"
     load_triviaqa(path, BadRecordPolicy::Stop);
     FAIL("expected an Error");
   } catch (const tpshard::Error& e) {
-    CHECK(std::string(e.what()) == path + ":2: not valid JSON");
+    CHECK(std::string(e.what()) == path + ":2:39: not valid JSON: syntax error while parsing object - unexpected end of "
+                                          "input; expected '}'");
   }
   auto r = load_triviaqa(path, BadRecordPolicy::Skip);
   REQUIRE(r.records.size() == 2);
@@ -94,7 +96,8 @@ TEST_CASE("bad records: stop names file and line; skip warns and keeps the rest"
   CHECK(r.records[1].id == "f");
   CHECK(r.records[1].answer == "A6");
   REQUIRE(r.warnings.size() == 4);
-  CHECK(r.warnings[0] == path + ":2: not valid JSON (skipped)");
+  CHECK(r.warnings[0] == path + ":2:39: not valid JSON: syntax error while parsing object - unexpected end of input; "
+                            "expected '}' (skipped)");
   CHECK(r.warnings[1].rfind(path + ":4: record has no question", 0) == 0);
   CHECK(r.warnings[2].rfind(path + ":5: record 'd' has no answer", 0) == 0);
   CHECK(r.warnings[3].rfind(path + ":6: duplicate question id 'a'", 0) == 0);
@@ -147,4 +150,31 @@ TEST_CASE("integer question ids keep their exact decimal text, beyond 2^63 too; 
   } catch (const tpshard::Error& e) {
     CHECK(std::string(e.what()) == bad + ":1: field 'question_id' is number, expected a string");
   }
+}
+
+TEST_CASE("parse_jsonl_line: the column of a syntax error; a key repeated in one object is refused") {
+  using tpshard::eval::parse_jsonl_line;
+  auto error_of = [](const std::string& line) -> std::string {
+    try {
+      parse_jsonl_line(line, "f.jsonl:7", "the hint");
+    } catch (const tpshard::Error& e) {
+      CHECK(e.hint() == "the hint");
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(error_of("{\"a\": 1, b: 2}") ==
+        "f.jsonl:7:10: not valid JSON: syntax error while parsing object key - invalid literal; last read: "
+        "'1, b'; expected string literal");
+  CHECK(error_of("nope") == "f.jsonl:7:2: not valid JSON: syntax error while parsing value - invalid literal; "
+                            "last read: 'no'");
+  CHECK(error_of("{\"prompt\": \"x\", \"id\": 1, \"prompt\": \"y\"}") ==
+        "f.jsonl:7: key \"prompt\" appears twice in one object");
+  CHECK(error_of("{\"answer\": {\"aliases\": [], \"aliases\": [\"b\"]}}") ==
+        "f.jsonl:7: key \"aliases\" appears twice in one object");
+  // The same key in different objects (or in an array of objects) is fine, and values come through.
+  const auto j = parse_jsonl_line("{\"a\": {\"v\": 1}, \"b\": {\"v\": 2}, \"c\": [{\"v\": 3}, {\"v\": 4}]}", "f", "h");
+  CHECK(j["b"]["v"] == 2);
+  CHECK(j["c"][1]["v"] == 4);
+  CHECK(parse_jsonl_line("[1, 2]", "f", "h").size() == 2);
 }

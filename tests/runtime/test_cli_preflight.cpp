@@ -220,7 +220,8 @@ TEST_CASE("tprun eval triviaqa: too many --shots and bad records fail before the
   INFO("stderr: " << r.err);
   REQUIRE(r.code == 0);
   CHECK(r.err.rfind(notice + "warning: bad.jsonl:4: field 'question' is number, expected a string (skipped)\n"
-                             "warning: bad.jsonl:5: not valid JSON (skipped)\ntprun: backend cpu",
+                             "warning: bad.jsonl:5:2: not valid JSON: syntax error while parsing value - invalid "
+                             "literal; last read: 'no' (skipped)\ntprun: backend cpu",
                     0) == 0);
   CHECK(r.err.find("(skipped)", r.err.find("backend cpu")) == std::string::npos);
   CHECK(r.out.find("triviaqa: n=5 ") != std::string::npos);
