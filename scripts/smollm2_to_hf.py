@@ -300,8 +300,9 @@ def main():
     # holds a complete checkpoint even when an earlier run was interrupted (scripts/test.sh relies on this).
     written = []
 
-    def tmp_path(name):
-        written.append(name)
+    def tmp_path(name):  # the temporary name of `name`; renamed into place once, at the end
+        if name not in written:
+            written.append(name)
         return os.path.join(out_dir, name + ".tmp")
 
     def write_json(name, obj):
