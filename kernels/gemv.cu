@@ -183,6 +183,12 @@ struct GemvPolicy {
   GemvTuning single, multi;
   GemvPolicy() {
     GemvTuning fifo{4, 4}, regs{0, 4};
+    if (const char* w = std::getenv("TPSHARD_GEMV_WARPS")) {  // warps per block of the register batches
+      const std::string v = w;
+      if (v != "2" && v != "4" && v != "8")
+        throw Error("TPSHARD_GEMV_WARPS=" + v + " is not 2, 4 or 8", "unset TPSHARD_GEMV_WARPS (the default is 4)");
+      regs.warps_per_block = std::stoi(v);
+    }
     if (const char* f = std::getenv("TPSHARD_GEMV_FIFO")) {
       GemvArgs probe;  // validate through gemv_unsupported_reason's tuning checks
       probe.x = probe.w = probe.y = reinterpret_cast<void*>(16);

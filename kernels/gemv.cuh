@@ -29,7 +29,8 @@ struct GemvTuning {
 /// tp > 1 every layer waits twice for the peers in its all_reduces, and the FIFO requests the next
 /// GEMV's weights during those waits; at tp 1 the register batches stream faster (measured end to end,
 /// docs/BENCHMARKS.md "GEMV weight streaming"). Environment, read once (A/B timing):
-/// TPSHARD_GEMV_POLICY=auto|registers|fifo, TPSHARD_GEMV_FIFO=DEPTH,WARPS (the FIFO tuning, e.g. 8,8).
+/// TPSHARD_GEMV_POLICY=auto|registers|fifo, TPSHARD_GEMV_FIFO=DEPTH,WARPS (the FIFO tuning, e.g. 8,8),
+/// TPSHARD_GEMV_WARPS=2|4|8 (warps per block of the register batches).
 /// Throws Error on a malformed value.
 GemvTuning gemv_tuning_for(int tp_size);
 

@@ -321,6 +321,8 @@ ABLATIONS = [
     ("GEMV: register batches (the tp 1 default)", {"TPSHARD_GEMV_POLICY": "registers"}, 2),
     ("GEMV: shared-memory FIFO, depth 4, 4 warps (the tp > 1 default)", {"TPSHARD_GEMV_POLICY": "fifo"}, 1),
     ("GEMV: shared-memory FIFO, depth 4, 8 warps", {"TPSHARD_GEMV_FIFO": "4,8"}, 2),
+    ("GEMV: register batches, 2 warps per block", {"TPSHARD_GEMV_WARPS": "2"}, 1),
+    ("GEMV: register batches, 8 warps per block", {"TPSHARD_GEMV_WARPS": "8"}, 1),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
     ("vocab argmax: one block per row (not split over blocks)", {"TPSHARD_NO_ARGMAX_SPLIT": "1"}, 1),
     ("GPT-NeoX: MLP down half of the combined GEMV after attention, not during it", {"TPSHARD_NO_X2_EARLY": "1"}, 1),

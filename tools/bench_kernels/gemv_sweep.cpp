@@ -44,7 +44,8 @@ struct LayerShape {
 };
 
 std::string name(const GemvTuning& t) {
-  return t.fifo_depth == 0 ? "registers" : "fifo " + std::to_string(t.fifo_depth) + "x" + std::to_string(t.warps_per_block);
+  if (t.fifo_depth == 0) return t.warps_per_block == 4 ? std::string("registers") : "registers, " + std::to_string(t.warps_per_block) + " warps";
+  return "fifo " + std::to_string(t.fifo_depth) + "x" + std::to_string(t.warps_per_block);
 }
 
 double busy_us(const LayerShape& l) {
@@ -79,7 +80,7 @@ void bench_gemv_sweep() {
        {{Op::Gemv, 0, 0, 0}, {Op::Busy, 0, 3.5, 32}, {Op::Gemv, 1, 0, 0}, {Op::Busy, 0, 3.0, 16},
         {Op::Gemv, 2, 0, 0}, {Op::Gemv, 3, 0, 0}, {Op::Busy, 0, 3.0, 16}}},
   };
-  const GemvTuning tunings[] = {{0, 4}, {4, 4}, {4, 8}, {8, 4}, {8, 8}, {16, 4}};
+  const GemvTuning tunings[] = {{0, 4}, {0, 2}, {0, 8}, {4, 4}, {4, 8}, {8, 4}, {8, 8}, {16, 4}};
 
   cudaStream_t s = nullptr;
   TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
