@@ -8,6 +8,8 @@ Does not own: sharding (that is `tpshard convert`). Dequantization is gguf.quant
 Needs numpy, gguf, safetensors and ml_dtypes (no torch): fp32 -> bf16 rounding is done on the bits in numpy.
 
 Usage: scripts/smollm2_to_hf.py OUT_DIR [--wheel-dir DIR]
+Exit status: 0 written; 3 the wheel could not be downloaded or a Python package is missing (this machine
+lacks PyPI); 1 anything else (a bad wheel, a bug).
 """
 import argparse
 import glob
@@ -34,6 +36,14 @@ class ConvertError(Exception):
         self.hint = hint
 
 
+class UnavailableError(ConvertError):
+    """What the script needs is not available on this machine (the wheel from PyPI, a Python package):
+    exit 3, which scripts/test.sh reports as skipped smollm2_* tests. Every other failure exits 1."""
+
+
+EXIT_UNAVAILABLE = 3
+
+
 
 def readable_like_open(path):
     """safetensors' save_file creates files with mode 0600; give them the mode open() would (0666 & ~umask),
@@ -51,7 +61,7 @@ def check_python_deps():
         except ImportError:
             missing.append(mod)
     if missing:
-        raise ConvertError(f"{sys.executable}: Python package(s) {', '.join(missing)} not installed",
+        raise UnavailableError(f"{sys.executable}: Python package(s) {', '.join(missing)} not installed",
                            "run `bash scripts/install_deps.sh` or "
                            "`python3 -m pip install numpy gguf safetensors ml_dtypes` (torch is not needed)")
 
@@ -66,7 +76,7 @@ def fetch_wheel(wheel_dir):
         rc = subprocess.call(cmd)
         found = sorted(glob.glob(os.path.join(wheel_dir, WHEEL_GLOB)))
         if rc != 0 or not found:
-            raise ConvertError(
+            raise UnavailableError(
                 f"{wheel_dir}: no {WHEEL_GLOB} after pip download (exit {rc})",
                 f"run `python3 -m pip download --no-deps {WHEEL_PACKAGE} -d {wheel_dir}` by hand "
                 "(needs access to PyPI) and rerun this script with --wheel-dir " + wheel_dir)
@@ -349,4 +359,4 @@ if __name__ == "__main__":
         print(f"error: {e}", file=sys.stderr)
         if e.hint:
             print(f"hint: {e.hint}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(EXIT_UNAVAILABLE if isinstance(e, UnavailableError) else 1)
