@@ -10,13 +10,13 @@ __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
   return v > bv || (v == bv && i < bi);
 }
 
-/// Grid (splits, n): block (b, t) takes the b-th of `splits` equal column ranges of row t.
+/// Grid (n, splits): block (t, b) takes the b-th of `splits` equal column ranges of row t.
 __global__ void argmax_kernel(ArgmaxParams p) {
   __shared__ float sv[32];
   __shared__ int64_t si[32];
   griddep_wait();
   griddep_launch_dependents();
-  const int t = blockIdx.y, split = blockIdx.x;
+  const int t = blockIdx.x, split = blockIdx.y;
   const float* row = p.logits + static_cast<int64_t>(t) * p.vocab_per_rank;
   int64_t valid = p.vocab_size - p.vocab_begin;
   valid = valid < 0 ? 0 : (valid > p.vocab_per_rank ? p.vocab_per_rank : valid);
@@ -121,7 +121,7 @@ void vocab_argmax(const ArgmaxParams& p, cudaStream_t stream) {
             "use 1..kArgmaxMaxSplits splits, and give partial [n, splits] and zeroed counters [n] when splits > 1");
   if (p.n == 0) return;
   // one block of 1024 threads per row, or `splits` blocks of 256 per row
-  launch_pdl(argmax_kernel, dim3(p.splits, p.n), dim3(p.splits > 1 ? 256 : 1024), 0, stream, p);
+  launch_pdl(argmax_kernel, dim3(p.n, p.splits), dim3(p.splits > 1 ? 256 : 1024), 0, stream, p);
   check_launch("argmax_kernel");
 }
 

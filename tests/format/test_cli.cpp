@@ -186,15 +186,7 @@ TEST_CASE("tpshard convert stopped by SIGINT exits 130, as tprun, and leaves no 
   make_llama(s).save(d / "hf");
   const std::string out = d / "out", log = d / "log.txt";
   const std::string bin = TPSHARD_BIN, hf = d / "hf";
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(127);
-    ::execl(bin.c_str(), bin.c_str(), "convert", hf.c_str(), "-o", out.c_str(), "--tp", "1,2,4,8", "--threads", "1",
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  const pid_t pid = spawn_logged(bin, {"convert", hf, "-o", out, "--tp", "1,2,4,8", "--threads", "1"}, log);
   // Freeze it once its TempDirGuard is alive (handler set, OUT.tmp-* holding the owner record), then
   // deliver SIGINT: it must stop at the next chunk, remove OUT.tmp-* and exit 128 + 2.
   bool stopped_inside = false;
@@ -266,15 +258,7 @@ TEST_CASE("tpshard convert stopped by SIGINT while hashing the source stops with
     REQUIRE(::truncate(src.c_str(), static_cast<off_t>(8 + hs.size() + off + extra)) == 0);
   }
   const std::string out = d / "out", log = d / "log.txt", bin = TPSHARD_BIN;
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(127);
-    ::execl(bin.c_str(), bin.c_str(), "convert", hf.c_str(), "-o", out.c_str(), "--tp", "1", "--threads", "1",
-            "--allow-unused", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  const pid_t pid = spawn_logged(bin, {"convert", hf, "-o", out, "--tp", "1", "--threads", "1", "--allow-unused"}, log);
   // Hashing the source: a second descriptor of model.safetensors is open (the first is the mapping's).
   // Freeze it there, then SIGINT: it must exit within one 8 MiB chunk, not after the rest of 8 GiB.
   bool stopped_hashing = false;

@@ -1,6 +1,7 @@
 // test_util.h: helpers of the format tests: a scratch directory, a C++ safetensors writer (so the
 // tests make their own checkpoints, no Python), random data and running the tpshard binary.
 #pragma once
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,6 +103,23 @@ inline std::vector<std::string> siblings_of(const std::string& out, const std::s
     if (e.path().filename().string().rfind(prefix, 0) == 0 && !e.is_symlink()) r.push_back(e.path().string());
   std::sort(r.begin(), r.end());
   return r;
+}
+
+/// Starts `bin args...` as a child process (fork + exec) with stdout and stderr in `log`, and returns its
+/// pid without waiting (the caller signals and reaps it). The child exits 127 if it cannot start.
+inline pid_t spawn_logged(const std::string& bin, const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv{const_cast<char*>(bin.c_str())};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(127);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 /// Runs body() in a forked child that then dies by SIGKILL (no destructor, no signal handler runs: a

@@ -86,26 +86,28 @@ double time_ms(F f, int iters, cudaStream_t stream) {
   return ms / iters;
 }
 
+/// y [n, out] = x [n, in] W^T of dtype t (None epilogue, no bias): the fields every test sets.
+cuda::GemvArgs product(const void* x, const void* w, void* y, int n, int out, int in, DType t) {
+  cuda::GemvArgs a;
+  a.x = x;
+  a.w = w;
+  a.y = y;
+  a.n = n;
+  a.out = out;
+  a.in = in;
+  a.dtype = a.out_dtype = t;
+  return a;
+}
+
 /// The GPT-NeoX decode pair as the transformer builds it: a0 = x0 W0^T + b0 (None) into y0, a1 =
 /// gelu(x1 W1^T + b1) (Act) into y1; n tokens, `in` inputs, dtype t.
 std::pair<cuda::GemvArgs, cuda::GemvArgs> qkv_up_pair(const void* x0, const void* w0, const void* b0, void* y0, int out0,
                                                       const void* x1, const void* w1, const void* b1, void* y1, int out1,
                                                       int n, int in, DType t) {
-  cuda::GemvArgs a0;
-  a0.x = x0;
-  a0.w = w0;
-  a0.y = y0;
+  cuda::GemvArgs a0 = product(x0, w0, y0, n, out0, in, t);
   a0.bias = b0;
-  a0.n = n;
-  a0.out = out0;
-  a0.in = in;
-  a0.dtype = a0.out_dtype = t;
-  cuda::GemvArgs a1 = a0;
-  a1.x = x1;
-  a1.w = w1;
-  a1.y = y1;
+  cuda::GemvArgs a1 = product(x1, w1, y1, n, out1, in, t);
   a1.bias = b1;
-  a1.out = out1;
   a1.epilogue = cuda::GemvEpilogue::Act;
   a1.act = Activation::Gelu;
   return {a0, a1};
@@ -343,25 +345,11 @@ TEST_CASE("gemv: PDL chains, each GEMV reading the previous one's output on the 
       // h1 and h2 start as NaN: a GEMV that read its input before the previous kernel finished fails.
       Buf d_h1 = upload(Vec(static_cast<size_t>(n) * d1, std::numeric_limits<double>::quiet_NaN()), t);
       Buf d_h2 = upload(Vec(static_cast<size_t>(n) * d2, std::numeric_limits<double>::quiet_NaN()), t);
-      cuda::GemvArgs a1;
-      a1.x = d_x->ptr;
-      a1.w = d_w1->ptr;
-      a1.y = d_h1->ptr;
+      cuda::GemvArgs a1 = product(d_x->ptr, d_w1->ptr, d_h1->ptr, n, d1, d0, t);
       a1.bias = d_b1->ptr;
-      a1.n = n;
-      a1.out = d1;
-      a1.in = d0;
-      a1.dtype = a1.out_dtype = t;
       a1.epilogue = cuda::GemvEpilogue::Act;
       a1.act = Activation::Gelu;
-      cuda::GemvArgs a2 = a1;
-      a2.x = d_h1->ptr;
-      a2.w = d_w2->ptr;
-      a2.y = d_h2->ptr;
-      a2.bias = nullptr;
-      a2.out = d2;
-      a2.in = d1;
-      a2.epilogue = cuda::GemvEpilogue::None;
+      const cuda::GemvArgs a2 = product(d_h1->ptr, d_w2->ptr, d_h2->ptr, n, d2, d1, t);
       cuda::GemvArgs a3 = a2;
       a3.w = d_w3->ptr;
       a3.beta = 1.f;
@@ -410,29 +398,12 @@ TEST_CASE("gemv: x2_early streams x2 W2^T before griddep_wait, x only after it (
       const double nan = std::numeric_limits<double>::quiet_NaN();
       Buf d_ha = upload(Vec(static_cast<size_t>(n) * da, nan), t), d_hb = upload(Vec(static_cast<size_t>(n) * db, nan), t);
       Buf d_y = upload(Vec(static_cast<size_t>(n) * d3, nan), t);
-      cuda::GemvArgs k1;
-      k1.x = d_x->ptr;
-      k1.w = d_w1->ptr;
-      k1.y = d_ha->ptr;
+      cuda::GemvArgs k1 = product(d_x->ptr, d_w1->ptr, d_ha->ptr, n, da, d0, t);
       k1.bias = d_b1->ptr;
-      k1.n = n;
-      k1.out = da;
-      k1.in = d0;
-      k1.dtype = k1.out_dtype = t;
       k1.epilogue = cuda::GemvEpilogue::Act;
       k1.act = Activation::Gelu;
-      cuda::GemvArgs k2 = k1;
-      k2.w = d_w2->ptr;
-      k2.y = d_hb->ptr;
-      k2.bias = nullptr;
-      k2.out = db;
-      k2.epilogue = cuda::GemvEpilogue::None;
-      cuda::GemvArgs k3 = k2;
-      k3.x = d_hb->ptr;
-      k3.w = d_w3->ptr;
-      k3.y = d_y->ptr;
-      k3.out = d3;
-      k3.in = db;
+      const cuda::GemvArgs k2 = product(d_x->ptr, d_w2->ptr, d_hb->ptr, n, db, d0, t);
+      cuda::GemvArgs k3 = product(d_hb->ptr, d_w3->ptr, d_y->ptr, n, d3, db, t);
       k3.x2 = d_ha->ptr;
       k3.w2 = d_w4->ptr;
       k3.in2 = da;
