@@ -1,9 +1,11 @@
 // gemv.cu: grids, launches and argument checks of the decode-path GEMV (see gemv.cuh); the per-warp
-// row computation is in kernels/gemv_row.cuh. One warp per output row, kWarps rows per block; the
-// weights stream through a per-lane shared-memory FIFO (depth D > 0) or register batches (D == 0).
+// row computation is in kernels/gemv_row.cuh. P warps per output row (P = tuning.warps_per_row), W / P
+// rows per block of W warps; the weights stream through a per-lane shared-memory FIFO (depth D > 0) or
+// register batches (D == 0).
 // A FIFO block uses kWarps * D * 512 bytes of dynamic shared memory.
 #include "kernels/gemv.cuh"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,29 +20,32 @@ namespace {
 
 using gemv_detail::gemv_row_fifo;
 using gemv_detail::gemv_row_registers;
+using gemv_detail::gemv_no_row;
+using gemv_detail::RowPart;
 
 // Defaults of GemvTuning; what the transformer uses is gemv_tuning_for().
 constexpr int kDefaultWarps = 4;
 constexpr int kDefaultDepth = 0;
 
-/// The calling warp's output row of `a`, by the streaming of depth D.
-template <typename T, int N, GemvEpilogue E, int D>
-__device__ __forceinline__ void row_by(const GemvArgs& a, int row, int lane, int warp) {
+/// The calling warp's share (part p of P) of output row `row` of `a`, by the streaming of depth D.
+template <typename T, int N, GemvEpilogue E, int D, int P>
+__device__ __forceinline__ void row_by(const GemvArgs& a, int row, int lane, const RowPart& p) {
   if constexpr (D == 0) {
-    gemv_row_registers<T, N, E>(a, row, lane);
+    gemv_row_registers<T, N, E, P>(a, row, lane, p);
   } else {
     extern __shared__ uint4 fifo[];
-    gemv_row_fifo<T, N, E, D>(a, row, lane, fifo + warp * D * 32);
+    gemv_row_fifo<T, N, E, D, P>(a, row, lane, p, fifo + p.warp * D * 32);
   }
 }
 
-/// Grid: ceil(out / warps) blocks of `warps` warps (blockDim.x / 32); warp -> output row.
-template <typename T, int N, GemvEpilogue E, int D>
+/// Grid: ceil(out / (warps / P)) blocks of `warps` warps (blockDim.x / 32); warp w -> part w % P of
+/// the block's output row w / P.
+template <typename T, int N, GemvEpilogue E, int D, int P>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int row = blockIdx.x * (blockDim.x >> 5) + warp;
-  if (row >= a.out) return;  // writes nothing; other warps of the grid wait for the previous kernel
-  row_by<T, N, E, D>(a, row, threadIdx.x & 31, warp);
+  const int row = blockIdx.x * ((blockDim.x >> 5) / P) + warp / P;
+  if (row >= a.out) return gemv_no_row<P>();  // writes nothing; other warps of the grid wait for the previous kernel
+  row_by<T, N, E, D, P>(a, row, threadIdx.x & 31, RowPart{warp % P, warp});
 }
 
 /// Two independent products in one launch: blocks [0, blocks0) compute a0, the rest a1.
@@ -49,23 +54,43 @@ struct GemvPairParams {
   int blocks0;
 };
 
-template <typename T, int N, int D>
+template <typename T, int N, int D, int P>
 __global__ void __launch_bounds__(256) gemv_pair_kernel(GemvPairParams p) {
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31, rows = (blockDim.x >> 5) / P;
+  const RowPart part{warp % P, warp};
   if (static_cast<int>(blockIdx.x) < p.blocks0) {
-    const int row = blockIdx.x * warps + warp;
-    if (row < p.a0.out) row_by<T, N, GemvEpilogue::None, D>(p.a0, row, lane, warp);
+    const int row = blockIdx.x * rows + warp / P;
+    if (row < p.a0.out) row_by<T, N, GemvEpilogue::None, D, P>(p.a0, row, lane, part);
+    else gemv_no_row<P>();
   } else {
-    const int row = (blockIdx.x - p.blocks0) * warps + warp;
-    if (row < p.a1.out) row_by<T, N, GemvEpilogue::Act, D>(p.a1, row, lane, warp);
+    const int row = (blockIdx.x - p.blocks0) * rows + warp / P;
+    if (row < p.a1.out) row_by<T, N, GemvEpilogue::Act, D, P>(p.a1, row, lane, part);
+    else gemv_no_row<P>();
   }
 }
 
-/// The tuning a launch uses: `t` with its defaults filled in.
-GemvTuning resolve(const GemvTuning& t) {
+/// True when kernels with P > 1 warps per row exist for n tokens and FIFO depth d: the decode buckets
+/// of the linear layers (n <= 2, kLinearGemvMaxTokens) with register batches or the depth-4 FIFO.
+constexpr bool split_built(int n, int d) { return n <= 2 && (d == 0 || d == 4); }
+
+/// Multiprocessors of the current device (0 when the query fails: auto then picks 1 warp per row,
+/// and the launch reports the device error).
+int current_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return sms;
+}
+
+/// The tuning a launch of n tokens and `rows` output rows uses: `t` with its defaults filled in
+/// (warps_per_row: gemv_auto_warps_per_row, at most the block's warps; 1 where split_built is false).
+GemvTuning resolve(const GemvTuning& t, int n, int rows) {
   GemvTuning r = t;
   if (r.fifo_depth < 0) r.fifo_depth = kDefaultDepth;
   if (r.warps_per_block == 0) r.warps_per_block = kDefaultWarps;
+  if (r.warps_per_row == 0)
+    r.warps_per_row = split_built(n, r.fifo_depth)
+                          ? std::min(gemv_auto_warps_per_row(rows, current_sms()), r.warps_per_block) : 1;
   return r;
 }
 
@@ -82,22 +107,41 @@ cudaError_t configure_fifo(K* kernel) {
   return e;
 }
 
+template <typename T, int N, GemvEpilogue E, int D, int P>
+cudaError_t launch_p(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
+  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_kernel<T, N, E, D, P>) : cudaSuccess;
+  if (configured != cudaSuccess) return configured;
+  const int rows = t.warps_per_block / P;  // per block
+  const unsigned blocks = static_cast<unsigned>((a.out + rows - 1) / rows);
+  return launch_pdl(gemv_kernel<T, N, E, D, P>, dim3(blocks), dim3(t.warps_per_block * 32), smem_bytes(t), stream, a);
+}
+
 template <typename T, int N, GemvEpilogue E, int D>
 cudaError_t launch(const GemvArgs& a, const GemvTuning& t, cudaStream_t stream) {
-  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_kernel<T, N, E, D>) : cudaSuccess;
+  if constexpr (split_built(N, D)) {
+    if (t.warps_per_row == 2) return launch_p<T, N, E, D, 2>(a, t, stream);
+    if (t.warps_per_row == 4) return launch_p<T, N, E, D, 4>(a, t, stream);
+  }
+  return launch_p<T, N, E, D, 1>(a, t, stream);  // gemv_supported: warps_per_row is 1 here
+}
+
+template <typename T, int N, int D, int P>
+cudaError_t launch_pair_p(const GemvArgs& a0, const GemvArgs& a1, const GemvTuning& t, cudaStream_t stream) {
+  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_pair_kernel<T, N, D, P>) : cudaSuccess;
   if (configured != cudaSuccess) return configured;
-  const unsigned blocks = static_cast<unsigned>((a.out + t.warps_per_block - 1) / t.warps_per_block);
-  return launch_pdl(gemv_kernel<T, N, E, D>, dim3(blocks), dim3(t.warps_per_block * 32), smem_bytes(t), stream, a);
+  const int rows = t.warps_per_block / P;  // per block
+  GemvPairParams p{a0, a1, (a0.out + rows - 1) / rows};
+  const unsigned blocks = static_cast<unsigned>(p.blocks0 + (a1.out + rows - 1) / rows);
+  return launch_pdl(gemv_pair_kernel<T, N, D, P>, dim3(blocks), dim3(t.warps_per_block * 32), smem_bytes(t), stream, p);
 }
 
 template <typename T, int N, int D>
 cudaError_t launch_pair(const GemvArgs& a0, const GemvArgs& a1, const GemvTuning& t, cudaStream_t stream) {
-  static const cudaError_t configured = D > 0 ? configure_fifo(gemv_pair_kernel<T, N, D>) : cudaSuccess;
-  if (configured != cudaSuccess) return configured;
-  const int w = t.warps_per_block;
-  GemvPairParams p{a0, a1, (a0.out + w - 1) / w};
-  const unsigned blocks = static_cast<unsigned>(p.blocks0 + (a1.out + w - 1) / w);
-  return launch_pdl(gemv_pair_kernel<T, N, D>, dim3(blocks), dim3(w * 32), smem_bytes(t), stream, p);
+  if constexpr (split_built(N, D)) {
+    if (t.warps_per_row == 2) return launch_pair_p<T, N, D, 2>(a0, a1, t, stream);
+    if (t.warps_per_row == 4) return launch_pair_p<T, N, D, 4>(a0, a1, t, stream);
+  }
+  return launch_pair_p<T, N, D, 1>(a0, a1, t, stream);
 }
 
 template <typename T, GemvEpilogue E, int D>
@@ -168,13 +212,23 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
   }
   if (a.epilogue != GemvEpilogue::None && a.beta != 0.f) return "beta != 0 with an activation epilogue";
   if (a.x2_early && !a.x2) return "x2_early without a second input segment (x2)";
-  const int d = a.tuning.fifo_depth, w = a.tuning.warps_per_block;
+  const int d = a.tuning.fifo_depth, w = a.tuning.warps_per_block, p = a.tuning.warps_per_row;
   if (d != -1 && d != 0 && d != 4 && d != 8 && d != 16) return "tuning.fifo_depth is not -1, 0, 4, 8 or 16";
   if (w != 0 && w != 2 && w != 4 && w != 8) return "tuning.warps_per_block is not 0, 2, 4 or 8";
+  if (p != 0 && p != 1 && p != 2 && p != 4) return "tuning.warps_per_row is not 0, 1, 2 or 4";
+  if (p > (w ? w : kDefaultWarps)) return "tuning.warps_per_row is larger than the block's warps";
+  if (p > 1 && !split_built(a.n, d < 0 ? kDefaultDepth : d))
+    return "tuning.warps_per_row 2 or 4 needs n <= 2 and fifo_depth 0 or 4";
   return nullptr;
 }
 
 bool gemv_supported(const GemvArgs& a) { return gemv_unsupported_reason(a) == nullptr; }
+
+int gemv_auto_warps_per_row(int rows, int sms) {
+  for (int p : {1, 2})
+    if (static_cast<int64_t>(rows) * p >= static_cast<int64_t>(kGemvTargetWarpsPerSm) * sms) return p;
+  return 4;
+}
 
 namespace {
 
@@ -189,6 +243,12 @@ struct GemvPolicy {
         throw Error("TPSHARD_GEMV_WARPS=" + v + " is not 2, 4 or 8", "unset TPSHARD_GEMV_WARPS (the default is 4)");
       regs.warps_per_block = std::stoi(v);
     }
+    if (const char* r = std::getenv("TPSHARD_GEMV_ROW_WARPS")) {  // warps per row of every launch
+      const std::string v = r;
+      if (v != "1" && v != "2" && v != "4")
+        throw Error("TPSHARD_GEMV_ROW_WARPS=" + v + " is not 1, 2 or 4", "unset TPSHARD_GEMV_ROW_WARPS (the default is auto)");
+      regs.warps_per_row = fifo.warps_per_row = std::stoi(v);
+    }
     if (const char* f = std::getenv("TPSHARD_GEMV_FIFO")) {
       GemvArgs probe;  // validate through gemv_unsupported_reason's tuning checks
       probe.x = probe.w = probe.y = reinterpret_cast<void*>(16);
@@ -197,10 +257,13 @@ struct GemvPolicy {
       probe.dtype = probe.out_dtype = DType::F16;
       char extra = 0;
       if (std::sscanf(f, "%d,%d%c", &fifo.fifo_depth, &fifo.warps_per_block, &extra) != 2 || fifo.fifo_depth < 1 ||
-          (probe.tuning = fifo, !gemv_supported(probe)))
+          (probe.tuning = fifo, probe.tuning.warps_per_row = 0, !gemv_supported(probe)))
         throw Error(std::string("TPSHARD_GEMV_FIFO=") + f + " is not DEPTH,WARPS with DEPTH 4, 8 or 16 and WARPS 2, 4 or 8",
                     "unset TPSHARD_GEMV_FIFO or set it to e.g. 4,4");
     }
+    regs.warps_per_row = std::min(regs.warps_per_row, regs.warps_per_block);  // at most the block's warps
+    fifo.warps_per_row = std::min(fifo.warps_per_row, fifo.warps_per_block);
+    if (!split_built(1, fifo.fifo_depth)) fifo.warps_per_row = std::min(fifo.warps_per_row, 1);  // 0 stays auto
     const char* p = std::getenv("TPSHARD_GEMV_POLICY");
     const std::string policy = p ? p : "auto";
     if (policy == "auto") {
@@ -230,7 +293,7 @@ void gemv(const GemvArgs& a, cudaStream_t stream) {
                     " out=" + std::to_string(a.out) + " in=" + std::to_string(a.in) + " " + dtype_name(a.dtype) +
                     "->" + dtype_name(a.out_dtype) + ")",
                 "check gemv_supported() first and fall back to Gemm::linear + bias_add / activation");
-  const GemvTuning t = resolve(a.tuning);
+  const GemvTuning t = resolve(a.tuning, a.n, a.out);
   cudaError_t e = cudaErrorInvalidValue;
   TPS_DISPATCH_DTYPE(a.dtype, T, e = launch_depth<T>(a, t, stream));
   if (e != cudaSuccess)
@@ -254,7 +317,7 @@ void gemv_pair(const GemvArgs& a0, const GemvArgs& a1, cudaStream_t stream) {
   if (const char* why = gemv_pair_unsupported_reason(a0, a1))
     throw Error(std::string("kernels/gemv_pair: unsupported arguments: ") + why,
                 "check gemv_pair_unsupported_reason() first and launch the two products separately");
-  const GemvTuning t = resolve(a0.tuning);
+  const GemvTuning t = resolve(a0.tuning, a0.n, a0.out + a1.out);
   cudaError_t e = cudaErrorInvalidValue;
   TPS_DISPATCH_DTYPE(a0.dtype, T, e = launch_pair_depth<T>(a0, a1, t, stream));
   if (e != cudaSuccess)

@@ -21,8 +21,19 @@ enum class GemvEpilogue {
 struct GemvTuning {
   int fifo_depth = -1;      ///< 16-byte chunks in flight per lane (shared-memory FIFO): 4, 8 or 16; 0 = register
                             ///< batches (fastest for a GEMV that follows a GEMV); -1 = the default, 0
-  int warps_per_block = 0;  ///< 2, 4 or 8 warps (one output row each) per block; 0 = the default, 4
+  int warps_per_block = 0;  ///< 2, 4 or 8 warps per block; 0 = the default, 4
+  /// 1, 2 or 4 warps share one output row (split-K: each streams a contiguous share of the row, the
+  /// block adds the shares in warp order), at most warps_per_block; 0 = auto (gemv_auto_warps_per_row).
+  /// Results differ between values by rounding only; tunings with the same value agree bit for bit.
+  int warps_per_row = 0;
 };
+
+/// The warps per row that warps_per_row = 0 picks for a launch of `rows` output rows (the pair: both
+/// products' rows) on a GPU of `sms` multiprocessors: the fewest of 1, 2, 4 that give at least
+/// kGemvTargetWarpsPerSm warps per SM, else 4. Few long rows (GPT-NeoX's combined output GEMV: 2,048 rows
+/// of 20 KiB for Pythia-1.4B) otherwise leave too few loads in flight per SM to cover HBM latency.
+int gemv_auto_warps_per_row(int rows, int sms);
+constexpr int kGemvTargetWarpsPerSm = 24;
 
 /// The tuning the transformer's decode GEMVs use on a rank of a tp_size-way model. Policy "auto"
 /// (default): the FIFO (depth 4, 4 warps) when tp_size > 1, register batches at tp_size 1. With
@@ -30,7 +41,8 @@ struct GemvTuning {
 /// GEMV's weights during those waits; at tp 1 the register batches stream faster (measured end to end,
 /// docs/BENCHMARKS.md "GEMV weight streaming"). Environment, read once (A/B timing):
 /// TPSHARD_GEMV_POLICY=auto|registers|fifo, TPSHARD_GEMV_FIFO=DEPTH,WARPS (the FIFO tuning, e.g. 8,8),
-/// TPSHARD_GEMV_WARPS=2|4|8 (warps per block of the register batches).
+/// TPSHARD_GEMV_WARPS=2|4|8 (warps per block of the register batches), TPSHARD_GEMV_ROW_WARPS=1|2|4 (warps per
+/// row of every launch, instead of auto).
 /// Throws Error on a malformed value.
 GemvTuning gemv_tuning_for(int tp_size);
 
@@ -71,7 +83,7 @@ constexpr int kGemvMaxTokens = 8;
 /// Why gemv() cannot take these arguments, or nullptr when it can: 1 <= n <= kGemvMaxTokens, 1 <= out <= 2^30,
 /// in >= 1 and a multiple of the vector width (8 elements for f16/bf16, 4 for f32), x/w/y non-null,
 /// x and w 16-byte aligned, out_dtype == dtype or F32, beta == 0 unless the epilogue is None, tuning
-/// values among those GemvTuning lists, x2_early only with x2.
+/// values among those GemvTuning lists (warps_per_row <= warps_per_block when both are set), x2_early only with x2.
 const char* gemv_unsupported_reason(const GemvArgs& a);
 
 /// True when gemv() handles these arguments (gemv_unsupported_reason(a) == nullptr). The caller falls
@@ -81,7 +93,7 @@ bool gemv_supported(const GemvArgs& a);
 /// Enqueue y = epilogue(x W^T + b) on stream, launched with launch_pdl (capturable in CUDA graphs).
 /// fp32 accumulation; bias, beta * y_old and the activation in fp32; ONE rounding to out_dtype at the
 /// end (cuBLASLt + bias_add/activation round twice: results differ from that path by about 1 ulp).
-/// One warp per output row (GatedAct: the gate and up rows of one output), 16-byte weight chunks, the
+/// tuning.warps_per_row warps per output row (GatedAct: the gate and up rows of one output), 16-byte weight chunks, the
 /// first fifo_depth x 512 bytes of each row requested before griddep_wait(); nothing is read from x / y
 /// or written before it.
 /// Throws Error when !gemv_supported(a) or the launch fails.

@@ -1,5 +1,6 @@
-// gemv_row.cuh: the per-warp body of the decode GEMV (kernels/gemv.cu): one warp computes one output
-// row (GatedAct: its gate and up rows) for all n tokens. Two ways to stream the weights:
+// gemv_row.cuh: the per-warp body of the decode GEMV (kernels/gemv.cu): one warp, or P warps that each
+// stream a contiguous share of the row and add up in shared memory (split-K, RowPart), computes one
+// output row (GatedAct: its gate and up rows) for all n tokens. Two ways to stream the weights:
 //   - gemv_row_fifo (fifo_depth D > 0): every lane keeps a FIFO of D 16-byte chunks in shared memory, filled with
 //     cp.async (Ampere+ asynchronous copy, no registers held while in flight). All D chunks of a lane
 //     are requested before griddep_wait(), so a warp whose row fits (D x 512 bytes) has its whole row in
@@ -7,7 +8,7 @@
 //   - gemv_row_registers (depth 0, the default; session 2's kernel): batches of kLoadsPerLane 16-byte loads into
 //     registers, one batch in flight at a time per warp.
 // Both accumulate in fp32 in the same order per lane (chunk c = 32 k + lane, elements in order) and
-// finish with the same warp reduction and epilogue, so their results are bit-identical.
+// finish with the same warp reduction and epilogue, so their results are bit-identical for the same P.
 // Does not own: grids, launches, argument checks (kernels/gemv.cu).
 #pragma once
 #include <cstdint>
@@ -104,15 +105,65 @@ __device__ __forceinline__ void fma_chunk(float (&acc)[N], const uint4& w, const
   }
 }
 
-/// Reduce the lanes' partial sums and write y[t, row] = epilogue(...) (lane t writes token t).
-/// acc[0] is the product (GatedAct: the gate), acc[1] the up row (GatedAct only).
-template <typename T, int N, GemvEpilogue E>
-__device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[2][N], int row, int lane) {
+/// Which share of its output row the calling warp streams: part `part` of the row's P warps (a
+/// template parameter of the kernel), which are warps [warp - part, warp - part + P) of the block.
+struct RowPart {
+  int part, warp;
+};
+
+/// Chunk range [begin, end) of a segment of nv 16-byte chunks that part `part` of P streams: a
+/// contiguous share of the segment's 512-byte warp steps (chunk c = 32 k + lane), so each lane still
+/// reads its chunks in ascending order; empty (begin == end) when the segment has fewer steps than P.
+struct ChunkRange {
+  int begin, end;
+};
+template <int P>
+__device__ __forceinline__ ChunkRange part_range(int nv, int part) {
+  if constexpr (P == 1) return {0, nv};
+  const int steps = (nv + 31) >> 5;
+  const int begin = steps * part / P * 32, end = steps * (part + 1) / P * 32;
+  return {begin, end < nv ? end : nv};
+}
+
+/// bar.sync 0: waits until every thread of the block has arrived once at barrier 0 (from any call
+/// site: PTX counts arrivals per barrier), and orders their shared-memory accesses (PTX ISA, "bar").
+__device__ __forceinline__ void block_barrier() { asm volatile("bar.sync 0;" ::: "memory"); }
+
+/// What a warp without a row does in a kernel with P > 1 warps per row: its one arrival at the
+/// barrier of gemv_finish, which every warp of the block must reach.
+template <int P>
+__device__ __forceinline__ void gemv_no_row() {
+  if constexpr (P > 1) block_barrier();
+}
+
+/// Reduce the lanes' partial sums and write y[t, row] = epilogue(...) (lane t writes token t). With
+/// P > 1 the row's parts 1.. hand their sums to part 0 through shared memory (one block_barrier for
+/// the whole block), which adds them in part order (deterministic) and alone writes y. acc[0] is the
+/// product (GatedAct: the gate), acc[1] the up row (GatedAct only).
+template <typename T, int N, GemvEpilogue E, int P>
+__device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[2][N], int row, int lane, const RowPart& p) {
   constexpr int kRows = E == GemvEpilogue::GatedAct ? 2 : 1;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] = warp_sum(acc[r][t]);
+  if constexpr (P > 1) {
+    __shared__ float shares[8][kRows][N];  // per warp of the block (at most 8)
+    if (p.part > 0 && lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < N; ++t) shares[p.warp][r][t] = acc[r][t];
+    }
+    block_barrier();
+    if (p.part > 0) return;
+#pragma unroll
+    for (int q = 1; q < P; ++q)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < N; ++t) acc[r][t] += shares[p.warp + q][r][t];
+  }
 
   // Every lane holds every sum; lane t finishes token t (N <= 8 < 32).
   const bool out_f32 = a.out_dtype == DType::F32;
@@ -178,21 +229,22 @@ __device__ __forceinline__ RowSegments swapped(const RowSegments& s) { return {s
 /// other way round, and griddep_wait() between the two instead of before the first); chunk k of
 /// the lane's stream lives in slot k % D. Each lane reads back only what it copied itself, so
 /// cp.async.wait_group orders everything: no warp or block barrier.
-template <typename T, int N, GemvEpilogue E, int D>
-__device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int lane, uint4* fifo) {
+template <typename T, int N, GemvEpilogue E, int D, int P>
+__device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int lane, const RowPart& p, uint4* fifo) {
   static_assert(D >= 2 && (D & (D - 1)) == 0, "FIFO depth must be a power of 2");
   const RowSegments s0 = row_segments<T, E>(a, row);
   const bool early = x2_early_row<E>(a, s0);
   const RowSegments s = early ? swapped(s0) : s0;  // streamed in order: segment "0", then "1"
-  const int k0 = (s.nv0 + 31) >> 5, kt = k0 + ((s.nv1 + 31) >> 5);  // chunks per lane: first segment, total
+  const ChunkRange r0 = part_range<P>(s.nv0, p.part), r1 = part_range<P>(s.nv1, p.part);  // this warp's share
+  const int k0 = (r0.end - r0.begin + 31) >> 5, kt = k0 + ((r1.end - r1.begin + 31) >> 5);  // chunks per lane
   uint4* slots = fifo + lane;
-  // Request stream chunk k into its slot (nothing past the row's end); always close a group, so that
+  // Request stream chunk k into its slot (nothing past the share's end); always close a group, so that
   // "group k is complete" is "at most D - 1 groups pending" after the D-th later commit.
   auto request = [&](int k) {
     if (k < kt) {
       const bool first = k < k0;
-      const int c = (first ? k : k - k0) * 32 + lane;
-      if (c < (first ? s.nv0 : s.nv1)) cp_async16(slots + (k & (D - 1)) * 32, (first ? s.w0 : s.w1) + c);
+      const int c = (first ? r0.begin + k * 32 : r1.begin + (k - k0) * 32) + lane;
+      if (c < (first ? r0.end : r1.end)) cp_async16(slots + (k & (D - 1)) * 32, (first ? s.w0 : s.w1) + c);
     }
     cp_async_commit();
   };
@@ -209,50 +261,51 @@ __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int la
 #pragma unroll 4
   for (int k = 0; k < k0; ++k) {
     cp_async_wait<D - 1>();
-    const int c = k * 32 + lane;
-    if (c < s.nv0) fma_chunk<T, N>(acc[0], slots[(k & (D - 1)) * 32], s.x0, s.nv0, c);
+    const int c = r0.begin + k * 32 + lane;
+    if (c < r0.end) fma_chunk<T, N>(acc[0], slots[(k & (D - 1)) * 32], s.x0, s.nv0, c);
     request(k + D);  // after the slot's value was used
   }
   if (early) griddep_wait();  // x (and y_old) are written by the previous kernel
 #pragma unroll 4
   for (int k = k0; k < kt; ++k) {
     cp_async_wait<D - 1>();
-    const int c = (k - k0) * 32 + lane;
-    if (c < s.nv1) fma_chunk<T, N>(acc[kUp], slots[(k & (D - 1)) * 32], s.x1, s.nv1, c);
+    const int c = r1.begin + (k - k0) * 32 + lane;
+    if (c < r1.end) fma_chunk<T, N>(acc[kUp], slots[(k & (D - 1)) * 32], s.x1, s.nv1, c);
     request(k + D);
   }
   cp_async_wait<0>();  // nothing may still be landing in this warp's slots when the block ends
   // Let the next kernel launch only now (see gemv_row_registers).
   griddep_launch_dependents();
-  gemv_finish<T, N, E>(a, acc, row, lane);
+  gemv_finish<T, N, E, P>(a, acc, row, lane, p);
 }
 
-/// One output row with register batches of kLoadsPerLane chunks per lane (session 2's kernel, FIFO
+/// One output row (this warp's share of it) with register batches of kLoadsPerLane chunks per lane (session 2's kernel, FIFO
 /// depth 0). Weights of the first batch are loaded before griddep_wait(); x (and x2, y_old) only after,
 /// except with x2_early: the whole x2 W2^T segment runs before the wait.
-template <typename T, int N, GemvEpilogue E>
-__device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, int lane) {
+template <typename T, int N, GemvEpilogue E, int P>
+__device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, int lane, const RowPart& p) {
   constexpr int kRows = E == GemvEpilogue::GatedAct ? 2 : 1;  // gate row `row` and up row `out + row`
   constexpr int kUnroll = kLoadsPerLane / kRows;
   constexpr int kStep = 32 * kUnroll;  // 16-byte chunks of a row per batch of the warp
   const RowSegments s0 = row_segments<T, E>(a, row);
   const bool early = x2_early_row<E>(a, s0);
   const RowSegments s = early ? swapped(s0) : s0;  // streamed in order: segment "0", then "1"
+  const ChunkRange r0 = part_range<P>(s.nv0, p.part), r1 = part_range<P>(s.nv1, p.part);  // this warp's share
   const uint4* w[kRows] = {s.w0};
   if constexpr (kRows == 2) w[1] = s.w1;
 
-  // Chunk c = base + 32 u + lane: at each u the warp reads 512 contiguous bytes of each row.
+  // Chunk c = base + 32 u + lane (c < end): at each u the warp reads 512 contiguous bytes of each row.
   uint4 wv[kRows][kUnroll];
-  auto load_batch = [&](const uint4* const* ws, int nv, int base) {
+  auto load_batch = [&](const uint4* const* ws, int end, int base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = base + u * 32 + lane;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) wv[r][u] = c < nv ? load_weights(ws[r] + c) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < kRows; ++r) wv[r][u] = c < end ? load_weights(ws[r] + c) : make_uint4(0, 0, 0, 0);
     }
   };
 
-  load_batch(w, s.nv0, 0);
+  load_batch(w, r0.end, r0.begin);
   if (!early) griddep_wait();  // x and y_old are written by the previous kernel(s)
 
   float acc[2][N];
@@ -261,29 +314,30 @@ __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, i
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] = 0.f;
 
-  // acc += x W^T over one input segment whose first batch is already in wv
-  auto run = [&](const uint4* const* ws, const uint4* x, int nv) {
-    for (int base = 0;;) {
+  // acc += x W^T over chunks [range.begin, range.end) of one input segment of nv chunks (x's row
+  // stride), whose first batch is already in wv
+  auto run = [&](const uint4* const* ws, const uint4* x, int nv, const ChunkRange& range) {
+    for (int base = range.begin;;) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = base + u * 32 + lane;
-        if (c < nv) {
+        if (c < range.end) {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) fma_chunk<T, N>(acc[r], wv[r][u], x, nv, c);
         }
       }
       base += kStep;
-      if (base >= nv) break;
-      load_batch(ws, nv, base);
+      if (base >= range.end) break;
+      load_batch(ws, range.end, base);
     }
   };
-  run(w, s.x0, s.nv0);
+  run(w, s.x0, s.nv0, r0);
   if constexpr (E == GemvEpilogue::None) {
     if (s.nv1 > 0) {  // second input segment into the same accumulators
       const uint4* w2[1] = {s.w1};
-      load_batch(w2, s.nv1, 0);
+      load_batch(w2, r1.end, r1.begin);
       if (early) griddep_wait();  // x (and y_old) are written by the previous kernel
-      run(w2, s.x1, s.nv1);
+      run(w2, s.x1, s.nv1, r1);
     }
   }
 
@@ -291,7 +345,7 @@ __device__ __forceinline__ void gemv_row_registers(const GemvArgs& a, int row, i
   // their own wait holding SM slots that this kernel's later blocks needed (tp 2 Llama-7B stack: 83% of
   // HBM bandwidth with this placement, 76% with the early one).
   griddep_launch_dependents();
-  gemv_finish<T, N, E>(a, acc, row, lane);
+  gemv_finish<T, N, E, P>(a, acc, row, lane, p);
 }
 
 }  // namespace tpshard::cuda::gemv_detail

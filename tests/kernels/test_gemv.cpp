@@ -408,8 +408,10 @@ TEST_CASE("gemv: x2_early streams x2 W2^T before griddep_wait, x only after it (
       k3.w2 = d_w4->ptr;
       k3.in2 = da;
       k3.x2_early = true;
-      for (int depth : {0, 4}) {
+      for (int depth : {0, 4})
+      for (int parts : {1, 2, 4}) {  // warps per row: each part streams a share of both segments
         k3.tuning.fifo_depth = depth;
+        k3.tuning.warps_per_row = parts;
         REQUIRE(cuda::gemv_supported(k3));
         for (int rep = 0; rep < 3; ++rep) {  // NaN again before each chain
           // all-ones bytes: NaN in f32, f16 and bf16
@@ -425,7 +427,7 @@ TEST_CASE("gemv: x2_early streams x2 W2^T before griddep_wait, x only after it (
         const Vec p4 = ref::linear(ha, w4, {}, 0, n, d3, da);
         for (size_t i = 0; i < ref.size(); ++i) ref[i] += p4[i];
         check_close("x2_early chain " + std::string(name_of(t)) + " n " + std::to_string(n) + " depth " +
-                        std::to_string(depth),
+                        std::to_string(depth) + " P " + std::to_string(parts),
                     download(d_y->ptr, ref.size(), t), ref, tol_for(t));
       }
     }
@@ -609,12 +611,19 @@ TEST_CASE("gemv / gemv_pair: argument limits of the second segment and of the pa
   CHECK_THROWS_AS(cuda::gemv_pair(up, a, nullptr), Error);
 }
 
-TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-identical to the default") {
-  // The default (register batches) is checked against the CPU reference above; every other tuning,
-  // the shared-memory FIFO of every depth and block size, must produce the same bytes.
+TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-identical to register batches with "
+          "the same warps per row, and within rounding of one warp per row") {
+  // The default (register batches, auto warps per row) is checked against the CPU reference above. For
+  // each P (warps per row), the register batches of 4 warps with P are the reference: every other
+  // tuning with P, the shared-memory FIFO of every depth and block size, must produce the same bytes;
+  // P 2 and 4 (split-K, other summation order) must be within the dtype tolerance of P 1.
   std::mt19937 rng(23);
   Stream stream;
-  const cuda::GemvTuning tunings[] = {{0, 4}, {0, 2}, {4, 2}, {4, 4}, {8, 4}, {8, 8}, {16, 2}, {16, 4}, {16, 8}};
+  const cuda::GemvTuning streamings[] = {{0, 4}, {0, 2}, {0, 8}, {4, 2}, {4, 4}, {8, 4}, {8, 8}, {16, 2}, {16, 4}, {16, 8}};
+  auto with_parts = [](cuda::GemvTuning t, int parts) {
+    t.warps_per_row = parts;
+    return t;
+  };
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     struct Shape { int out, in, in2; };
     for (Shape sh : {Shape{33, 40, 0}, Shape{3, 136, 4104}, Shape{2050, 4104, 0}, Shape{517, 2056, 520}}) {
@@ -649,20 +658,28 @@ TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-ide
          for (bool early : {false, true}) {
           if (early && a.in2 == 0) continue;
           a.x2_early = early;
-          const Vec want = run_gemv(a, y0, stream.s);
-          for (const cuda::GemvTuning& tu : tunings) {
-            cuda::GemvArgs b = a;
-            b.tuning = tu;
-            const Vec got = run_gemv(b, y0, stream.s);
-            const std::string what = "gemv epilogue " + std::to_string(static_cast<int>(e)) + " " +
-                                     shape_name(t, n, sh.out, sh.in) + " in2 " + std::to_string(a.in2) + " depth " +
-                                     std::to_string(tu.fifo_depth) + " warps " + std::to_string(tu.warps_per_block) +
-                                     (early ? " x2_early" : "");
-            REQUIRE(got.size() == want.size());
-            size_t diff = 0;
-            for (size_t k = 0; k < got.size(); ++k) diff += got[k] != want[k];
-            INFO(what);
-            CHECK(diff == 0);
+          const std::string what = "gemv epilogue " + std::to_string(static_cast<int>(e)) + " " +
+                                   shape_name(t, n, sh.out, sh.in) + " in2 " + std::to_string(a.in2) +
+                                   (early ? " x2_early" : "");
+          Vec one_warp;  // P 1
+          for (int parts : {1, 2, 4}) {
+            if (parts > 1 && n > 2) continue;  // split rows are built for n <= 2 (gemv_supported)
+            cuda::GemvArgs ref = a;
+            ref.tuning = with_parts({0, 4}, parts);
+            const Vec want = run_gemv(ref, y0, stream.s);
+            if (parts == 1) one_warp = want;
+            else check_close(what + " P " + std::to_string(parts) + " vs P 1", want, one_warp, tol_for(t));
+            for (const cuda::GemvTuning& st : streamings) {
+              if (parts > st.warps_per_block || (parts > 1 && st.fifo_depth > 4)) continue;
+              cuda::GemvArgs b = a;
+              b.tuning = with_parts(st, parts);
+              const Vec got = run_gemv(b, y0, stream.s);
+              REQUIRE(got.size() == want.size());
+              size_t diff = 0;
+              for (size_t k = 0; k < got.size(); ++k) diff += got[k] != want[k];
+              INFO(what << " depth " << st.fifo_depth << " warps " << st.warps_per_block << " P " << parts);
+              CHECK(diff == 0);
+            }
           }
          }
         }
@@ -673,19 +690,32 @@ TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-ide
         const void* w1 = static_cast<const char*>(d_w->ptr) + static_cast<size_t>(sh.out) * sh.in * dtype_size(t);
         const auto [p0, p1] = qkv_up_pair(d_x->ptr, d_w->ptr, d_bias->ptr, d_y0->ptr, sh.out, d_x->ptr, w1,
                                           d_bias->ptr, d_y1->ptr, sh.out, n, sh.in, t);
-        cuda::gemv_pair(p0, p1, stream.s);
-        const Vec want0 = download(d_y0->ptr, static_cast<size_t>(n) * sh.out, t);
-        const Vec want1 = download(d_y1->ptr, static_cast<size_t>(n) * sh.out, t);
-        for (const cuda::GemvTuning& tu : tunings) {
-          cuda::GemvArgs q0 = p0, q1 = p1;
-          q0.tuning = tu;
-          cuda::gemv_pair(q0, q1, stream.s);
-          const Vec got0 = download(d_y0->ptr, want0.size(), t), got1 = download(d_y1->ptr, want1.size(), t);
-          size_t diff = 0;
-          for (size_t k = 0; k < got0.size(); ++k) diff += (got0[k] != want0[k]) + (got1[k] != want1[k]);
-          INFO("gemv_pair " << shape_name(t, n, sh.out, sh.in) << " depth " << tu.fifo_depth << " warps "
-                            << tu.warps_per_block);
-          CHECK(diff == 0);
+        Vec one0, one1;  // P 1
+        for (int parts : {1, 2, 4}) {
+          cuda::GemvArgs r0 = p0;
+          r0.tuning = with_parts({0, 4}, parts);
+          cuda::gemv_pair(r0, p1, stream.s);
+          const Vec want0 = download(d_y0->ptr, static_cast<size_t>(n) * sh.out, t);
+          const Vec want1 = download(d_y1->ptr, static_cast<size_t>(n) * sh.out, t);
+          const std::string what = "gemv_pair " + shape_name(t, n, sh.out, sh.in) + " P " + std::to_string(parts);
+          if (parts == 1) {
+            one0 = want0;
+            one1 = want1;
+          } else {
+            check_close(what + " a0 vs P 1", want0, one0, tol_for(t));
+            check_close(what + " a1 vs P 1", want1, one1, tol_for(t));
+          }
+          for (const cuda::GemvTuning& st : streamings) {
+            if (parts > st.warps_per_block || (parts > 1 && st.fifo_depth > 4)) continue;
+            cuda::GemvArgs q0 = p0, q1 = p1;
+            q0.tuning = with_parts(st, parts);
+            cuda::gemv_pair(q0, q1, stream.s);
+            const Vec got0 = download(d_y0->ptr, want0.size(), t), got1 = download(d_y1->ptr, want1.size(), t);
+            size_t diff = 0;
+            for (size_t k = 0; k < got0.size(); ++k) diff += (got0[k] != want0[k]) + (got1[k] != want1[k]);
+            INFO(what << " depth " << st.fifo_depth << " warps " << st.warps_per_block);
+            CHECK(diff == 0);
+          }
         }
       }
     }
@@ -711,11 +741,56 @@ TEST_CASE("gemv_supported: tuning values" * doctest::test_suite("host")) {
     a.tuning.warps_per_block = w;
     CHECK_FALSE(cuda::gemv_supported(a));
   }
+  a.tuning.warps_per_block = 0;  // the default, 4 warps
+  for (int p : {0, 1, 2, 4}) {
+    a.tuning.warps_per_row = p;
+    CHECK(cuda::gemv_supported(a));
+  }
+  for (int p : {-1, 3, 8}) {
+    a.tuning.warps_per_row = p;
+    CHECK_FALSE(cuda::gemv_supported(a));
+  }
+  a.tuning.warps_per_block = 2;
+  a.tuning.warps_per_row = 4;  // more warps per row than the block has
+  CHECK_FALSE(cuda::gemv_supported(a));
+  a.tuning.warps_per_row = 2;
+  CHECK(cuda::gemv_supported(a));
+  a.tuning.warps_per_block = 4;
+  for (int d : {-1, 0, 4}) {
+    a.tuning.fifo_depth = d;
+    CHECK(cuda::gemv_supported(a));
+  }
+  for (int d : {8, 16}) {  // split rows are built for register batches and the depth-4 FIFO only
+    a.tuning.fifo_depth = d;
+    CHECK_FALSE(cuda::gemv_supported(a));
+  }
+  a.tuning.fifo_depth = 0;
+  a.n = 3;  // ... and for n <= 2
+  CHECK_FALSE(cuda::gemv_supported(a));
+  a.tuning.warps_per_row = 0;  // auto: one warp per row there
+  CHECK(cuda::gemv_supported(a));
+  a.n = 1;
+  a.tuning = {};
   // the transformer's policy (no TPSHARD_GEMV_* in the test environment): FIFO 4x4 at tp > 1 only
   if (!std::getenv("TPSHARD_GEMV_POLICY") && !std::getenv("TPSHARD_GEMV_FIFO")) {
     const cuda::GemvTuning multi = cuda::gemv_tuning_for(2), single = cuda::gemv_tuning_for(1);
     CHECK(multi.fifo_depth == 4);
     CHECK(multi.warps_per_block == 4);
     CHECK(single.fifo_depth == 0);
+    if (!std::getenv("TPSHARD_GEMV_ROW_WARPS")) CHECK(single.warps_per_row == 0);  // auto
   }
+}
+
+TEST_CASE("gemv_auto_warps_per_row: split a row only when the launch has too few rows for the GPU" *
+          doctest::test_suite("host")) {
+  const int sms = 132;  // H200
+  const int target = cuda::kGemvTargetWarpsPerSm * sms;
+  CHECK(cuda::gemv_auto_warps_per_row(14336, sms) == 1);   // Pythia-1.4B qkv + up pair
+  CHECK(cuda::gemv_auto_warps_per_row(50304, sms) == 1);   // Pythia-1.4B LM head
+  CHECK(cuda::gemv_auto_warps_per_row(target, sms) == 1);  // exactly the target
+  CHECK(cuda::gemv_auto_warps_per_row(target - 1, sms) == 2);
+  CHECK(cuda::gemv_auto_warps_per_row((target + 1) / 2, sms) == 2);
+  CHECK(cuda::gemv_auto_warps_per_row((target + 1) / 2 - 1, sms) == 4);
+  CHECK(cuda::gemv_auto_warps_per_row(1, sms) == 4);
+  CHECK(cuda::gemv_auto_warps_per_row(1, 0) == 1);  // unknown SM count: rows >= 0 always meets the target
 }

@@ -44,8 +44,9 @@ struct LayerShape {
 };
 
 std::string name(const GemvTuning& t) {
-  if (t.fifo_depth == 0) return t.warps_per_block == 4 ? std::string("registers") : "registers, " + std::to_string(t.warps_per_block) + " warps";
-  return "fifo " + std::to_string(t.fifo_depth) + "x" + std::to_string(t.warps_per_block);
+  std::string n = t.fifo_depth == 0 ? std::string("registers") : "fifo " + std::to_string(t.fifo_depth) + "x" + std::to_string(t.warps_per_block);
+  if (t.fifo_depth == 0 && t.warps_per_block != 4) n += ", " + std::to_string(t.warps_per_block) + " warps";
+  return n + (t.warps_per_row ? ", P" + std::to_string(t.warps_per_row) : ", P auto");
 }
 
 double busy_us(const LayerShape& l) {
@@ -67,6 +68,10 @@ void bench_gemv_sweep() {
        DType::F16,
        {{6144, 2048, 0, None, true}, {8192, 2048, 0, Act, true}, {2048, 2048, 8192, None, false}},
        {{Op::Pair, 0, 0, 0}, {Op::Busy, 0, 4.0, 16}, {Op::Gemv, 2, 0, 0}, {Op::Busy, 0, 3.0, 8}}},
+      {"pythia-1.4b f16, the pair qkv+up alone", DType::F16,
+       {{6144, 2048, 0, None, true}, {8192, 2048, 0, Act, true}}, {{Op::Pair, 0, 0, 0}}},
+      {"pythia-1.4b f16, dense+down alone", DType::F16, {{2048, 2048, 8192, None, false}}, {{Op::Gemv, 0, 0, 0}}},
+      {"llama-7b tp1 bf16, down alone", DType::BF16, {{4096, 11008, 0, None, false}}, {{Op::Gemv, 0, 0, 0}}},
       {"llama-7b tp2 bf16 (qkv, attention, o, all_reduce+norm, gate_up, down, all_reduce+norm)",
        DType::BF16,
        {{6144, 4096, 0, None, false}, {4096, 2048, 0, None, false}, {5504, 4096, 0, Gated, false},
@@ -80,7 +85,9 @@ void bench_gemv_sweep() {
        {{Op::Gemv, 0, 0, 0}, {Op::Busy, 0, 3.5, 32}, {Op::Gemv, 1, 0, 0}, {Op::Busy, 0, 3.0, 16},
         {Op::Gemv, 2, 0, 0}, {Op::Gemv, 3, 0, 0}, {Op::Busy, 0, 3.0, 16}}},
   };
-  const GemvTuning tunings[] = {{0, 4}, {0, 2}, {0, 8}, {4, 4}, {4, 8}, {8, 4}, {8, 8}, {16, 4}};
+  // P = warps per output row (split-K); "P auto" is what the transformer launches (gemv_auto_warps_per_row)
+  const GemvTuning tunings[] = {{0, 4, 0}, {0, 4, 1}, {0, 4, 2}, {0, 4, 4}, {0, 8, 1}, {0, 8, 2},
+                               {0, 8, 4}, {4, 4, 0}, {4, 4, 1}, {4, 4, 2}, {4, 8, 2}, {8, 8, 2}};
 
   cudaStream_t s = nullptr;
   TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -160,29 +167,31 @@ void bench_gemv_sweep() {
     const int products = static_cast<int>(l.products.size());
     for (int n : {1, 2}) {
       for (bool with_busy : {false, true}) {
+        if (with_busy && busy_us(l) == 0) continue;
         for (const GemvTuning& tu : tunings) {
           const double us = time_layer(n, with_busy, std::vector<GemvTuning>(products, tu));
           row(n, with_busy ? busy_us(l) : 0.0, name(tu), us);
         }
       }
     }
-    // Per launch: every assignment of {registers, FIFO 4x4, FIFO 8x8} to the layer's GEMV launches
+    // Per launch: every assignment of {registers, FIFO 4x4} x {P 1, P 2} to the layer's GEMV launches
     // (the pair's tuning is its first product's), n 1 with busy stand-ins; the three best are printed.
     std::vector<int> launches;  // product index of each GEMV launch
     for (const Op& op : l.ops)
       if (op.kind != Op::Busy) launches.push_back(op.product);
-    const GemvTuning options[] = {{0, 4}, {4, 4}, {8, 8}};
+    const GemvTuning options[] = {{0, 4, 1}, {0, 4, 2}, {4, 4, 1}, {4, 4, 2}};
+    constexpr int kOptions = 4;
     int combos = 1;
-    for (size_t k = 0; k < launches.size(); ++k) combos *= 3;
+    for (size_t k = 0; k < launches.size(); ++k) combos *= kOptions;
     std::vector<std::pair<double, std::string>> timed;
     for (int c = 0; c < combos; ++c) {
       std::vector<GemvTuning> tuning(products, options[0]);
       std::string label;
-      for (size_t k = 0, code = c; k < launches.size(); ++k, code /= 3) {
-        tuning[launches[k]] = options[code % 3];
-        label += (k ? " / " : "") + name(options[code % 3]);
+      for (size_t k = 0, code = c; k < launches.size(); ++k, code /= kOptions) {
+        tuning[launches[k]] = options[code % kOptions];
+        label += (k ? " / " : "") + name(options[code % kOptions]);
       }
-      timed.emplace_back(time_layer(1, true, tuning), label);
+      timed.emplace_back(time_layer(1, busy_us(l) > 0, tuning), label);
     }
     std::sort(timed.begin(), timed.end());
     for (size_t k = 0; k < timed.size() && k < 3; ++k)
