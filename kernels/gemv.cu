@@ -90,7 +90,7 @@ GemvTuning resolve(const GemvTuning& t, int n, int rows) {
   if (r.warps_per_block == 0) r.warps_per_block = kDefaultWarps;
   if (r.warps_per_row == 0)
     r.warps_per_row = split_built(n, r.fifo_depth)
-                          ? std::min(gemv_auto_warps_per_row(rows, current_sms()), r.warps_per_block) : 1;
+                          ? std::min(gemv_auto_warps_per_row(rows, current_sms(), r.fifo_depth), r.warps_per_block) : 1;
   return r;
 }
 
@@ -224,8 +224,8 @@ const char* gemv_unsupported_reason(const GemvArgs& a) {
 
 bool gemv_supported(const GemvArgs& a) { return gemv_unsupported_reason(a) == nullptr; }
 
-int gemv_auto_warps_per_row(int rows, int sms) {
-  for (int p : {1, 2})
+int gemv_auto_warps_per_row(int rows, int sms, int fifo_depth) {
+  for (int p = fifo_depth == 0 ? 2 : 1; p < 4; p *= 2)
     if (static_cast<int64_t>(rows) * p >= static_cast<int64_t>(kGemvTargetWarpsPerSm) * sms) return p;
   return 4;
 }

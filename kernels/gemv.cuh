@@ -29,10 +29,17 @@ struct GemvTuning {
 };
 
 /// The warps per row that warps_per_row = 0 picks for a launch of `rows` output rows (the pair: both
-/// products' rows) on a GPU of `sms` multiprocessors: the fewest of 1, 2, 4 that give at least
-/// kGemvTargetWarpsPerSm warps per SM, else 4. Few long rows (GPT-NeoX's combined output GEMV: 2,048 rows
-/// of 20 KiB for Pythia-1.4B) otherwise leave too few loads in flight per SM to cover HBM latency.
-int gemv_auto_warps_per_row(int rows, int sms);
+/// products' rows) on a GPU of `sms` multiprocessors, streaming with FIFO depth `fifo_depth` (0:
+/// register batches): the fewest of 1, 2, 4 that give at least kGemvTargetWarpsPerSm warps per SM,
+/// else 4; register batches take at least 2. Measured on H200 (docs/BENCHMARKS.md "Split-K rows"):
+/// - few long rows (GPT-NeoX's combined output GEMV: 2,048 rows of 20 KiB for Pythia-1.4B) leave too
+///   few loads in flight per SM with one warp per row;
+/// - register batches keep one batch per warp in flight, and 2 warps per row halve each row's chain of
+///   dependent batches: faster end to end on every tp 1 shape (Pythia-1.4B 0.952 -> 0.853 ms, Llama-7B
+///   3.955 -> 3.899 ms), while 4 was slower;
+/// - the FIFO (tp > 1) already keeps D chunks per lane in flight: 2 warps per row everywhere was slower
+///   there (Llama-7B tp 2 2.325 -> 2.539 ms).
+int gemv_auto_warps_per_row(int rows, int sms, int fifo_depth);
 constexpr int kGemvTargetWarpsPerSm = 24;
 
 /// The tuning the transformer's decode GEMVs use on a rank of a tp_size-way model. Policy "auto"

@@ -781,16 +781,21 @@ TEST_CASE("gemv_supported: tuning values" * doctest::test_suite("host")) {
   }
 }
 
-TEST_CASE("gemv_auto_warps_per_row: split a row only when the launch has too few rows for the GPU" *
-          doctest::test_suite("host")) {
+TEST_CASE("gemv_auto_warps_per_row: 2 warps per row for register batches, 1 for the FIFO, more when the launch "
+          "has too few rows for the GPU" * doctest::test_suite("host")) {
   const int sms = 132;  // H200
   const int target = cuda::kGemvTargetWarpsPerSm * sms;
-  CHECK(cuda::gemv_auto_warps_per_row(14336, sms) == 1);   // Pythia-1.4B qkv + up pair
-  CHECK(cuda::gemv_auto_warps_per_row(50304, sms) == 1);   // Pythia-1.4B LM head
-  CHECK(cuda::gemv_auto_warps_per_row(target, sms) == 1);  // exactly the target
-  CHECK(cuda::gemv_auto_warps_per_row(target - 1, sms) == 2);
-  CHECK(cuda::gemv_auto_warps_per_row((target + 1) / 2, sms) == 2);
-  CHECK(cuda::gemv_auto_warps_per_row((target + 1) / 2 - 1, sms) == 4);
-  CHECK(cuda::gemv_auto_warps_per_row(1, sms) == 4);
-  CHECK(cuda::gemv_auto_warps_per_row(1, 0) == 1);  // unknown SM count: rows >= 0 always meets the target
+  for (int depth : {0, 4}) {
+    const int least = depth == 0 ? 2 : 1;
+    INFO("fifo_depth " << depth);
+    CHECK(cuda::gemv_auto_warps_per_row(14336, sms, depth) == least);   // Pythia-1.4B qkv + up pair
+    CHECK(cuda::gemv_auto_warps_per_row(50304, sms, depth) == least);   // Pythia-1.4B LM head
+    CHECK(cuda::gemv_auto_warps_per_row(target, sms, depth) == least);  // exactly the target
+    CHECK(cuda::gemv_auto_warps_per_row(2048, sms, depth) == 2);        // Pythia-1.4B dense + down
+    CHECK(cuda::gemv_auto_warps_per_row((target + 1) / 2, sms, depth) == 2);
+    CHECK(cuda::gemv_auto_warps_per_row((target + 1) / 2 - 1, sms, depth) == 4);
+    CHECK(cuda::gemv_auto_warps_per_row(1, sms, depth) == 4);
+    CHECK(cuda::gemv_auto_warps_per_row(1, 0, depth) == least);  // unknown SM count: no row is too few
+  }
+  CHECK(cuda::gemv_auto_warps_per_row(target - 1, sms, 4) == 2);
 }

@@ -87,7 +87,7 @@ void bench_gemv_sweep() {
   };
   // P = warps per output row (split-K); "P auto" is what the transformer launches (gemv_auto_warps_per_row)
   const GemvTuning tunings[] = {{0, 4, 0}, {0, 4, 1}, {0, 4, 2}, {0, 4, 4}, {0, 8, 1}, {0, 8, 2},
-                               {0, 8, 4}, {4, 4, 0}, {4, 4, 1}, {4, 4, 2}, {4, 8, 2}, {8, 8, 2}};
+                               {0, 8, 4}, {4, 4, 0}, {4, 4, 1}, {4, 4, 2}, {4, 8, 1}, {4, 8, 2}};
 
   cudaStream_t s = nullptr;
   TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
