@@ -23,7 +23,8 @@ struct GemvTuning {
                             ///< batches (fastest for a GEMV that follows a GEMV); -1 = the default, 0
   int warps_per_block = 0;  ///< 2, 4 or 8 warps per block; 0 = the default, 4
   /// 1, 2 or 4 warps share one output row (split-K: each streams a contiguous share of the row, the
-  /// block adds the shares in warp order), at most warps_per_block; 0 = auto (gemv_auto_warps_per_row).
+  /// block adds the shares in warp order), at most warps_per_block; 2 and 4 only for n <= 2 and
+  /// fifo_depth 0 or 4 (the decode buckets); 0 = auto (gemv_auto_warps_per_row; 1 where 2 / 4 are not built).
   /// Results differ between values by rounding only; tunings with the same value agree bit for bit.
   int warps_per_row = 0;
 };
@@ -31,14 +32,14 @@ struct GemvTuning {
 /// The warps per row that warps_per_row = 0 picks for a launch of `rows` output rows (the pair: both
 /// products' rows) on a GPU of `sms` multiprocessors, streaming with FIFO depth `fifo_depth` (0:
 /// register batches): the fewest of 1, 2, 4 that give at least kGemvTargetWarpsPerSm warps per SM,
-/// else 4; register batches take at least 2. Measured on H200 (docs/BENCHMARKS.md "Split-K rows"):
+/// else 4; register batches take at least 2. Measured on H200 (docs/BENCHMARKS.md "Session 6: split-K rows"):
 /// - few long rows (GPT-NeoX's combined output GEMV: 2,048 rows of 20 KiB for Pythia-1.4B) leave too
 ///   few loads in flight per SM with one warp per row;
 /// - register batches keep one batch per warp in flight, and 2 warps per row halve each row's chain of
-///   dependent batches: faster end to end on every tp 1 shape (Pythia-1.4B 0.952 -> 0.853 ms, Llama-7B
-///   3.955 -> 3.899 ms), while 4 was slower;
+///   dependent batches: faster end to end on every tp 1 shape (Pythia-1.4B 0.954 -> 0.854 ms, Llama-7B
+///   3.956 -> 3.899 ms), while 4 was slower per layer (gemv_sweep);
 /// - the FIFO (tp > 1) already keeps D chunks per lane in flight: 2 warps per row everywhere was slower
-///   there (Llama-7B tp 2 2.325 -> 2.539 ms).
+///   there (Llama-7B tp 2 2.321 -> 2.531 ms).
 int gemv_auto_warps_per_row(int rows, int sms, int fifo_depth);
 constexpr int kGemvTargetWarpsPerSm = 24;
 

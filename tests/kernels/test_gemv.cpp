@@ -1,7 +1,8 @@
 // test_gemv.cpp: the decode GEMV (kernels/gemv.cuh) against ref::linear + ref::activation: every dtype,
 // n 1..8, awkward in/out (vector and unroll tails, out not a multiple of the block's warps), every
 // epilogue, f32 logits; the real Pythia-1.4B / Llama-7B shapes at n 1 (timed against cuBLASLt, HBM-sized
-// working sets); PDL chains where each GEMV reads the previous one's output; gemv_supported() limits.
+// working sets); PDL chains where each GEMV reads the previous one's output; split-K rows (1, 2, 4 warps
+// per row) against one warp per row; gemv_supported() limits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
