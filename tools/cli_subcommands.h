@@ -3,7 +3,9 @@
 // word that was not understood, the command level it was given to, and the valid choices.
 // Also explains CLI11's "The following arguments were not expected" for options: a global option
 // given after the subcommand (tprun MODEL generate --tp 2) and a mistyped option (--promt).
-// Owns only that explanation; parsing stays with CLI11 and printing with each tool's main.
+// Every other CLI11 parse error keeps its message and gets a hint naming the --help to read
+// (explain_parse_error). Owns only that explanation; parsing stays with CLI11 and printing with each
+// tool's main.
 #pragma once
 #include <algorithm>
 #include <cctype>
@@ -162,6 +164,35 @@ inline std::optional<Error> explain_unexpected_option(const CLI::App& app, const
   const std::string help = "`" + path + " --help` lists the options";
   return Error(path + ": unknown option " + name,
                closest.empty() ? help : "did you mean " + closest + "? (" + help + ")");
+}
+
+/// Call after app.parse threw `e` and explain_subcommand_error / explain_unexpected_option returned
+/// nullopt: CLI11's own message, unchanged ("--tp: must be > 0, got 0", "--out is required", "Could not
+/// convert: --tp = 1.5"), as an Error whose hint names the --help of the command level that owns the
+/// option the message is about (its first "--name", or a positional's "name:" prefix; the deepest
+/// parsed level when none is found): "`tprun MODEL_DIR --help` lists the options".
+inline Error explain_parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string& usage) {
+  std::vector<const CLI::App*> chain{&app};  // the parsed command levels, outermost first
+  while (!chain.back()->get_subcommands().empty()) chain.push_back(chain.back()->get_subcommands().front());
+  const std::string what = e.what();
+  std::string name;
+  if (const std::size_t at = what.find("--"); at != std::string::npos) {
+    name = what.substr(at, what.find_first_of(" :=,", at) - at);
+  } else if (const std::size_t colon = what.find(':'); colon != std::string::npos && colon < what.find(' ')) {
+    name = what.substr(0, colon);
+  }
+  std::size_t level = chain.size() - 1;
+  if (!name.empty()) {
+    for (std::size_t l = chain.size(); l-- > 0;) {
+      if (chain[l]->get_option_no_throw(name) != nullptr) {
+        level = l;
+        break;
+      }
+    }
+  }
+  std::string path = usage;
+  for (std::size_t l = 1; l <= level; ++l) path += " " + chain[l]->get_name();
+  return Error(what, "`" + path + " --help` lists the options");
 }
 
 }  // namespace tpshard::cli

@@ -135,7 +135,7 @@ TEST_CASE("tpshard refuses odd numeric options with the valid range, writing not
   for (const auto& [args, message] : cases) {
     CAPTURE(args);
     CHECK(run_tpshard(args, log) == 2);
-    CHECK(read_text(log).rfind(message + "\n", 0) == 0);
+    CHECK(read_text(log).rfind("error: " + message + "\n", 0) == 0);
   }
   CHECK_FALSE(fs::exists(d / "out"));
 }

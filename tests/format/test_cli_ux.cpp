@@ -36,10 +36,10 @@ TEST_CASE("tpshard convert --tp: an empty list item is refused, writing nothing"
   for (const std::string list : {"2,,4", "2,", ",2"}) {
     CAPTURE(list);
     CHECK(run_tpshard(convert + " --tp " + list, log) == 2);
-    CHECK(read_text(log).rfind("--tp: has an empty item in '" + list + "' (write e.g. 1,2,4)\n", 0) == 0);
+    CHECK(read_text(log).rfind("error: --tp: has an empty item in '" + list + "' (write e.g. 1,2,4)\n", 0) == 0);
   }
   CHECK(run_tpshard(convert + " --tp 1.5", log) == 2);
-  CHECK(read_text(log).rfind("--tp: must be an integer, got 1.5\n", 0) == 0);
+  CHECK(read_text(log) == "error: --tp: must be an integer, got 1.5\nhint: `tpshard convert --help` lists the options\n");
   CHECK_FALSE(fs::exists(d / "out"));
   // Lists still work, also split over repeated --tp.
   REQUIRE(run_tpshard(convert + " --tp 1,2 --tp 4", log) == 0);

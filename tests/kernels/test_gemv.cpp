@@ -632,7 +632,7 @@ TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-ide
       const Vec w2 = random_weights(static_cast<size_t>(sh.out) * std::max(sh.in2, 8), sh.in + sh.in2, t, rng);
       const Vec bias = random_vec(static_cast<size_t>(2) * sh.out, -0.5, 0.5, t, rng);
       Buf d_w = upload(w, t), d_w2 = upload(w2, t), d_bias = upload(bias, t);
-      for (int n : {1, 3, 8}) {
+      for (int n : {1, 2, 3, 8}) {  // 1 and 2: the buckets with split rows
         const Vec x = random_vec(static_cast<size_t>(n) * sh.in, -1, 1, t, rng);
         const Vec x2 = random_vec(static_cast<size_t>(n) * std::max(sh.in2, 8), -1, 1, t, rng);
         const Vec y0 = random_vec(static_cast<size_t>(n) * sh.out, -1, 1, t, rng);

@@ -165,13 +165,13 @@ TEST_CASE("tprun refuses odd numeric options with the valid range, before loadin
     CAPTURE(args);
     const Run r = tprun(dir + " --device cpu " + args);
     CHECK(r.code == 2);
-    CHECK(r.err.rfind(message + "\n", 0) == 0);
+    CHECK(r.err.rfind("error: " + message + "\n", 0) == 0);
     CHECK(r.out.empty());
   }
   if (tprun("--help").out.find("\n  eval ") != std::string::npos) {
     const Run r = tprun(dir + " eval triviaqa --data x --seed -3");
     CHECK(r.code == 2);
-    CHECK(r.err.rfind("--seed: must be an integer in 0..18446744073709551615, got -3\n", 0) == 0);
+    CHECK(r.err.rfind("error: --seed: must be an integer in 0..18446744073709551615, got -3\n", 0) == 0);
   }
   // --min-new-tokens above --max-new-tokens (default 128): conflicting options, error/hint, exit 2 (usage),
   // before the model loads.

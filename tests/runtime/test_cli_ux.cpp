@@ -94,10 +94,12 @@ TEST_CASE("tprun and tpshard: a usage error exits 2 in both tools; --help (and t
   const Case usage_errors[] = {
       {"tprun", "/nonexistent-model generate --promt hi", "error: tprun MODEL_DIR generate: unknown option --promt\n"},
       {"tpshard", "inspect /nonexistent-model --zzzzzzzz", "error: tpshard inspect: unknown option --zzzzzzzz\n"},
-      {"tprun", "/nonexistent-model --tp 0 generate --prompt hi", "--tp: must be > 0, got 0\n"},
-      {"tpshard", "inspect /nonexistent-model --tp 0", "--tp: must be > 0, got 0\n"},  // CLI11: 105
-      {"tpshard", "convert " + std::string(TPSHARD_FIXTURES_DIR) + "/stories260K", "--out is required\n"},  // 106
-      {"tpshard", "inspect /nonexistent-model --rank 1", "--rank requires --tensors\n"},  // CLI11: 107
+      {"tprun", "/nonexistent-model --tp 0 generate --prompt hi",
+       "error: --tp: must be > 0, got 0\nhint: `tprun MODEL_DIR --help` lists the options\n"},  // a global option
+      {"tpshard", "inspect /nonexistent-model --tp 0",
+       "error: --tp: must be > 0, got 0\nhint: `tpshard inspect --help` lists the options\n"},  // CLI11: 105
+      {"tpshard", "convert " + std::string(TPSHARD_FIXTURES_DIR) + "/stories260K", "error: --out is required\n"},  // 106
+      {"tpshard", "inspect /nonexistent-model --rank 1", "error: --rank requires --tensors\n"},  // CLI11: 107
       {"tpshard", "frobnicate", "error: tpshard: unknown subcommand 'frobnicate'\n"},
   };
   for (const Case& c : usage_errors) {
@@ -139,14 +141,14 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
        "error: generate: --min-new-tokens 10 is greater than --max-new-tokens 5\n", 2},
       {m + " logits", "error: logits: pass --ids or --text\n", 2},
       {m + " tokenize", "error: tokenize: pass --text or --file\n", 2},
-      {m + " chat", "--prompt is required\n", 2},  // CLI11's
+      {m + " chat", "error: --prompt is required\nhint: `tprun MODEL_DIR chat --help` lists the options\n", 2},  // CLI11's
       // what an input holds (or a missing file): 1
       {m + " generate --input " + dir + "/missing.jsonl --output " + out,
        "error: generate --input " + dir + "/missing.jsonl: no such file\n", 1},
       {m + " logits --ids 1,x", "error: logits --ids: \"x\" is not a token id\n", 1},
       {m + " tokenize --file " + dir + "/missing.txt", "error: ", 1},
   };
-  if (has_eval()) cases.push_back({m + " eval triviaqa", "--data is required\n", 2});
+  if (has_eval()) cases.push_back({m + " eval triviaqa", "error: --data is required\n", 2});
   for (const Case& c : cases) {
     CAPTURE(c.args);
     const UxRun r = run_tprun(c.args);
@@ -169,12 +171,12 @@ TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {
   const std::string dir = ux_model_dir();
   UxRun r = run_tprun(dir + " --device cpu generate --prompt x --stop ''");
   CHECK(r.code == 2);
-  CHECK(r.err.rfind("--stop: must not be empty\n", 0) == 0);
+  CHECK(r.err.rfind("error: --stop: must not be empty\n", 0) == 0);
   CHECK(r.out.empty());
   if (has_eval()) {
     r = run_tprun(dir + " --device cpu eval triviaqa --data x --limit 0");
     CHECK(r.code == 2);
-    CHECK(r.err.rfind("--limit: must be an integer in 1..9223372036854775807 (a run scores at least one question), "
+    CHECK(r.err.rfind("error: --limit: must be an integer in 1..9223372036854775807 (a run scores at least one question), "
                       "got 0\n",
                       0) == 0);
   }
