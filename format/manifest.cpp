@@ -93,6 +93,8 @@ Manifest load_manifest(const std::string& model_dir) {
     throw Error(path + ": invalid JSON: " + e.what(), kRerun);
   }
   if (!j.is_object()) throw Error(path + ": not a JSON object", kRerun);
+  if (j.contains("format") && j["format"] != "tpshard")  // always written; older manifests have it too
+    throw Error(path + ": \"format\" is " + j["format"].dump() + ", not \"tpshard\"", kRerun);
   Manifest m;
   m.format_version = field<int>(j, "format_version", path);
   if (m.format_version != kFormatVersion)
@@ -124,8 +126,18 @@ Manifest load_manifest(const std::string& model_dir) {
                   "re-run tpshard convert to get a consistent model directory; if the edit is deliberate, delete the "
                   "\"model_section_xxh3\" line of manifest.json");
   }
-  m.model = model_config_from_json(model, path);
-  m.dtype = dtype_from_string(field<std::string>(j, "dtype", path));
+  try {
+    m.model = model_config_from_json(model, path);
+  } catch (const Error& e) {  // its hints speak of config.json, which a converted directory does not have
+    throw Error(e.what(), "manifest.json's \"model\" section is not what tpshard convert wrote (edited after "
+                          "conversion?): restore manifest.json from the conversion, or re-run tpshard convert");
+  }
+  const std::string dtype = field<std::string>(j, "dtype", path);
+  try {
+    m.dtype = dtype_from_string(dtype);
+  } catch (const Error& e) {
+    throw Error(path + ": \"dtype\": " + e.what(), kRerun);
+  }
   if (j.contains("tokenizer_files")) m.tokenizer_files = field<std::vector<std::string>>(j, "tokenizer_files", path);
   const json tp = field<json>(j, "tp", path);
   if (!tp.is_object() || tp.empty()) throw Error(path + ": \"tp\" lists no tp sizes", kRerun);

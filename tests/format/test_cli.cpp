@@ -367,6 +367,18 @@ TEST_CASE("tpshard convert / verify load the tokenizer: a corrupt tokenizer.json
   for (const auto& e : fs::directory_iterator(d.path))
     CHECK_MESSAGE(e.path().filename().string().rfind("out2", 0) != 0, "left behind: " << e.path());
 
+  // A corrupt config.json next to a good tokenizer (which reads it for BOS/EOS) is named as itself, and
+  // the hint does not tell the user to remove the tokenizer.
+  fs::copy_file(good_tok, d / "hf/tokenizer.json", fs::copy_options::overwrite_existing);
+  const std::string config = read_text(d / "hf/config.json");
+  write_text(d / "hf/config.json", "{\"model_type\":\n");
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out2") + " --tp 1", log) == 1);
+  err = read_text(log);
+  CHECK_MESSAGE(err.rfind("error: " + (d / "hf/config.json") + ": ", 0) == 0, err);
+  CHECK_MESSAGE(err.find("tokenizer") == std::string::npos, err);
+  CHECK_FALSE(fs::exists(d / "out2"));
+  write_text(d / "hf/config.json", config);
+
   // verify: a corrupted copy in OUT is named (every shard hash still matches).
   write_text(d / "out/tokenizer.json", "garbage\n");
   CHECK(run_tpshard("verify " + (d / "out"), log) == 1);
@@ -411,4 +423,32 @@ TEST_CASE("tpshard verify: the shards' tensors must match manifest.json's model 
   // An edit that leaves the tensors as they are (a longer context) still verifies.
   CHECK(edit("max_position_embeddings", original["model"]["max_position_embeddings"].get<int64_t>() * 2) == 0);
   CHECK(read_text(log).find("verified 3 shard file(s)") != std::string::npos);
+  // A model section tpshard convert cannot have written: the hint speaks of manifest.json, not config.json.
+  CHECK(edit("num_attention_heads", 0) == 1);
+  v = read_text(log);
+  CHECK_MESSAGE(v.rfind("error: " + path, 0) == 0, v);
+  CHECK_MESSAGE(v.find("\nhint: manifest.json's \"model\" section is not what tpshard convert wrote") != std::string::npos, v);
+  CHECK(v.find("config.json") == std::string::npos);
+
+  // Top-level fields outside the model section.
+  auto edit_top = [&](const char* key, const std::string& value) {
+    nlohmann::json j = original;
+    j[key] = value;
+    write_text(path, j.dump(2));
+    return run_tpshard("verify " + (d / "out"), log);
+  };
+  const std::string dtype = original["dtype"].get<std::string>();
+  const std::string other = dtype == "bf16" ? "f16" : "bf16";
+  CHECK(edit_top("dtype", other) == 1);  // the shards are still in the original dtype
+  v = read_text(log);
+  CHECK_MESSAGE(v.find(" is " + dtype + ", manifest.json's \"dtype\" says " + other) !=
+                    std::string::npos, v);
+  CHECK(edit_top("dtype", "q4") == 1);
+  v = read_text(log);
+  CHECK_MESSAGE(v.rfind("error: " + path + ": \"dtype\": unknown dtype 'q4'", 0) == 0, v);
+  CHECK(edit_top("format", "gguf") == 1);
+  v = read_text(log);
+  CHECK_MESSAGE(v.rfind("error: " + path + ": \"format\" is \"gguf\", not \"tpshard\"\n", 0) == 0, v);
+  write_text(path, original.dump(2));
+  CHECK(run_tpshard("verify " + (d / "out"), log) == 0);
 }

@@ -146,7 +146,8 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
       {m + " generate --input " + dir + "/missing.jsonl --output " + out,
        "error: generate --input " + dir + "/missing.jsonl: no such file\n", 1},
       {m + " logits --ids 1,x", "error: logits --ids: \"x\" is not a token id\n", 1},
-      {m + " tokenize --file " + dir + "/missing.txt", "error: ", 1},
+      {m + " tokenize --file " + dir + "/missing.txt", "error: tokenize --file " + dir + "/missing.txt: no such file\n", 1},
+      {m + " tokenize --file " + dir, "error: tokenize --file " + dir + ": is a directory, not a file\n", 1},
   };
   if (has_eval()) cases.push_back({m + " eval triviaqa", "error: --data is required\n", 2});
   for (const Case& c : cases) {

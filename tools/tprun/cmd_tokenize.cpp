@@ -11,6 +11,7 @@
 
 #include "format/error.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/cli_validators.h"
 #include "tools/tprun/commands.h"
 
 namespace tpshard::tprun {
@@ -38,6 +39,7 @@ std::vector<int32_t> parse_id_list(const std::string& s) {
 }
 
 std::string read_file(const std::string& path) {
+  cli::check_input_file("tokenize --file", path);  // missing, a directory, unreadable: named, with a fix
   std::ifstream in(path, std::ios::binary);
   TPS_CHECK(static_cast<bool>(in), "tokenize --file: cannot open " + path, "check the path");
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -32,9 +32,10 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 /// The shard's tensors must be exactly those tpshard convert writes for manifest.json's "model" section
-/// at (tp_size, tp_rank): the same names and local shapes (tensor_plan.h). A section edited after
-/// conversion with its model_section_xxh3 line removed (load_manifest then cannot notice) would
-/// otherwise pass verify, and tprun would refuse it (a missing tensor) or run a smaller model silently.
+/// at (tp_size, tp_rank): the same names and local shapes (tensor_plan.h), each in manifest.json's
+/// "dtype". A section edited after conversion with its model_section_xxh3 line removed (load_manifest
+/// then cannot notice) would otherwise pass verify, and tprun would refuse it (a missing tensor) or run
+/// a smaller model silently; an edited "dtype" would make tpshard plan misjudge the kv_cache.
 void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_size, int tp_rank) {
   const std::string& path = r.path();
   const std::string section = "manifest.json's model section (num_hidden_layers " +
@@ -52,6 +53,10 @@ void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_s
                       shape_text(want.local_shape) + " at tp_rank " + std::to_string(tp_rank) + " of " +
                       std::to_string(tp_size),
                   kModelHint);
+    if (rec->dtype != m.dtype)  // tpshard convert writes every tensor in the manifest's dtype
+      throw Error(path + ": tensor " + t.name + " is " + dtype_name(rec->dtype) + ", manifest.json's \"dtype\" says " +
+                      dtype_name(m.dtype),
+                  "manifest.json was edited after conversion: restore it from the conversion, or re-run tpshard convert");
   }
   for (const TensorRecord& rec : r.tensors())
     if (!planned.count(rec.name))
