@@ -12,8 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,6 +40,38 @@ inline CLI::Validator number_at_least_zero(bool strict) {
 }
 inline CLI::Validator non_negative() { return number_at_least_zero(false); }
 inline CLI::Validator positive() { return number_at_least_zero(true); }
+
+/// number_at_least_zero for an option stored in a T: for an integral T the value must also be a decimal
+/// integer that fits ("must be an integer, got 1.5", "must be at most 2147483647, got 1e99"), where
+/// CLI11 alone says "Could not convert: --max-new-tokens = 1.5". For a floating-point T, the same as
+/// number_at_least_zero.
+template <typename T>
+CLI::Validator number_at_least_zero_for(bool strict) {
+  if constexpr (std::is_integral_v<T>) {
+    return CLI::Validator(
+        [strict](std::string& s) -> std::string {
+          std::string number = s;
+          const std::string why = number_at_least_zero(strict)(number);  // the messages for 0, -1, abc
+          if (!why.empty()) return why;
+          char* end = nullptr;
+          errno = 0;
+          const long long v = std::strtoll(s.c_str(), &end, 10);
+          if (*end != '\0') return "must be an integer, got " + s;
+          const auto max = static_cast<unsigned long long>(std::numeric_limits<T>::max());
+          if (errno == ERANGE || static_cast<unsigned long long>(v) > max)
+            return "must be at most " + std::to_string(max) + ", got " + s;
+          return {};
+        },
+        strict ? "INT > 0" : "INT >= 0", strict ? "PositiveInt" : "NonNegativeInt");
+  } else {
+    return number_at_least_zero(strict);
+  }
+}
+/// positive() / non_negative() for the option's variable `v` (its type picks the integer checks).
+template <typename T>
+CLI::Validator positive_for(const T&) { return number_at_least_zero_for<T>(true); }
+template <typename T>
+CLI::Validator non_negative_for(const T&) { return number_at_least_zero_for<T>(false); }
 
 /// Accepts a fraction: numbers in (0, 1] (zero_allowed false: top_p) or [0, 1] (zero_allowed true: min_p).
 inline CLI::Validator fraction(bool zero_allowed) {

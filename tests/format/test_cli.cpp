@@ -131,6 +131,10 @@ TEST_CASE("tpshard refuses odd numeric options with the valid range, writing not
       {"plan " + (d / "hf") + " --tp 0 --batch 1 --max-seq 8", "--tp: must be > 0, got 0"},
       {"plan " + (d / "hf") + " --tp 1 --batch 1 --max-seq 8 --gpu-mem inf",
        "--gpu-mem: must be a finite number, got inf"},
+      {"plan " + (d / "hf") + " --tp 1 --batch 2.5 --max-seq 8", "--batch: must be an integer, got 2.5"},
+      {"plan " + (d / "hf") + " --tp 1 --batch 1 --max-seq 99999999999999999999",
+       "--max-seq: must be at most 9223372036854775807, got 99999999999999999999"},
+      {"plan " + (d / "hf") + " --tp 1 --batch 1 --max-seq 8 --gpu-mem 1.5x", "--gpu-mem: '1.5x' is not a number"},
   };
   for (const auto& [args, message] : cases) {
     CAPTURE(args);
@@ -145,7 +149,7 @@ TEST_CASE("tpshard: every usage error exits 2 (not CLI11's 104-109), keeping its
   fs::create_directories(d / "hf");
   const std::string log = d / "log.txt";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"inspect " + (d / "m") + " --tp 1.5", "Could not convert: --tp = 1.5"},          // CLI11 ConversionError
+      {"inspect " + (d / "m") + " --tp 1.5", "--tp: must be an integer, got 1.5"},      // before CLI11's conversion
       {"inspect " + (d / "m") + " --tp 0", "--tp: must be > 0, got 0"},                   // ValidationError
       {"convert " + (d / "nothing") + " -o " + (d / "out"), "hf_dir: Directory does not exist"},
       {"convert " + (d / "hf"), "--out is required"},                                    // RequiredError

@@ -160,6 +160,12 @@ TEST_CASE("tprun refuses odd numeric options with the valid range, before loadin
       {"generate --prompt x --top-p 0", "--top-p: must be in (0, 1], got 0"},
       {"generate --prompt x --min-p 1.5", "--min-p: must be in [0, 1], got 1.5"},
       {"generate --prompt x --temperature inf", "--temperature: must be a finite number, got inf"},
+      // integer options: a fraction or a number too large for the option's type (CLI11 alone: "Could not convert")
+      {"generate --prompt x --max-new-tokens 1.5", "--max-new-tokens: must be an integer, got 1.5"},
+      {"generate --prompt x --max-new-tokens 99999999999999999999",
+       "--max-new-tokens: must be at most 2147483647, got 99999999999999999999"},
+      {"generate --prompt x --max-new-tokens 3000000000", "--max-new-tokens: must be at most 2147483647, got 3000000000"},
+      {"generate --prompt x --top-k 1e3", "--top-k: must be an integer, got 1e3"},
   };
   for (const auto& [args, message] : usage) {
     CAPTURE(args);

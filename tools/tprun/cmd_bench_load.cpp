@@ -334,7 +334,7 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   CLI::App* ct = app.add_subcommand("comm-test", "communicator self-test with rank-dependent data (for gpu_check.sh)");
   ct->group("");  // hidden from --help
   ct->add_option("--hold-seconds", c->hold_seconds, "keep all_reducing this long (kill tests)")
-      ->check(tpshard::cli::non_negative());
+      ->check(tpshard::cli::non_negative_for(c->hold_seconds));
   ct->add_option("--fail-rank", c->fail_rank, "this rank throws an error after joining (failure tests)");
   ct->add_option("--max-mib", c->max_mib, "bytes of the bandwidth all_reduce")->capture_default_str()
       ->check(tpshard::cli::integer_in_range(1, 65536));

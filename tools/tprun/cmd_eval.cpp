@@ -64,28 +64,32 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
   tqa->add_option("--data", o->data_path,
                   "questions: HF rc.nocontext JSON/JSONL, the original {\"Data\": [...]} JSON, or llm-foundry JSONL")
       ->required();
-  tqa->add_option("--shots", o->shots, "few-shot examples in the prompt (default 5)")->check(tpshard::cli::non_negative());
+  tqa->add_option("--shots", o->shots, "few-shot examples in the prompt (default 5)")
+      ->check(tpshard::cli::non_negative_for(o->shots));
   tqa->add_option("--shots-from", o->shots_from,
                   "take the shots from this file's first records (default: the first records of --data, "
                   "which are then not scored)");
   tqa->add_option("--max-new-tokens", o->max_new_tokens, "tokens generated per answer at most (default 10)")
-      ->check(tpshard::cli::positive());
-  tqa->add_option("--batch-size", o->batch_size,
-                  "questions per batch and per durable write (default 48; --max-batch sets how many decode together)")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::positive_for(o->max_new_tokens));
+  tqa->add_option(
+         "--batch-size", o->batch_size,
+         "questions per batch and per durable write (default 48; --max-batch sets how many decode together)")
+      ->check(tpshard::cli::positive_for(o->batch_size));
   tqa->add_option("--limit", o->limit, "score only the first N questions (after the shots)")
       ->check(tpshard::cli::integer_in_range(1, INT64_MAX, "a run scores at least one question"));
   tqa->add_option("--output", o->output_path, "predictions JSONL (default: DATA_STEM.predictions.jsonl)");
   tqa->add_option("--summary", o->summary_path, "summary JSON (default: OUTPUT.summary.json)");
-  tqa->add_option("--temperature", o->sampling.temperature, "0 = greedy (default)")->check(tpshard::cli::non_negative());
-  tqa->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = off)")->check(tpshard::cli::non_negative());
+  tqa->add_option("--temperature", o->sampling.temperature, "0 = greedy (default)")
+      ->check(tpshard::cli::non_negative_for(o->sampling.temperature));
+  tqa->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = off)")
+      ->check(tpshard::cli::non_negative_for(o->sampling.top_k));
   tqa->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass (1 = off)")->check(tpshard::cli::fraction(false));
   tqa->add_option("--seed", o->sampling.seed, "sampling seed")->check(tpshard::cli::uint64_value());
   tqa->add_option("--on-bad-record", *bad, "malformed record: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   tqa->add_option("--progress-interval", o->progress_interval_s,
                   "seconds between progress lines when stderr is not a terminal (default 10)")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::positive_for(o->progress_interval_s));
   g.preflight.push_back([tqa, o, bad, &g] {
     if (!tqa->parsed()) return;
     check_triviaqa_options(*o, g.primary_process);

@@ -39,15 +39,18 @@ struct GenerateOptions {
 };
 
 void add_sampling_options(CLI::App* sub, SamplingParams& p) {
-  sub->add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most")->check(tpshard::cli::non_negative());
+  sub->add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most")
+      ->check(tpshard::cli::non_negative_for(p.max_new_tokens));
   sub->add_option("--min-new-tokens", p.min_new_tokens, "EOS is suppressed until this many tokens")
-      ->check(tpshard::cli::non_negative());
-  sub->add_option("--temperature", p.temperature, "0 = greedy (default)")->check(tpshard::cli::non_negative());
-  sub->add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")->check(tpshard::cli::non_negative());
+      ->check(tpshard::cli::non_negative_for(p.min_new_tokens));
+  sub->add_option("--temperature", p.temperature, "0 = greedy (default)")
+      ->check(tpshard::cli::non_negative_for(p.temperature));
+  sub->add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")
+      ->check(tpshard::cli::non_negative_for(p.top_k));
   sub->add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")->check(tpshard::cli::fraction(false));
   sub->add_option("--min-p", p.min_p, "drop tokens below min_p * p_max (0 = off)")->check(tpshard::cli::fraction(true));
   sub->add_option("--repetition-penalty", p.repetition_penalty, "CTRL repetition penalty (1 = off)")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::positive_for(p.repetition_penalty));
   sub->add_option("--seed", p.seed, "sampling seed (per request stream = f(seed, request index, step))")
       ->check(tpshard::cli::uint64_value());
   sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output")
@@ -274,7 +277,7 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   gen->add_option("--input", o->input, "JSONL file of {\"id\", \"prompt\", optional sampling overrides}");
   gen->add_option("--output", o->output, "JSONL results (resumable: ids already there are skipped)");
   gen->add_option("--batch-size", o->batch_size, "JSONL: requests per batch (default --max-batch)")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::positive_for(o->batch_size));
   gen->add_option("--on-bad-record", o->on_bad_record, "JSONL: malformed input line: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   add_sampling_options(gen, o->params);

@@ -71,19 +71,21 @@ int main(int argc, char** argv) {
   bool no_verify = false;
   app.add_option("model_dir", g.session.model_dir, "converted model directory (tpshard convert output)")->required();
   app.add_option("--tp", g.session.tp_size, "tensor-parallel size (one of those in the manifest)")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::positive_for(g.session.tp_size));
   app.add_option("--device", device, "cpu, cuda or auto (cuda when built with it and a GPU is visible)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--max-batch", g.session.max_batch, "kv_cache slots (sequences decoded together)")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::positive_for(g.session.max_batch));
   app.add_option("--max-seq-len", g.session.max_seq_len,
                  "positions per kv_cache slot (default: min(max_position_embeddings, 2048))")
-      ->check(tpshard::cli::positive());
+      ->check(tpshard::cli::positive_for(g.session.max_seq_len));
   app.add_option("--threads", g.session.cpu_threads, "CPU: threads per rank (default: cores / tp)")
       ->check(tpshard::cli::cpu_threads_per_rank());
   app.add_flag("--no-verify", no_verify, "skip the per-tensor XXH3 check while loading");
-  app.add_option("--nnodes", g.session.nnodes, "CUDA: number of nodes (one tprun each)")->check(tpshard::cli::positive());
-  app.add_option("--node-rank", g.session.node_rank, "CUDA: index of this node")->check(tpshard::cli::non_negative());
+  app.add_option("--nnodes", g.session.nnodes, "CUDA: number of nodes (one tprun each)")
+      ->check(tpshard::cli::positive_for(g.session.nnodes));
+  app.add_option("--node-rank", g.session.node_rank, "CUDA: index of this node")
+      ->check(tpshard::cli::non_negative_for(g.session.node_rank));
   app.add_option("--master-addr", g.session.master_addr, "CUDA: HOST:PORT of the rendezvous on node 0");
   app.require_subcommand(1);
 
