@@ -145,7 +145,9 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
       // what an input holds (or a missing file): 1
       {m + " generate --input " + dir + "/missing.jsonl --output " + out,
        "error: generate --input " + dir + "/missing.jsonl: no such file\n", 1},
-      {m + " logits --ids 1,x", "error: logits --ids: \"x\" is not a token id\n", 1},
+      {m + " logits --ids 1,x", "error: logits --ids: \"x\" is not a token id\n", 2},  // a malformed value: usage
+      {m + " detokenize --ids 1,abc", "error: detokenize --ids: \"abc\" is not a token id\n", 2},
+      {m + " logits --ids 1,999999", "error: logits --ids: token id 999999 is outside the vocabulary of ", 1},
       {m + " tokenize --file " + dir + "/missing.txt", "error: tokenize --file " + dir + "/missing.txt: no such file\n", 1},
       {m + " tokenize --file " + dir, "error: tokenize --file " + dir + ": is a directory, not a file\n", 1},
   };
@@ -166,6 +168,31 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
   REQUIRE(t.code == 0);
   CHECK(v.out == t.out);
   CHECK(v.out.find('.') != std::string::npos);  // e.g. "0.1.0\n"
+}
+
+TEST_CASE("tprun: a model directory without a tokenizer is refused before any weight loads") {
+  namespace fs = std::filesystem;
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-no-tokenizer";
+  fs::remove_all(dir);
+  fs::copy(ux_model_dir(), dir, fs::copy_options::recursive);
+  for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"}) fs::remove(fs::path(dir) / f);
+  std::ofstream(dir + "/q.jsonl") << "{\"question\": \"q\", \"answer\": {\"aliases\": [\"a\"]}}\n";
+  std::vector<std::string> commands = {"generate --prompt x", "chat --prompt x"};
+  if (has_eval()) commands.push_back("eval triviaqa --data " + dir + "/q.jsonl --shots 0 --output " + dir + "/p.jsonl");
+  for (const std::string& c : commands) {
+    CAPTURE(c);
+    const UxRun r = run_tprun(dir + " --device cpu " + c);
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find("error: " + dir + ": the model directory has no tokenizer.json or tokenizer.model\n") !=
+                      std::string::npos, r.err);
+    CHECK_MESSAGE(r.err.find("tprun: backend") == std::string::npos, r.err);  // refused before loading
+    CHECK(r.out.empty());
+  }
+  CHECK_FALSE(fs::exists(dir + "/p.jsonl"));
+  // logits --ids needs no tokenizer
+  const UxRun ids = run_tprun(dir + " --device cpu logits --ids 1,2");
+  CHECK(ids.code == 0);
+  CHECK(ids.out.rfind("{\"ids\":[1,2],\"logits\":[", 0) == 0);
 }
 
 TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {

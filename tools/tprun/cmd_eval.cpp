@@ -95,8 +95,7 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
     check_triviaqa_options(*o, g.primary_process);
     if (g.checked_by_launcher) return;
     // Records, --shots and prompt lengths, as the job checks them (bad records reported here, not again).
-    const PreflightModel m = load_preflight_model(g.session);
-    if (!m.tokenizer) return;  // the run reports it
+    const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
     eval::TriviaQaOptions checked = *o;
     checked.on_bad_record = eval::parse_bad_record_policy(*bad);
     eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process);
@@ -106,8 +105,7 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
     o->warn_skipped = false;  // the preflight reported them before loading
     o->model_dir = g.session.model_dir;
     run_on_ranks(g.session, [&](RankContext& ctx) {
-      TPS_CHECK(ctx.tokenizer != nullptr, g.session.model_dir + ": the model directory has no tokenizer",
-                "copy the model's tokenizer.json next to manifest.json");
+      if (ctx.tokenizer == nullptr) throw no_tokenizer_error(g.session.model_dir);
       eval::run_triviaqa_eval(ctx, *o);
     });
   });

@@ -177,10 +177,7 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
 }
 
 void require_tokenizer(const RankContext& ctx) {
-  TPS_CHECK(ctx.tokenizer != nullptr,
-            ctx.manifest ? ctx.model_dir + ": the model directory has no tokenizer.json or tokenizer.model"
-                         : std::string("no tokenizer"),
-            "copy the model's tokenizer.json next to manifest.json, or use `tprun MODEL logits --ids ...`");
+  if (ctx.tokenizer == nullptr) throw no_tokenizer_error(ctx.model_dir);
 }
 
 /// The checks of `generate` that need no model: option combinations, the JSONL input readable, the
@@ -209,8 +206,7 @@ void check_generate_options(const GenerateOptions& o) {
 /// JSONL line, as the job reads it) tokenized and checked with check_request, with the same error text
 /// the run gives. --on-bad-record skip: bad lines are reported here (primary process) and not again.
 void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
-  const PreflightModel m = load_preflight_model(g.session);
-  if (!m.tokenizer) return;  // require_tokenizer reports it in the run
+  const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
   const bool jsonl = !o.input.empty();
   if (jsonl) {
 #if TPRUN_JSONL
@@ -294,8 +290,10 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   chat->add_option("--system", c->system, "optional system message");
   add_sampling_options(chat, c->params);
   chat->callback([&g, c] { run_chat(g, *c); });
-  g.preflight.push_back([chat, c] {
-    if (chat->parsed()) check_sampling_options("chat", c->params);
+  g.preflight.push_back([chat, c, &g] {
+    if (!chat->parsed()) return;
+    check_sampling_options("chat", c->params);
+    if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);  // before any weight loads
   });
 }
 

@@ -9,33 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/manifest.h"
 #include "tools/tprun/commands.h"
 
 namespace tpshard::tprun {
-
-namespace {
-
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    while (used < item.size() && item[used] == ' ') ++used;
-    TPS_CHECK(used == item.size() && !item.empty() && v >= 0 && v <= INT32_MAX,
-              "logits --ids: \"" + item + "\" is not a token id", "pass comma-separated ids, e.g. --ids 1,15043,3186");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  return ids;
-}
-
-}  // namespace
 
 void add_logits_command(CLI::App& app, GlobalOptions& g) {
   struct Opts {
@@ -46,12 +23,20 @@ void add_logits_command(CLI::App& app, GlobalOptions& g) {
   auto* ids_opt = sub->add_option("--ids", o->ids, "comma-separated token ids");
   auto* text_opt = sub->add_option("--text", o->text, "text, encoded with the model's tokenizer (with BOS etc.)");
   ids_opt->excludes(text_opt);
-  g.preflight.push_back([sub, ids_opt, text_opt] {
-    if (sub->parsed())
-      check_usage(ids_opt->count() + text_opt->count() == 1, "logits: pass --ids or --text", "e.g. --ids 1,15043");
+  g.preflight.push_back([sub, ids_opt, text_opt, o, &g] {
+    if (!sub->parsed()) return;
+    check_usage(ids_opt->count() + text_opt->count() == 1, "logits: pass --ids or --text", "e.g. --ids 1,15043");
+    if (!ids_opt->count()) return;
+    // Before any weights load: a malformed list (usage, exit 2), an id the model has no row for (exit 1).
+    const int64_t vocab = load_manifest(g.session.model_dir).model.vocab_size;
+    for (const int32_t id : parse_token_ids(o->ids, "logits --ids"))
+      TPS_CHECK(id < vocab, "logits --ids: token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                g.session.model_dir + " (ids 0.." + std::to_string(vocab - 1) + ")",
+                "pass ids below " + std::to_string(vocab) + ", or --text to encode text with the model's tokenizer");
   });
   sub->callback([&g, o, text_opt] {
-    const std::vector<int32_t> given = o->ids.empty() ? std::vector<int32_t>{} : parse_ids(o->ids);
+    const std::vector<int32_t> given =
+        o->ids.empty() ? std::vector<int32_t>{} : parse_token_ids(o->ids, "logits --ids");
     SessionOptions so = g.session;
     so.max_batch = 1;
     run_on_ranks(so, [&](RankContext& ctx) {

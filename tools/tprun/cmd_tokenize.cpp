@@ -17,27 +17,6 @@
 namespace tpshard::tprun {
 namespace {
 
-std::vector<int32_t> parse_id_list(const std::string& s) {
-  std::vector<int32_t> ids;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    TPS_CHECK(!item.empty() && used == item.size() && v >= 0 && v <= INT32_MAX,
-              "detokenize --ids: \"" + item + "\" is not a token id", "pass comma-separated ids, e.g. --ids 1,15043,3186");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  return ids;
-}
-
 std::string read_file(const std::string& path) {
   cli::check_input_file("tokenize --file", path);  // missing, a directory, unreadable: named, with a fix
   std::ifstream in(path, std::ios::binary);
@@ -77,8 +56,9 @@ void add_tokenize_commands(CLI::App& app, GlobalOptions& g) {
   detok->add_option("--ids", o->ids, "comma-separated token ids, e.g. 1,15043,3186")->required();
   detok->add_flag("--skip-special", o->skip_special, "leave out special tokens (BOS, EOS, ...)");
   detok->callback([&g, o] {
+    const std::vector<int32_t> ids = parse_token_ids(o->ids, "detokenize --ids");  // before loading anything
     const auto tokenizer = Tokenizer::load(g.session.model_dir);
-    const std::string text = tokenizer->decode(parse_id_list(o->ids), o->skip_special);
+    const std::string text = tokenizer->decode(ids, o->skip_special);
     std::printf("%s\n", text.c_str());
   });
 }

@@ -1,7 +1,9 @@
 // commands.h: the tprun subcommands. main.cpp parses the global options and registers each
 // subcommand; each cmd_*.cpp owns one subcommand's options, its preflight checks and its run function.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,30 @@ class UsageError : public Error {
 /// Throws UsageError(what, hint) when cond is false.
 inline void check_usage(bool cond, const std::string& what, const std::string& hint) {
   if (!cond) throw UsageError(what, hint);
+}
+
+/// The token ids of a comma-separated list ("1,15043,3186"; spaces around an item are ignored).
+/// Throws UsageError "LABEL: \"x\" is not a token id" (exit 2) for an item that is not an integer in
+/// 0..2^31-1. `label` names the option in messages ("logits --ids").
+inline std::vector<int32_t> parse_token_ids(const std::string& s, const std::string& label) {
+  std::vector<int32_t> ids;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check_usage(!item.empty() && used == item.size() && v >= 0 && v <= INT32_MAX,
+                label + ": \"" + item + "\" is not a token id", "pass comma-separated ids, e.g. --ids 1,15043,3186");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
 }
 
 /// bench-load where it cannot run. It measures loading shards into GPU memory, so it needs a CUDA build

@@ -17,7 +17,7 @@ namespace tpshard::tprun {
 
 struct PreflightModel {
   ModelConfig config;                    ///< the manifest's model config
-  std::unique_ptr<Tokenizer> tokenizer;  ///< nullptr: the model dir has no tokenizer (the run reports that)
+  std::unique_ptr<Tokenizer> tokenizer;  ///< nullptr: the model dir has no tokenizer (no_tokenizer_error)
   int64_t max_seq_len = 0;               ///< positions per kv_cache slot, as the backends compute it
   int64_t model_seq_limit = 0;           ///< the model's own context (model_seq_limit in runtime/generate.h)
 };
@@ -34,6 +34,22 @@ inline PreflightModel load_preflight_model(const SessionOptions& s) {
   if (fs::exists(fs::path(s.model_dir) / "tokenizer.json") || fs::exists(fs::path(s.model_dir) / "tokenizer.model"))
     p.tokenizer = Tokenizer::load(s.model_dir);
   return p;
+}
+
+/// The error of a command that needs a tokenizer (generate, chat, eval) on a model directory without
+/// tokenizer.json or tokenizer.model; thrown by the preflight checks (before any weight loads) and by
+/// the run (a worker whose launcher ran them).
+inline Error no_tokenizer_error(const std::string& model_dir) {
+  return Error(model_dir + ": the model directory has no tokenizer.json or tokenizer.model",
+               "copy the model's tokenizer.json next to manifest.json (tpshard convert copies it when the "
+               "checkpoint has one), or use `tprun MODEL logits --ids ...`");
+}
+
+/// load_preflight_model, throwing no_tokenizer_error when the directory has no tokenizer.
+inline PreflightModel load_preflight_model_with_tokenizer(const SessionOptions& s) {
+  PreflightModel m = load_preflight_model(s);
+  if (!m.tokenizer) throw no_tokenizer_error(s.model_dir);
+  return m;
 }
 
 }  // namespace tpshard::tprun
