@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "format/error.h"
+#include "format/json_error.h"
 #include "format/hash.h"
 #include "format/shard_file.h"
 
@@ -90,7 +91,7 @@ Manifest load_manifest(const std::string& model_dir) {
   try {
     j = json::parse(f);
   } catch (const json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what(), kRerun);
+    throw Error(path + ": invalid JSON: " + json_error_text(e), kRerun);
   }
   if (!j.is_object()) throw Error(path + ": not a JSON object", kRerun);
   if (j.contains("format") && j["format"] != "tpshard")  // always written; older manifests have it too

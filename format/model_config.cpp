@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "format/error.h"
+#include "format/json_error.h"
 
 namespace tpshard {
 
@@ -119,7 +120,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& path) {
     return parse_hf_config_impl(j, path);
   } catch (const json::exception& e) {
     // A field of the wrong JSON type (e.g. "hidden_act": 3): name the file, never crash.
-    throw Error(path + ": unexpected value type: " + e.what(), "fix config.json (compare with the model's original config)");
+    throw Error(path + ": unexpected value type: " + json_error_text(e), "fix config.json (compare with the model's original config)");
   }
 }
 
@@ -234,7 +235,7 @@ json read_json_file(const std::string& path) {
   try {
     return json::parse(f);
   } catch (const json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what(), "the file is corrupt; download it again");
+    throw Error(path + ": invalid JSON: " + json_error_text(e), "the file is corrupt; download it again");
   }
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_error.h"
 #include "format/shard_layout.h"
 
 namespace tpshard {
@@ -59,7 +60,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     try {
       h = nlohmann::json::parse(map_ + 8, map_ + 8 + n);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(path + ": header is not valid JSON: " + e.what(), kBadFile);
+      throw Error(path + ": header is not valid JSON: " + json_error_text(e), kBadFile);
     }
     if (!h.is_object()) throw Error(path + ": header is not a JSON object", kBadFile);
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -156,7 +157,7 @@ Checkpoint::Checkpoint(const std::string& hf_dir) {
     try {
       j = nlohmann::json::parse(f);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(index_path + ": invalid JSON: " + e.what(), "download the index file again");
+      throw Error(index_path + ": invalid JSON: " + json_error_text(e), "download the index file again");
     }
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       throw Error(index_path + ": no \"weight_map\" object", "download the index file again");

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_error.h"
 
 namespace tpshard {
 namespace {
@@ -271,7 +272,7 @@ ChatTemplate load_chat_template(const std::string& model_dir) {
     try {
       config = nlohmann::json::parse(config_text);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(config_path + ": not valid JSON (" + e.what() + ")", "restore the file from the source checkpoint");
+      throw Error(config_path + ": not valid JSON (" + json_error_text(e) + ")", "restore the file from the source checkpoint");
     }
     if (!config.is_object()) throw Error(config_path + ": expected a JSON object", "restore the file from the source checkpoint");
   }

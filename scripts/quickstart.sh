@@ -26,5 +26,6 @@ printf '%s' "$PROMPT"
 status=0
 build/bin/tprun models/stories260K --tp "$TP" --device auto \
   generate --prompt "$PROMPT" --max-new-tokens "${MAX_NEW_TOKENS:-200}" 2> "$ERR" || status=$?
+[ "$status" -eq 0 ] || echo  # the prompt was printed without a newline; keep the error on its own line
 cat "$ERR" >&2
 exit "$status"

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_error.h"
 
 namespace tpshard {
 namespace {
@@ -19,7 +20,7 @@ nlohmann::json read_json_if_exists(const std::filesystem::path& p) {
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(p.string() + ": not valid JSON (" + e.what() + ")", "re-download or regenerate the file");
+    throw Error(p.string() + ": not valid JSON (" + json_error_text(e) + ")", "re-download or regenerate the file");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_error.h"
 #include "tokenizer/utf8.h"
 
 namespace tpshard {
@@ -91,7 +92,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path
   try {
     j = json::parse(in);
   } catch (const json::exception& e) {
-    throw Error(json_path + ": not valid JSON (" + e.what() + ")", "re-download the tokenizer.json");
+    throw Error(json_path + ": not valid JSON (" + json_error_text(e) + ")", "re-download the tokenizer.json");
   }
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
   t->path_ = json_path;
@@ -108,7 +109,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path
     if (what.rfind(json_path, 0) == 0) throw;
     throw Error(json_path + ": " + what, e.hint());
   } catch (const json::exception& e) {
-    throw Error(json_path + ": unexpected layout (" + e.what() + ")", "is this a Hugging Face tokenizer.json?");
+    throw Error(json_path + ": unexpected layout (" + json_error_text(e) + ")", "is this a Hugging Face tokenizer.json?");
   }
 
   t->vocab_size_ = t->model_->size();

@@ -455,4 +455,11 @@ TEST_CASE("tpshard verify: the shards' tensors must match manifest.json's model 
   CHECK_MESSAGE(v.rfind("error: " + path + ": \"format\" is \"gguf\", not \"tpshard\"\n", 0) == 0, v);
   write_text(path, original.dump(2));
   CHECK(run_tpshard("verify " + (d / "out"), log) == 0);
+  // A shard file that is not there: named, with a hint that fits (not "the file is corrupt").
+  fs::rename(d / "out/tp2/rank1.tps", d / "rank1.tps");
+  CHECK(run_tpshard("verify " + (d / "out"), log) == 1);
+  v = read_text(log);
+  CHECK_MESSAGE(v.find((d / "out/tp2/rank1.tps") + ": missing (listed in manifest.json)") != std::string::npos, v);
+  CHECK_MESSAGE(v.find("\nhint: the directory is incomplete") != std::string::npos, v);
+  fs::rename(d / "rank1.tps", d / "out/tp2/rank1.tps");
 }

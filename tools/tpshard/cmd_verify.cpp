@@ -21,6 +21,8 @@ namespace tpshard::cli {
 namespace {
 
 const char* kHint = "the file is corrupt: re-run tpshard convert (or copy the directory again)";
+const char* kMissingHint =
+    "the directory is incomplete: copy it again from where it was converted, or re-run tpshard convert";
 const char* kModelHint =
     "manifest.json's \"model\" section does not describe these shards (edited after conversion?): restore "
     "manifest.json from the conversion, or re-run tpshard convert";
@@ -68,7 +70,7 @@ void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_s
 size_t verify_shard(const std::string& dir, const std::string& path, const Manifest& m, int tp_size,
                     const ManifestShard& s) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": missing (listed in manifest.json)", kHint);
+  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": missing (listed in manifest.json)", kMissingHint);
   if (static_cast<uint64_t>(st.st_size) != s.bytes)
     throw Error(path + ": " + std::to_string(st.st_size) + " bytes, manifest.json says " + std::to_string(s.bytes), kHint);
   const ShardReader r(path);
@@ -121,7 +123,7 @@ int run_verify(const std::string& dir, int tp_size) {
                 first_hint);
   for (const auto& t : m.tokenizer_files) {
     struct stat st {};
-    if (::stat((dir + "/" + t).c_str(), &st) != 0) throw Error(dir + "/" + t + ": missing (listed in manifest.json)", kHint);
+    if (::stat((dir + "/" + t).c_str(), &st) != 0) throw Error(dir + "/" + t + ": missing (listed in manifest.json)", kMissingHint);
   }
   check_tokenizer_loads(dir, "the tokenizer is corrupt: copy it again from the checkpoint, or re-run tpshard convert");
   std::printf("verified %zu shard file(s), %zu tensors: all hashes match\n", files, tensors);
