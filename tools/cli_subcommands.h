@@ -170,8 +170,10 @@ inline std::optional<Error> explain_unexpected_option(const CLI::App& app, const
 /// nullopt: CLI11's own message, unchanged ("--tp: must be > 0, got 0", "--out is required", "Could not
 /// convert: --tp = 1.5"), as an Error whose hint names the --help of the command level that owns the
 /// option the message is about (its first "--name", or a positional's "name:" prefix; the deepest
-/// parsed level when none is found): "`tprun MODEL_DIR --help` lists the options".
-inline Error explain_parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string& usage) {
+/// parsed level when none is found): "`tprun --help` lists the options" for the top level (`program`:
+/// MODEL_DIR may be what is missing), "`tprun MODEL_DIR generate --help` ..." below it (`usage`).
+inline Error explain_parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string& program,
+                                 const std::string& usage) {
   std::vector<const CLI::App*> chain{&app};  // the parsed command levels, outermost first
   while (!chain.back()->get_subcommands().empty()) chain.push_back(chain.back()->get_subcommands().front());
   const std::string what = e.what();
@@ -190,7 +192,7 @@ inline Error explain_parse_error(const CLI::App& app, const CLI::ParseError& e, 
       }
     }
   }
-  std::string path = usage;
+  std::string path = level == 0 ? program : usage;
   for (std::size_t l = 1; l <= level; ++l) path += " " + chain[l]->get_name();
   return Error(what, "`" + path + " --help` lists the options");
 }

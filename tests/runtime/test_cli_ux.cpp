@@ -95,7 +95,7 @@ TEST_CASE("tprun and tpshard: a usage error exits 2 in both tools; --help (and t
       {"tprun", "/nonexistent-model generate --promt hi", "error: tprun MODEL_DIR generate: unknown option --promt\n"},
       {"tpshard", "inspect /nonexistent-model --zzzzzzzz", "error: tpshard inspect: unknown option --zzzzzzzz\n"},
       {"tprun", "/nonexistent-model --tp 0 generate --prompt hi",
-       "error: --tp: must be > 0, got 0\nhint: `tprun MODEL_DIR --help` lists the options\n"},  // a global option
+       "error: --tp: must be > 0, got 0\nhint: `tprun --help` lists the options\n"},  // a global option
       {"tpshard", "inspect /nonexistent-model --tp 0",
        "error: --tp: must be > 0, got 0\nhint: `tpshard inspect --help` lists the options\n"},  // CLI11: 105
       {"tpshard", "convert " + std::string(TPSHARD_FIXTURES_DIR) + "/stories260K", "error: --out is required\n"},  // 106

@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     std::optional<tpshard::Error> why = tpshard::cli::explain_subcommand_error(app, e, "tprun MODEL_DIR");
     if (!why) why = tpshard::cli::explain_unexpected_option(app, e, "tprun", "tprun MODEL_DIR",
                                                            std::vector<std::string>(argv + 1, argv + argc));
-    if (!why) why = tpshard::cli::explain_parse_error(app, e, "tprun MODEL_DIR");  // CLI11's message
+    if (!why) why = tpshard::cli::explain_parse_error(app, e, "tprun", "tprun MODEL_DIR");  // CLI11's message
     std::fprintf(stderr, "error: %s\nhint: %s\n", why->what(), why->hint().c_str());
     return 2;
   } catch (const ExitNow& e) {

@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
     std::optional<tpshard::Error> why = cli::explain_subcommand_error(app, e, "tpshard");
     if (!why) why = cli::explain_unexpected_option(app, e, "tpshard", "tpshard",
                                                            std::vector<std::string>(argv + 1, argv + argc));
-    if (!why) why = cli::explain_parse_error(app, e, "tpshard");  // CLI11's message; its code (100 and up) is dropped
+    // CLI11's own message, with our hint; its exit code (100 and up, by error class) is dropped
+    if (!why) why = cli::explain_parse_error(app, e, "tpshard", "tpshard");
     std::fprintf(stderr, "error: %s\nhint: %s\n", why->what(), why->hint().c_str());
     return 2;
   }
