@@ -231,4 +231,12 @@ void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, c
               "re-run tpshard convert, or copy the whole converted directory");
 }
 
+void check_shard_dtype(const ShardReader& shard, DType dtype) {
+  for (const TensorRecord& t : shard.tensors())
+    if (t.dtype != dtype)
+      throw Error(shard.path() + ": tensor " + t.name + " is " + dtype_name(t.dtype) + ", manifest.json's \"dtype\" says " +
+                      dtype_name(dtype),
+                  "manifest.json was edited after conversion: restore it from the conversion, or re-run tpshard convert");
+}
+
 }  // namespace tpshard

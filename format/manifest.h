@@ -67,4 +67,10 @@ const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, con
 /// An entry without table_xxh3 (a manifest written before it was recorded) passes silently.
 void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, const std::string& model_dir);
 
+/// Throws Error naming the first tensor of `shard` that is not in `dtype`, manifest.json's "dtype"
+/// (tpshard convert writes every tensor in it): a "dtype" edited after conversion, which would make
+/// tpshard plan and the memory checks misjudge the kv_cache. Reads only the tensor table. Called by
+/// both runtime backends after check_shard_belongs, and by tpshard verify.
+void check_shard_dtype(const ShardReader& shard, DType dtype);
+
 }  // namespace tpshard

@@ -74,6 +74,7 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
                     std::to_string(opts.tp_size),
                 "the model directory is inconsistent; re-run tpshard convert");
       check_shard_belongs(reader, ms, opts.model_dir);
+      check_shard_dtype(reader, manifest.dtype);
       ThreadComm comm(group, rank);
       ThreadPool pool(threads);
       cpu::ModelWeights weights = cpu::load_weights(reader, config, layout, opts.verify_hashes);

@@ -236,7 +236,7 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
     if (!tok)
       throw Error(path_ + ": decode: token id " + std::to_string(id) + " is not in the vocabulary (size " +
                       std::to_string(vocab_size_) + ")",
-                  "the ids come from a different tokenizer or model; check vocab_size in config.json");
+                  "pass ids this tokenizer has (0 up to its vocabulary size - 1); these come from a different tokenizer or model");
     tokens.push_back(*tok);
   }
   if (!decoder_) {

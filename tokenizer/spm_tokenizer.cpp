@@ -68,7 +68,7 @@ std::string SpmTokenizer::decode(const std::vector<int32_t>& ids, bool skip_spec
   for (int32_t id : ids) {
     if (id < 0 || id >= n)
       throw Error(path_ + ": decode: token id " + std::to_string(id) + " is not in the vocabulary (size " + std::to_string(n) + ")",
-                  "the ids come from a different tokenizer or model; check vocab_size in config.json");
+                  "pass ids this tokenizer has (0 up to its vocabulary size - 1); these come from a different tokenizer or model");
     if (skip_special_tokens && is_special(id)) continue;
     keep.push_back(id);
   }

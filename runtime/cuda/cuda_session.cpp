@@ -170,6 +170,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
                   std::to_string(worker.tp_size()),
               "the manifest and shard files do not match; re-run tpshard convert");
     check_shard_belongs(shard, shards.at(size_t(rank)), opts.model_dir);
+    check_shard_dtype(shard, manifest.dtype);
     const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -145,8 +146,12 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
       // what an input holds (or a missing file): 1
       {m + " generate --input " + dir + "/missing.jsonl --output " + out,
        "error: generate --input " + dir + "/missing.jsonl: no such file\n", 1},
-      {m + " logits --ids 1,x", "error: logits --ids: \"x\" is not a token id\n", 2},  // a malformed value: usage
-      {m + " detokenize --ids 1,abc", "error: detokenize --ids: \"abc\" is not a token id\n", 2},
+      // a malformed --ids list: usage, 2
+      {m + " logits --ids 1,x", "error: logits --ids: \"x\" is not a token id (an integer in 0..2147483647)\n", 2},
+      {m + " detokenize --ids 1,abc", "error: detokenize --ids: \"abc\" is not a token id (an integer in 0..2147483647)\n", 2},
+      {m + " logits --ids ''", "error: logits --ids: no ids given\n", 2},
+      {m + " logits --ids 1,", "error: logits --ids: has an empty item in '1,'\n", 2},
+      {m + " detokenize --ids 1,,2", "error: detokenize --ids: has an empty item in '1,,2'\n", 2},
       {m + " logits --ids 1,999999", "error: logits --ids: token id 999999 is outside the vocabulary of ", 1},
       {m + " tokenize --file " + dir + "/missing.txt", "error: tokenize --file " + dir + "/missing.txt: no such file\n", 1},
       {m + " tokenize --file " + dir, "error: tokenize --file " + dir + ": is a directory, not a file\n", 1},
@@ -170,14 +175,15 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
   CHECK(v.out.find('.') != std::string::npos);  // e.g. "0.1.0\n"
 }
 
-TEST_CASE("tprun: a model directory without a tokenizer is refused before any weight loads") {
+TEST_CASE("tprun: a model directory without a tokenizer is refused before any weight loads (generate, chat, eval, "
+          "logits --text)") {
   namespace fs = std::filesystem;
   const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-no-tokenizer";
   fs::remove_all(dir);
   fs::copy(ux_model_dir(), dir, fs::copy_options::recursive);
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"}) fs::remove(fs::path(dir) / f);
   std::ofstream(dir + "/q.jsonl") << "{\"question\": \"q\", \"answer\": {\"aliases\": [\"a\"]}}\n";
-  std::vector<std::string> commands = {"generate --prompt x", "chat --prompt x"};
+  std::vector<std::string> commands = {"generate --prompt x", "chat --prompt x", "logits --text x"};
   if (has_eval()) commands.push_back("eval triviaqa --data " + dir + "/q.jsonl --shots 0 --output " + dir + "/p.jsonl");
   for (const std::string& c : commands) {
     CAPTURE(c);
@@ -193,6 +199,27 @@ TEST_CASE("tprun: a model directory without a tokenizer is refused before any we
   const UxRun ids = run_tprun(dir + " --device cpu logits --ids 1,2");
   CHECK(ids.code == 0);
   CHECK(ids.out.rfind("{\"ids\":[1,2],\"logits\":[", 0) == 0);
+}
+
+TEST_CASE("tprun: shards in another dtype than manifest.json's \"dtype\" (edited after conversion) are refused") {
+  namespace fs = std::filesystem;
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-dtype-edit";
+  fs::remove_all(dir);
+  fs::copy(ux_model_dir(), dir, fs::copy_options::recursive);
+  std::ifstream in(dir + "/manifest.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "\"dtype\": \"";
+  const std::size_t at = text.find(key);
+  REQUIRE(at != std::string::npos);
+  const std::size_t end = text.find('"', at + key.size());
+  const std::string dtype = text.substr(at + key.size(), end - at - key.size());
+  const std::string other = dtype == "bf16" ? "f16" : "bf16";
+  text.replace(at + key.size(), dtype.size(), other);
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << text;
+  const UxRun r = run_tprun(dir + " --device cpu generate --prompt x --max-new-tokens 2");
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.err.find(" is " + dtype + ", manifest.json's \"dtype\" says " + other + "\n") != std::string::npos, r.err);
+  CHECK(r.out.empty());
 }
 
 TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {

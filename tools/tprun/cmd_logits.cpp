@@ -11,6 +11,7 @@
 #include "format/error.h"
 #include "format/manifest.h"
 #include "tools/tprun/commands.h"
+#include "tools/tprun/preflight_model.h"
 
 namespace tpshard::tprun {
 
@@ -26,7 +27,10 @@ void add_logits_command(CLI::App& app, GlobalOptions& g) {
   g.preflight.push_back([sub, ids_opt, text_opt, o, &g] {
     if (!sub->parsed()) return;
     check_usage(ids_opt->count() + text_opt->count() == 1, "logits: pass --ids or --text", "e.g. --ids 1,15043");
-    if (!ids_opt->count()) return;
+    if (text_opt->count()) {  // --text needs the tokenizer: refused here, before any weight loads
+      if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);
+      return;
+    }
     // Before any weights load: a malformed list (usage, exit 2), an id the model has no row for (exit 1).
     const int64_t vocab = load_manifest(g.session.model_dir).model.vocab_size;
     for (const int32_t id : parse_token_ids(o->ids, "logits --ids"))
@@ -42,7 +46,7 @@ void add_logits_command(CLI::App& app, GlobalOptions& g) {
     run_on_ranks(so, [&](RankContext& ctx) {
       std::vector<int32_t> ids = given;
       if (text_opt->count()) {
-        TPS_CHECK(ctx.tokenizer != nullptr, "logits --text: the model directory has no tokenizer", "use --ids");
+        if (ctx.tokenizer == nullptr) throw no_tokenizer_error(ctx.model_dir);
         ids = ctx.tokenizer->encode(o->text, true);
       }
       TPS_CHECK(!ids.empty(), "logits: no tokens", "pass at least one id");

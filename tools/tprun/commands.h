@@ -3,7 +3,6 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,27 +53,32 @@ inline void check_usage(bool cond, const std::string& what, const std::string& h
 }
 
 /// The token ids of a comma-separated list ("1,15043,3186"; spaces around an item are ignored).
-/// Throws UsageError "LABEL: \"x\" is not a token id" (exit 2) for an item that is not an integer in
-/// 0..2^31-1. `label` names the option in messages ("logits --ids").
+/// Throws UsageError (exit 2) naming `label` ("logits --ids"): for an empty list, an empty item ("1,,2",
+/// "1,") and an item that is not an integer in 0..2^31-1.
 inline std::vector<int32_t> parse_token_ids(const std::string& s, const std::string& label) {
+  const std::string hint = "pass comma-separated ids, e.g. --ids 1,15043,3186";
+  check_usage(s.find_first_not_of(' ') != std::string::npos, label + ": no ids given", hint);
   std::vector<int32_t> ids;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     while (!item.empty() && item.front() == ' ') item.erase(item.begin());
     while (!item.empty() && item.back() == ' ') item.pop_back();
-    size_t used = 0;
+    check_usage(!item.empty(), label + ": has an empty item in '" + s + "'", hint);
+    std::size_t used = 0;
     long long v = -1;
     try {
       v = std::stoll(item, &used);
     } catch (const std::exception&) {
       used = 0;
     }
-    check_usage(!item.empty() && used == item.size() && v >= 0 && v <= INT32_MAX,
-                label + ": \"" + item + "\" is not a token id", "pass comma-separated ids, e.g. --ids 1,15043,3186");
+    check_usage(used == item.size() && v >= 0 && v <= INT32_MAX,
+                label + ": \"" + item + "\" is not a token id (an integer in 0.." + std::to_string(INT32_MAX) + ")",
+                hint);
     ids.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos) return ids;
+    start = comma + 1;
   }
-  return ids;
 }
 
 /// bench-load where it cannot run. It measures loading shards into GPU memory, so it needs a CUDA build

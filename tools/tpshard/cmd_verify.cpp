@@ -55,14 +55,11 @@ void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_s
                       shape_text(want.local_shape) + " at tp_rank " + std::to_string(tp_rank) + " of " +
                       std::to_string(tp_size),
                   kModelHint);
-    if (rec->dtype != m.dtype)  // tpshard convert writes every tensor in the manifest's dtype
-      throw Error(path + ": tensor " + t.name + " is " + dtype_name(rec->dtype) + ", manifest.json's \"dtype\" says " +
-                      dtype_name(m.dtype),
-                  "manifest.json was edited after conversion: restore it from the conversion, or re-run tpshard convert");
   }
   for (const TensorRecord& rec : r.tensors())
     if (!planned.count(rec.name))
       throw Error(path + ": holds tensor " + rec.name + ", which " + section + " does not call for", kModelHint);
+  check_shard_dtype(r, m.dtype);
 }
 
 /// Check one shard file against its manifest entry; returns its tensor count, or throws Error naming
