@@ -77,8 +77,11 @@ struct TpLayout {
   int64_t first_kv_head(int tp_rank, const ModelConfig& c) const;
 };
 
-/// Compute the partition. Throws Error naming the numbers when num_attention_heads, num_key_value_heads
-/// (or its replication) or intermediate_size are not divisible by tp_size.
+/// The largest tp_size make_tp_layout accepts (tpshard convert --tp refuses larger values as usage errors).
+constexpr int kMaxTpSize = 1024;
+
+/// Compute the partition. Throws Error naming the numbers when tp_size is outside 1..kMaxTpSize, or when
+/// num_attention_heads, num_key_value_heads (or its replication) or intermediate_size are not divisible by it.
 TpLayout make_tp_layout(const ModelConfig& c, int tp_size);
 
 }  // namespace tpshard

@@ -35,8 +35,9 @@ int64_t TpLayout::first_kv_head(int tp_rank, const ModelConfig& c) const {
 }
 
 TpLayout make_tp_layout(const ModelConfig& c, int tp_size) {
-  if (tp_size < 1 || tp_size > 1024)
-    throw Error("tp_size " + std::to_string(tp_size) + " is out of range", "use a tp_size between 1 and 1024");
+  if (tp_size < 1 || tp_size > kMaxTpSize)
+    throw Error("tp_size " + std::to_string(tp_size) + " is out of range",
+                "use a tp_size between 1 and " + std::to_string(kMaxTpSize));
   const std::string problem = tp_problem(c, tp_size);
   if (!problem.empty()) {
     std::string ok;

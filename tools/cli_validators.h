@@ -119,11 +119,12 @@ inline CLI::Validator uint64_value() {
       "INT in 0..2^64-1", "Uint64");
 }
 
-/// Accepts one comma-separated list of integers >= 1 ("2", "1,2,4"). Refuses empty items ("2,,4", "2,"),
-/// which CLI11's own ->delimiter(',') drops silently. Pair with int_list_values() after parsing.
-inline CLI::Validator positive_int_list() {
+/// Accepts one comma-separated list of integers in 1..max ("2", "1,2,4"). Refuses empty items ("2,,4",
+/// "2,"), which CLI11's own ->delimiter(',') drops silently. `what` names the bound in its message
+/// ("the largest tp_size"). Pair with int_list_values() after parsing.
+inline CLI::Validator positive_int_list(int max = 999999999, const std::string& what = "") {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
+      [max, what](std::string& s) -> std::string {
         std::size_t start = 0;
         while (true) {
           const std::size_t comma = s.find(',', start);
@@ -135,7 +136,9 @@ inline CLI::Validator positive_int_list() {
           char* end = nullptr;
           errno = 0;
           (void)std::strtol(item.c_str(), &end, 10);
-          if (*end != '\0' || errno == ERANGE || item.size() > 9) return "must be an integer, got " + item;
+          if (*end != '\0' || errno == ERANGE) return "must be an integer, got " + item;
+          if (item.size() > 9 || std::strtol(item.c_str(), nullptr, 10) > max)
+            return "must be at most " + std::to_string(max) + (what.empty() ? "" : " (" + what + ")") + ", got " + item;
           if (comma == std::string::npos) return {};
           start = comma + 1;
         }

@@ -123,6 +123,8 @@ TEST_CASE("tpshard refuses odd numeric options with the valid range, writing not
   const std::vector<std::pair<std::string, std::string>> cases = {
       {convert + " --tp 0", "--tp: must be > 0, got 0"},
       {convert + " --tp 1,-2", "--tp: must be > 0, got -2"},
+      {convert + " --tp 1,2048", "--tp: must be at most 1024 (the largest tp_size), got 2048"},
+      {convert + " --tp 999999999999", "--tp: must be at most 1024 (the largest tp_size), got 999999999999"},
       {convert + " --threads 1000", "--threads: must be an integer in 0..256 (0 = min(cores, 8)), got 1000"},
       {convert + " --threads -1", "--threads: must be an integer in 0..256 (0 = min(cores, 8)), got -1"},
       {"inspect " + (d / "hf") + " --tp 0", "--tp: must be > 0, got 0"},

@@ -12,6 +12,7 @@
 #include "tools/stdout_status.h"
 #include "format/convert/fs_util.h"
 #include "format/error.h"
+#include "format/model_config.h"
 #include "tools/tpshard/commands.h"
 
 int main(int argc, char** argv) {
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   convert->add_option("-o,--out", copt.out_dir, "output directory (must not exist unless --force)")->required();
   std::vector<std::string> tp_lists;  // "1,2" items; split after parsing (CLI11's delimiter drops "2,,4"'s empty item)
   convert->add_option("--tp", tp_lists, "tp sizes to produce, comma separated")->default_str("1")
-      ->check(tpshard::cli::positive_int_list());
+      ->check(tpshard::cli::positive_int_list(tpshard::kMaxTpSize, "the largest tp_size"));
   convert->add_option("--dtype", copt.dtype, "keep|fp16|bf16|fp32")->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}))->default_str("keep");
   convert->add_option("--compress", compress, "none|zstd[:level]|zstd-planes[:level] (per-tensor zstd, 2-D tensors)")->default_str("none");
   convert->add_option("--threads", copt.threads, "worker threads (default: min(cores, 8))")
