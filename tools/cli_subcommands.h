@@ -91,6 +91,14 @@ inline std::string shell_word(const std::string& word) {
   return quoted + "'";
 }
 
+/// The command levels parse() went through, outermost first: app, then the subcommand parsed at each
+/// level (at most one per level in our tools).
+inline std::vector<const CLI::App*> parsed_levels(const CLI::App& app) {
+  std::vector<const CLI::App*> chain{&app};
+  while (!chain.back()->get_subcommands().empty()) chain.push_back(chain.back()->get_subcommands().front());
+  return chain;
+}
+
 }  // namespace detail
 
 /// Call after app.parse threw `e`, with the command line's words after the program name (`args`).
@@ -105,8 +113,7 @@ inline std::optional<Error> explain_unexpected_option(const CLI::App& app, const
                                                       const std::string& program, const std::string& usage,
                                                       const std::vector<std::string>& args) {
   if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return std::nullopt;
-  std::vector<const CLI::App*> chain{&app};  // the parsed command levels, outermost first
-  while (!chain.back()->get_subcommands().empty()) chain.push_back(chain.back()->get_subcommands().front());
+  const std::vector<const CLI::App*> chain = detail::parsed_levels(app);
 
   // The leftover option word that comes first on the command line, and the level that left it over.
   std::size_t best_pos = args.size();
@@ -174,8 +181,7 @@ inline std::optional<Error> explain_unexpected_option(const CLI::App& app, const
 /// MODEL_DIR may be what is missing), "`tprun MODEL_DIR generate --help` ..." below it (`usage`).
 inline Error explain_parse_error(const CLI::App& app, const CLI::ParseError& e, const std::string& program,
                                  const std::string& usage) {
-  std::vector<const CLI::App*> chain{&app};  // the parsed command levels, outermost first
-  while (!chain.back()->get_subcommands().empty()) chain.push_back(chain.back()->get_subcommands().front());
+  const std::vector<const CLI::App*> chain = detail::parsed_levels(app);
   const std::string what = e.what();
   std::string name;
   if (const std::size_t at = what.find("--"); at != std::string::npos) {
