@@ -328,6 +328,7 @@ ABLATIONS = [
     ("GEMV: register batches, 8 warps per block, one warp per row",
      {"TPSHARD_GEMV_WARPS": "8", "TPSHARD_GEMV_ROW_WARPS": "1"}, 1),
     ("GEMV: register batches of 8 warps at every tp size", {"TPSHARD_GEMV_POLICY": "registers", "TPSHARD_GEMV_WARPS": "8"}, 2),
+    ("all_reduce + add_norm: flag protocol instead of pushed (lamport) rows", {"TPSHARD_NO_LAMPORT_ALL_REDUCE": "1"}, 2),
     ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
     ("vocab argmax: one block per row (not split over blocks)", {"TPSHARD_NO_ARGMAX_SPLIT": "1"}, 1),
     ("GPT-NeoX: MLP down half of the combined GEMV after attention, not during it", {"TPSHARD_NO_X2_EARLY": "1"}, 1),

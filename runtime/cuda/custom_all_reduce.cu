@@ -30,7 +30,9 @@ namespace {
 //                 block b; written ONLY by rank r (remotely), read only by this rank
 //   [2D+F, +C)    counters[kBlocks] (uint32): epoch = number of calls block b of this rank has started;
 //                 read and written only by block b of this rank's kernels
-// All zero at creation.
+//   then          the lamport path's counters and receive buffers (custom_all_reduce_protocol.cuh,
+//                 all_reduce_norm.cu), which no other kernel touches
+// All zero at creation, except the lamport receive buffers: every 16-bit element -0.0 (empty).
 //
 // Protocol of call (epoch) e, the same kernel on every rank, kBlocks blocks; block b owns packs
 // [b*per, (b+1)*per) of the message (per = ceil(packs / kBlocks), one pack = 16 bytes; the same chunking
@@ -176,6 +178,18 @@ uint64_t process_id() {
   return id;
 }
 
+__global__ void fill_empty_kernel(uint32_t* p, size_t words) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words;
+       i += size_t(gridDim.x) * blockDim.x)
+    p[i] = 0x80008000u;  // two empty (-0.0) 16-bit elements
+}
+
+/// Mark bytes (a multiple of 4) at p as empty lamport elements, on stream.
+cudaError_t fill_empty(uint8_t* p, size_t bytes, cudaStream_t stream) {
+  fill_empty_kernel<<<256, 256, 0, stream>>>(reinterpret_cast<uint32_t*>(p), bytes / 4);
+  return cudaGetLastError();
+}
+
 bool disabled_by_env() {
   const char* v = std::getenv("TPSHARD_NO_CUSTOM_ALL_REDUCE");
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
@@ -254,6 +268,7 @@ bool CustomAllReduce::init(HostExchange& exchange, cudaStream_t stream, size_t m
   size_ = exchange.size();
   max_bytes_ = max_bytes;
   timeout_ns_ = timeout_from_env();
+  lamport_ = std::getenv("TPSHARD_NO_LAMPORT_ALL_REDUCE") == nullptr;
   auto fail = [&](const std::string& why) {
     release();
     if (why_not) *why_not = why;
@@ -284,13 +299,18 @@ bool CustomAllReduce::init(HostExchange& exchange, cudaStream_t stream, size_t m
     if (local_why.empty() &&
         (e = cudaDeviceGetPCIBusId(mine.pci_bus_id, sizeof(mine.pci_bus_id) - 1, device_)) != cudaSuccess)
       local_why = cuda_why("cudaDeviceGetPCIBusId", e);
-    const size_t region_bytes = 2 * data_bytes_ + kFlagsBytes + kCountersBytes;
+    const size_t lamport_at =
+        2 * data_bytes_ + kFlagsBytes + kCountersBytes + car_protocol::kLamportCountersBytes;
+    const size_t region_bytes = lamport_at + car_protocol::kLamportDataBytes;
     if (local_why.empty() && (e = cudaMalloc(&region_, region_bytes)) != cudaSuccess) {
       region_ = nullptr;
       local_why = cuda_why(("cudaMalloc of " + std::to_string(region_bytes) + " bytes").c_str(), e);
     }
     if (local_why.empty() && (e = cudaMemsetAsync(region_, 0, region_bytes, stream)) != cudaSuccess)
       local_why = cuda_why("cudaMemsetAsync", e);
+    if (local_why.empty() && (e = fill_empty(static_cast<uint8_t*>(region_) + lamport_at,
+                                             car_protocol::kLamportDataBytes, stream)) != cudaSuccess)
+      local_why = cuda_why("filling the lamport receive buffers", e);
     // The zeroing must be complete before any peer can signal into this region (after the exchanges).
     if (local_why.empty() && (e = cudaStreamSynchronize(stream)) != cudaSuccess)
       local_why = cuda_why("cudaStreamSynchronize after zeroing the region", e);

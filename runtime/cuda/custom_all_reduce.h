@@ -47,13 +47,13 @@ class CustomAllReduce {
 
   /// Collective over the ranks of `exchange` (every rank constructs it, same max_bytes). Allocates on the
   /// current device one IPC-shareable region of 2 x max_bytes (rounded up to 16) of data + flags + call
-  /// counters, zeroes it on `stream` and synchronizes it, exchanges (hostname, pid, device ordinal, PCI bus
-  /// id, cudaIpcMemHandle_t, raw pointer) with exchange.all_gather, and maps every peer's region:
-  /// cudaIpcOpenMemHandle for peers in other processes, cudaDeviceEnablePeerAccess + the raw pointer for
-  /// peers in this process (ranks as threads, as in tools/bench_generate).
-  /// Throws Error (the same decision on every rank, so no rank is left waiting) when it cannot work:
-  /// disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE, tp_size not in 2..8, max_bytes 0, ranks on different hosts,
-  /// no peer access between the devices, an allocation or IPC call failed on some rank.
+  /// counters + 3 MiB of lamport receive buffers, initializes it on `stream` and synchronizes it, exchanges
+  /// (hostname, pid, device ordinal, PCI bus id, cudaIpcMemHandle_t, raw pointer) with exchange.all_gather,
+  /// and maps every peer's region: cudaIpcOpenMemHandle for peers in other processes,
+  /// cudaDeviceEnablePeerAccess + the raw pointer for peers in this process (ranks as threads, as in
+  /// tools/bench_generate). Throws Error (the same decision on every rank, so no rank is left waiting) when
+  /// it cannot work: disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE, tp_size not in 2..8, max_bytes 0, ranks on
+  /// different hosts, no peer access between the devices, an allocation or IPC call failed on some rank.
   CustomAllReduce(HostExchange& exchange, cudaStream_t stream, size_t max_bytes);
   /// The same with the exchange done through comm.all_gather_host and comm.stream() (the NCCL path).
   CustomAllReduce(DeviceCommunicator& comm, size_t max_bytes);
@@ -92,8 +92,17 @@ class CustomAllReduce {
   /// add_norm(p) (kernels/norm.cuh) with those summed rows as add0, in ONE kernel (all_reduce_norm.cu).
   /// The sum is in fp32 in rank order, rounded once to dtype, as all_reduce_sum; p.add0 is left as it
   /// was (not summed). Same collective rules as all_reduce_sum (every rank makes the same calls, in the
-  /// same order as its all_reduce_sum calls); one kernel, capturable. Throws Error when !add_norm_eligible(p).
+  /// same order as its all_reduce_sum calls); one kernel, capturable. Throws Error when
+  /// !add_norm_eligible(p). Calls of 16-bit dtypes whose message (n x hidden) is at most 128 KiB (8 decode
+  /// rows of 8,192) take the "lamport" path: each rank pushes its rows into the peers' receive buffers and
+  /// waits on its own memory until no element is -0.0 (all_reduce_norm.cu). Same bits as the flag path,
+  /// except that a partial sum of -0.0 is sent as +0.0 (which can change only the sign of an exact-zero sum).
   void all_reduce_add_norm(const AddNormParams& p, cudaStream_t stream);
+  /// True when all_reduce_add_norm(p) takes the lamport path (eligible, lamport on, 16-bit, <= 128 KiB).
+  bool lamport_eligible(const AddNormParams& p) const;
+  /// Switch the lamport path of all_reduce_add_norm on or off on this rank (default: on, off with
+  /// TPSHARD_NO_LAMPORT_ALL_REDUCE=1). Every rank must make the same choice before the same call.
+  void set_lamport(bool on) { lamport_ = on; }
 
   int tp_rank() const { return rank_; }
   int tp_size() const { return size_; }
@@ -117,6 +126,7 @@ class CustomAllReduce {
   void* region_ = nullptr;             ///< this rank's region (cudaMalloc), layout in custom_all_reduce.cu
   void* peer_region_[kMaxRanks] = {};  ///< every rank's region as seen from this device (own included)
   bool ipc_opened_[kMaxRanks] = {};    ///< peer_region_[r] came from cudaIpcOpenMemHandle (close it)
+  bool lamport_ = true;                ///< all_reduce_add_norm may take the lamport path
 };
 
 /// Every rank's region as mapped on this device, and the protocol parameters (passed by value into the

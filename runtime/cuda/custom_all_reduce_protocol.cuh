@@ -24,6 +24,17 @@ constexpr int kThreads = CustomAllReduce::kThreads;
 constexpr size_t kFlagsBytes = size_t(kBlocks) * kMaxRanks * sizeof(uint32_t);
 constexpr size_t kCountersBytes = size_t(kBlocks) * sizeof(uint32_t);
 
+/// After the counters: the receive buffers of the fused all_reduce + add_norm's "lamport" path
+/// (all_reduce_norm.cu): lamport_counters[kBlocks] u32, then data[kLamportSlots][kMaxRanks][kLamportBytes]:
+/// data[s][r] holds what rank r pushed into this rank's region on a call of slot s. Every 16-bit element
+/// is -0.0 (0x8000) while empty: set at creation, and again by this rank right after it read a row.
+constexpr size_t kLamportBytes = size_t(128)
+                                 << 10;  ///< largest message of the lamport path: 8 rows of 8,192 bf16
+constexpr int kLamportSlots = 3;
+constexpr size_t kLamportCountersBytes = size_t(kBlocks) * sizeof(uint32_t);
+constexpr size_t kLamportDataBytes = size_t(kLamportSlots) * kMaxRanks * kLamportBytes;
+constexpr uint16_t kLamportEmpty = 0x8000;  ///< -0.0 in f16 and bf16
+
 /// Every rank's region as mapped on this device, passed by value (graph replays see the same pointers).
 struct Regions {
   uint8_t* of[kMaxRanks];
@@ -111,6 +122,17 @@ __device__ __forceinline__ void handshake(const Regions& g, uint32_t epoch) {
     wait_flag(own + b * kMaxRanks + peer, epoch, g.timeout_ns, g.rank, peer);
   }
   __syncthreads();
+}
+
+/// This rank's lamport call counters (one per block; read and written only by that block of this rank).
+__device__ __forceinline__ uint32_t* lamport_counters(const Regions& g) {
+  return reinterpret_cast<uint32_t*>(region_of(g, g.rank) + 2 * g.data_bytes + kFlagsBytes + kCountersBytes);
+}
+
+/// Receive buffer data[slot][src] of rank dst's region (dst == own rank: where src's rows arrive).
+__device__ __forceinline__ uint4* lamport_buffer(const Regions& g, int dst, int slot, int src) {
+  return reinterpret_cast<uint4*>(region_of(g, dst) + 2 * g.data_bytes + kFlagsBytes + kCountersBytes +
+                                  kLamportCountersBytes + (size_t(slot) * kMaxRanks + src) * kLamportBytes);
 }
 
 /// Sum of one 16-byte pack of T over kRanks ranks, in rank order, in fp32; rounded once to T: the

@@ -505,10 +505,24 @@ TEST_CASE("CustomAllReduce::all_reduce_add_norm: sum over ranks + residual add +
               if (count * es <= kMaxBytes && sh.hidden % 8 == 0) f.add(what + ": not eligible");
               continue;  // every rank decides the same (same shapes), so no call is left unmatched
             }
+            // the flag path, then the lamport path (16-bit, <= 128 KiB) on the same inputs: same bits
+            car.set_lamport(false);
+            car.all_reduce_add_norm(p, s);
+            const std::vector<uint8_t> flag_res = download(d_res.ptr, count * 4, s);
+            const std::vector<uint8_t> flag0 = download(d_o0.ptr, count * es, s),
+                                       flag1 = download(d_o1.ptr, count * es, s);
+            car.set_lamport(true);
+            const bool lamport = t != DType::F32 && count * es <= (size_t(128) << 10);
+            if (car.lamport_eligible(p) != lamport)
+              f.add(what + ": lamport_eligible is not " + (lamport ? "true" : "false"));
+            up(d_res.ptr, residual.data(), count * 4);
             car.all_reduce_add_norm(p, s);
             const std::vector<uint8_t> got_part = download(d_part.ptr, count * es, s);
             const std::vector<uint8_t> got_res = download(d_res.ptr, count * 4, s);
             const std::vector<uint8_t> got0 = download(d_o0.ptr, count * es, s), got1 = download(d_o1.ptr, count * es, s);
+            if (got_res != flag_res || got0 != flag0 || got1 != flag1)
+              f.add(what + (lamport ? ": the lamport path" : ": the second call") +
+                    " differs from the flag path");
             if (got_part != part) f.add(what + ": the partial sums were modified");
             // reference: the documented all_reduce sum (rounded once to dtype), then add_norm in double
             const std::vector<uint8_t> sum = reference_sum(count, t, n, salt);
@@ -551,6 +565,103 @@ TEST_CASE("CustomAllReduce::all_reduce_add_norm: sum over ranks + residual add +
         }
       }
     });
+    f.report();
+  }
+}
+
+TEST_CASE(
+    "CustomAllReduce::all_reduce_add_norm, lamport path: a CUDA graph of five back-to-back calls of 1-8 "
+    "rows replayed 30 times with new data; every call equals the flag path bit for bit") {
+  if (!have_peer_gpus(2)) return;
+  short_spin_timeout();
+  for (int n : rank_counts(/*peers_only=*/false)) {
+    if (!all_peers(n)) continue;
+    Failures f;
+    run_with_car(n, f, [&](int rank, NcclCommunicator& comm, CustomAllReduce& car) {
+      cudaStream_t s = comm.stream();
+      const DType t = DType::BF16;
+      const int hidden = 4096;
+      const int rows[] = {1, 2, 1, 8, 3};  // the grid (one block per row) changes between calls
+      constexpr int kCalls = 5;
+      const size_t es = dtype_size(t);
+      std::vector<uint8_t> w(hidden * es);
+      for (int i = 0; i < hidden; ++i) store(w, i, t, 0.5f + 0.001f * float(i % 997));
+      DeviceMem d_w(hidden * es);
+      TPS_CUDA_CHECK(cudaMemcpyAsync(d_w.ptr, w.data(), w.size(), cudaMemcpyHostToDevice, s));
+      std::vector<std::unique_ptr<DeviceMem>> part, res, out;
+      std::vector<cuda::AddNormParams> params;
+      for (int c = 0; c < kCalls; ++c) {
+        const size_t count = size_t(rows[c]) * hidden;
+        part.push_back(std::make_unique<DeviceMem>(count * es));
+        res.push_back(std::make_unique<DeviceMem>(count * 4));
+        out.push_back(std::make_unique<DeviceMem>(count * es));
+        cuda::AddNormParams p;
+        p.residual = static_cast<float*>(res[c]->ptr);
+        p.add0 = part[c]->ptr;
+        p.weight0 = d_w.ptr;
+        p.out0 = out[c]->ptr;
+        p.dtype = t;
+        p.kind = NormKind::RmsNorm;
+        p.eps = 1e-5f;
+        p.n = rows[c];
+        p.hidden = hidden;
+        if (!car.lamport_eligible(p))
+          f.add("tp " + std::to_string(n) + ": call " + std::to_string(c) + " is not lamport-eligible");
+        params.push_back(p);
+      }
+      auto upload_inputs = [&](int replay) {
+        for (int c = 0; c < kCalls; ++c) {
+          const size_t count = size_t(rows[c]) * hidden;
+          const auto in = make_input(count, t, rank, 100 * replay + c);
+          std::vector<float> r(count);
+          for (size_t i = 0; i < count; ++i) r[i] = input_value(i, 31 + c, replay) * 3.0f;
+          TPS_CUDA_CHECK(cudaMemcpyAsync(part[c]->ptr, in.data(), in.size(), cudaMemcpyHostToDevice, s));
+          TPS_CUDA_CHECK(cudaMemcpyAsync(res[c]->ptr, r.data(), count * 4, cudaMemcpyHostToDevice, s));
+        }
+      };
+      auto results = [&]() {
+        std::vector<uint8_t> all;
+        for (int c = 0; c < kCalls; ++c) {
+          const size_t count = size_t(rows[c]) * hidden;
+          for (const auto& v : {download(res[c]->ptr, count * 4, s), download(out[c]->ptr, count * es, s)})
+            all.insert(all.end(), v.begin(), v.end());
+        }
+        return all;
+      };
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      TPS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (const auto& p : params) car.all_reduce_add_norm(p, s);
+      TPS_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      TPS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int k = 0; k < 30; ++k) {
+        upload_inputs(k);
+        TPS_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        const std::vector<uint8_t> got = results();
+        upload_inputs(k);
+        car.set_lamport(false);
+        for (const auto& p : params) car.all_reduce_add_norm(p, s);
+        car.set_lamport(true);
+        if (results() != got)
+          f.add("tp " + std::to_string(n) + " rank " + std::to_string(rank) + " replay " + std::to_string(k) +
+                ": the lamport graph differs from the flag path");
+        if (k % 7 == 2) {  // eager lamport calls between replays advance the same counters
+          upload_inputs(1000 + k);
+          for (const auto& p : params) car.all_reduce_add_norm(p, s);
+          const std::vector<uint8_t> eager = results();
+          upload_inputs(1000 + k);
+          car.set_lamport(false);
+          for (const auto& p : params) car.all_reduce_add_norm(p, s);
+          car.set_lamport(true);
+          if (results() != eager)
+            f.add("tp " + std::to_string(n) + " rank " + std::to_string(rank) + " eager after replay " +
+                  std::to_string(k) + ": lamport differs from the flag path");
+        }
+      }
+      TPS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      TPS_CUDA_CHECK(cudaGraphDestroy(graph));
+    });
+    INFO("tp " << n);
     f.report();
   }
 }
