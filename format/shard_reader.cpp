@@ -69,7 +69,17 @@ struct TableCursor {
 
 ShardReader::ShardReader(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(path + ": cannot open shard file: " + std::strerror(errno), "check the model directory (tpshard inspect)");
+  if (fd_ < 0) {
+    const int err = errno;
+    throw Error(
+        path + ": cannot open shard file: " + std::strerror(err),
+        err == ENOENT
+            ? "the model directory is incomplete: copy it again from where it was converted, or re-run "
+              "tpshard convert"
+        : err == EACCES
+            ? "make the model directory readable for this user (chmod -R a+rX DIR), or run as its owner"
+            : "check the model directory and the disk");
+  }
   try {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) throw Error(path + ": fstat failed: " + std::strerror(errno), "");

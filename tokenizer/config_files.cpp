@@ -14,14 +14,21 @@
 namespace tpshard {
 namespace {
 
+/// The JSON object in file p, or null when p does not exist. Throws Error naming p when it is not valid
+/// JSON or not an object (every file read here is a JSON object in Hugging Face checkpoints).
 nlohmann::json read_json_if_exists(const std::filesystem::path& p) {
   if (!std::filesystem::exists(p)) return nullptr;
   std::ifstream in(p);
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw Error(p.string() + ": not valid JSON (" + json_error_text(e) + ")", "re-download or regenerate the file");
   }
+  if (!j.is_object())
+    throw Error(p.string() + ": is JSON " + j.type_name() + ", not an object",
+                "re-download or regenerate the file");
+  return j;
 }
 
 // "bos_token": "<s>" or {"content": "<s>", ...} (transformers' AddedToken serialization).

@@ -19,8 +19,10 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
   if (fs::exists(json)) return HfTokenizer::from_file(json.string(), side);
   const fs::path model = fs::path(dir) / "tokenizer.model";
   if (fs::exists(model)) return SpmTokenizer::from_file(model.string(), side);
-  throw Error(dir + ": no tokenizer.json or tokenizer.model",
-              "copy the tokenizer files of the Hugging Face checkpoint into this directory (tpshard convert does it)");
+  throw Error(
+      dir + ": the directory has no tokenizer.json or tokenizer.model",
+      "copy the model's tokenizer.json (or tokenizer.model) into it (tpshard convert copies it when the "
+      "checkpoint has one)");
 }
 
 }  // namespace tpshard

@@ -191,7 +191,8 @@ inline void check_input_file(const std::string& option, const std::string& path)
   }
   TPS_CHECK(!S_ISDIR(st.st_mode), what + ": is a directory, not a file", "give the path of a file inside it");
   TPS_CHECK(::access(path.c_str(), R_OK) == 0, what + ": cannot be read (" + std::strerror(errno) + ")",
-            "make it readable (chmod u+r " + path + ") or run as a user who can read it");
+            "make it readable for this user (its owner can run chmod a+r " + path +
+                ") or run as a user who can read it");
 }
 
 /// Throws tpshard::Error unless `path` can be written: its directory exists and is writable, and the

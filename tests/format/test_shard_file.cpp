@@ -230,6 +230,12 @@ TEST_CASE("corrupt shard files are rejected with a specific message") {
           rehash_table(b);
         }).find("not 4096-aligned") != std::string::npos);
   CHECK(reader_error(d / "missing.tps").find("cannot open shard file") != std::string::npos);
+  try {  // the hint of a missing shard says the directory is incomplete (not "check the directory")
+    ShardReader r(d / "missing.tps");
+    FAIL("opened a missing shard");
+  } catch (const Error& e) {
+    CHECK(std::string(e.hint()).find("the model directory is incomplete") != std::string::npos);
+  }
 }
 
 TEST_CASE("duplicate tensor names are rejected by writer and reader") {

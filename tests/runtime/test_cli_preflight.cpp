@@ -197,10 +197,12 @@ TEST_CASE("tprun eval triviaqa: too many --shots and bad records fail before the
   const std::string notice = "tprun: eval triviaqa: predictions -> " + tmp + "/p.jsonl, summary -> " + tmp +
                              "/p.jsonl.summary.json\n";
 
-  check_preflight_error(pf_tprun(eval + "--data " + data + " --shots 40", tmp), notice,
-                        data + ": holds 32 records; --shots 40 takes the first ones as shots and leaves none to score",
-                        "lower --shots or give the shots with --shots-from");
-  check_preflight_error(pf_tprun(eval + "--data " + data + " --shots-from " + data + " --shots 40", tmp), notice,
+  // A refused run prints only its error: the notice naming the output files comes after every check.
+  check_preflight_error(
+      pf_tprun(eval + "--data " + data + " --shots 40", tmp), "",
+      data + ": holds 32 records; --shots 40 takes the first ones as shots and leaves none to score",
+      "lower --shots or give the shots with --shots-from");
+  check_preflight_error(pf_tprun(eval + "--data " + data + " --shots-from " + data + " --shots 40", tmp), "",
                         data + ": holds 32 records, fewer than --shots 40",
                         "lower --shots or give a larger --shots-from file");
 
@@ -213,15 +215,16 @@ TEST_CASE("tprun eval triviaqa: too many --shots and bad records fail before the
     bad += line + "\n";
   }
   pf_write(tmp + "/bad.jsonl", bad);
-  check_preflight_error(pf_tprun(eval + "--data bad.jsonl --shots 1", tmp), notice,
+  check_preflight_error(pf_tprun(eval + "--data bad.jsonl --shots 1", tmp), "",
                         "bad.jsonl:4: field 'question' is number, expected a string",
                         "fix or remove the record (--on-bad-record skip leaves it out)");
   const PfRun r = pf_tprun(eval + "--data bad.jsonl --shots 1 --max-new-tokens 2 --on-bad-record skip", tmp);
   INFO("stderr: " << r.err);
   REQUIRE(r.code == 0);
-  CHECK(r.err.rfind(notice + "warning: bad.jsonl:4: field 'question' is number, expected a string (skipped)\n"
-                             "warning: bad.jsonl:5:2: not valid JSON: syntax error while parsing value - invalid "
-                             "literal; last read: 'no' (skipped)\ntprun: backend cpu",
+  CHECK(r.err.rfind("warning: bad.jsonl:4: field 'question' is number, expected a string (skipped)\n"
+                    "warning: bad.jsonl:5:2: not valid JSON: syntax error while parsing value - invalid "
+                    "literal; last read: 'no' (skipped)\n" +
+                        notice + "tprun: backend cpu",
                     0) == 0);
   CHECK(r.err.find("(skipped)", r.err.find("backend cpu")) == std::string::npos);
   CHECK(r.out.find("triviaqa: n=5 ") != std::string::npos);

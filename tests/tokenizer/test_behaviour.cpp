@@ -338,3 +338,19 @@ TEST_CASE("tokenizer_config.json add_bos_token overrides the post-processor temp
   fs::remove_all(no_bos);
   fs::remove_all(with_bos);
 }
+
+TEST_CASE("a tokenizer_config.json that is valid JSON but not an object is refused, naming the file") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tpshard_tok_cfg_array_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(fixture("gpt2/tokenizer.json"), dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "tokenizer_config.json") << "[1, 2]";
+  try {
+    tpshard::Tokenizer::load(dir.string());
+    FAIL("loaded a tokenizer with an array as tokenizer_config.json");
+  } catch (const tpshard::Error& e) {
+    CHECK(std::string(e.what()) ==
+          (dir / "tokenizer_config.json").string() + ": is JSON array, not an object");
+  }
+  fs::remove_all(dir);
+}

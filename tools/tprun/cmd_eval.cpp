@@ -22,9 +22,8 @@ namespace {
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
 /// Before loading: --data / --shots-from readable, the predictions and summary files writable (the
-/// defaults resolved as the job resolves them). Then one stderr line names both files, and a second
-/// one says when the predictions file exists, since its questions are then reused, not generated.
-void check_triviaqa_options(const eval::TriviaQaOptions& o, bool print_notice) {
+/// defaults resolved as the job resolves them), and not the same file.
+void check_triviaqa_options(const eval::TriviaQaOptions& o) {
   cli::check_input_file("eval triviaqa --data", o.data_path);
   if (!o.shots_from.empty()) cli::check_input_file("eval triviaqa --shots-from", o.shots_from);
   const bool default_output = o.output_path.empty();
@@ -38,7 +37,15 @@ void check_triviaqa_options(const eval::TriviaQaOptions& o, bool print_notice) {
                          summary, o.summary_path.empty() ? "--output or --summary" : "--summary");
   cli::check_distinct_files("eval triviaqa", {{"--data", o.data_path}, {"--shots-from", o.shots_from}},
                             {{"--output", output}, {"--summary", summary}});
-  if (!print_notice) return;
+}
+
+/// One stderr line naming the predictions and summary files, and a second one when the predictions file
+/// exists, since its questions are then reused, not generated. Printed after every preflight check
+/// passed, so that a refused run prints only its error.
+void print_triviaqa_notice(const eval::TriviaQaOptions& o) {
+  const bool default_output = o.output_path.empty();
+  const std::string output = default_output ? eval::default_predictions_path(o.data_path) : o.output_path;
+  const std::string summary = o.summary_path.empty() ? output + ".summary.json" : o.summary_path;
   std::fprintf(stderr, "tprun: eval triviaqa: predictions -> %s%s, summary -> %s\n", absolute(output).c_str(),
                default_output ? " (default: DATA_STEM.predictions.jsonl in the current directory; --output to choose)"
                               : "",
@@ -92,13 +99,15 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
       ->check(tpshard::cli::positive_for(o->progress_interval_s));
   g.preflight.push_back([tqa, o, bad, &g] {
     if (!tqa->parsed()) return;
-    check_triviaqa_options(*o, g.primary_process);
-    if (g.checked_by_launcher) return;
-    // Records, --shots and prompt lengths, as the job checks them (bad records reported here, not again).
-    const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
-    eval::TriviaQaOptions checked = *o;
-    checked.on_bad_record = eval::parse_bad_record_policy(*bad);
-    eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process);
+    check_triviaqa_options(*o);
+    if (!g.checked_by_launcher) {
+      // Records, --shots and prompt lengths, as the job checks them (bad records reported here, not again).
+      const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
+      eval::TriviaQaOptions checked = *o;
+      checked.on_bad_record = eval::parse_bad_record_policy(*bad);
+      eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process);
+    }
+    if (g.primary_process) print_triviaqa_notice(*o);
   });
   tqa->callback([&g, o, bad] {
     o->on_bad_record = eval::parse_bad_record_policy(*bad);
