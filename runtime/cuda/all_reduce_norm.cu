@@ -165,24 +165,13 @@ __device__ __forceinline__ uint4 ld_volatile(const uint4* p) {
   return v;
 }
 
-/// Spin until the pack at p (pushed by rank `peer`) has no empty element; traps after timeout_ns (when
-/// non-zero), as wait_flag does.
+/// Spin until the pack at p (pushed by rank `peer`) has no empty element, with SpinTimeout.
 __device__ __forceinline__ uint4 wait_pack(const uint4* p, uint64_t timeout_ns, int rank, int peer) {
-  uint32_t polls = 0;
-  uint64_t start = 0;
+  SpinTimeout timeout(timeout_ns, rank, peer);
   for (;;) {
     const uint4 v = ld_volatile(p);
     if (!has_empty(v)) return v;
-    if (timeout_ns != 0 && (++polls & 0x3ffu) == 0) {
-      const uint64_t now = global_timer_ns();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > timeout_ns) {
-        printf("custom all_reduce (lamport): rank %d block %d waited %.1f s for rank %d; trapping\n", rank,
-               int(blockIdx.x), double(now - start) * 1e-9, peer);
-        __trap();
-      }
-    }
+    timeout.tick();
   }
 }
 
@@ -237,42 +226,46 @@ __global__ void __launch_bounds__(kThreads) lamport_add_norm_kernel(FusedParams 
   if (threadIdx.x == 0) *counter = call + 1;  // after block_sum's barriers: every thread has read it
 }
 
-template <typename T, bool kLayerNorm>
-cudaError_t launch_fused(int tp_size, bool lamport, const FusedParams& p, cudaStream_t stream) {
+/// The fused kernel of one protocol for kRanks ranks.
+template <typename T, bool kLayerNorm, bool kLamport, int kRanks>
+constexpr auto fused_kernel() {
+  if constexpr (kLamport)
+    return lamport_add_norm_kernel<T, kRanks, kLayerNorm>;
+  else
+    return all_reduce_add_norm_kernel<T, kRanks, kLayerNorm>;
+}
+
+template <typename T, bool kLayerNorm, bool kLamport>
+cudaError_t launch_ranks(int tp_size, dim3 grid, const FusedParams& p, cudaStream_t stream) {
   const dim3 block(kThreads);
-  if constexpr (sizeof(T) == 2) {
-    if (lamport) {
-      const dim3 grid(static_cast<unsigned>(p.a.n < kBlocks ? p.a.n : kBlocks));
-      switch (tp_size) {
-        case 2:
-          return launch_pdl(lamport_add_norm_kernel<T, 2, kLayerNorm>, grid, block, 0, stream, p);
-        case 3:
-          return launch_pdl(lamport_add_norm_kernel<T, 3, kLayerNorm>, grid, block, 0, stream, p);
-        case 4:
-          return launch_pdl(lamport_add_norm_kernel<T, 4, kLayerNorm>, grid, block, 0, stream, p);
-        case 5:
-          return launch_pdl(lamport_add_norm_kernel<T, 5, kLayerNorm>, grid, block, 0, stream, p);
-        case 6:
-          return launch_pdl(lamport_add_norm_kernel<T, 6, kLayerNorm>, grid, block, 0, stream, p);
-        case 7:
-          return launch_pdl(lamport_add_norm_kernel<T, 7, kLayerNorm>, grid, block, 0, stream, p);
-        case 8:
-          return launch_pdl(lamport_add_norm_kernel<T, 8, kLayerNorm>, grid, block, 0, stream, p);
-      }
-      return cudaErrorInvalidValue;
-    }
-  }
-  const dim3 grid(kBlocks);
   switch (tp_size) {
-    case 2: return launch_pdl(all_reduce_add_norm_kernel<T, 2, kLayerNorm>, grid, block, 0, stream, p);
-    case 3: return launch_pdl(all_reduce_add_norm_kernel<T, 3, kLayerNorm>, grid, block, 0, stream, p);
-    case 4: return launch_pdl(all_reduce_add_norm_kernel<T, 4, kLayerNorm>, grid, block, 0, stream, p);
-    case 5: return launch_pdl(all_reduce_add_norm_kernel<T, 5, kLayerNorm>, grid, block, 0, stream, p);
-    case 6: return launch_pdl(all_reduce_add_norm_kernel<T, 6, kLayerNorm>, grid, block, 0, stream, p);
-    case 7: return launch_pdl(all_reduce_add_norm_kernel<T, 7, kLayerNorm>, grid, block, 0, stream, p);
-    case 8: return launch_pdl(all_reduce_add_norm_kernel<T, 8, kLayerNorm>, grid, block, 0, stream, p);
+    case 2:
+      return launch_pdl(fused_kernel<T, kLayerNorm, kLamport, 2>(), grid, block, 0, stream, p);
+    case 3:
+      return launch_pdl(fused_kernel<T, kLayerNorm, kLamport, 3>(), grid, block, 0, stream, p);
+    case 4:
+      return launch_pdl(fused_kernel<T, kLayerNorm, kLamport, 4>(), grid, block, 0, stream, p);
+    case 5:
+      return launch_pdl(fused_kernel<T, kLayerNorm, kLamport, 5>(), grid, block, 0, stream, p);
+    case 6:
+      return launch_pdl(fused_kernel<T, kLayerNorm, kLamport, 6>(), grid, block, 0, stream, p);
+    case 7:
+      return launch_pdl(fused_kernel<T, kLayerNorm, kLamport, 7>(), grid, block, 0, stream, p);
+    case 8:
+      return launch_pdl(fused_kernel<T, kLayerNorm, kLamport, 8>(), grid, block, 0, stream, p);
   }
   return cudaErrorInvalidValue;
+}
+
+/// The lamport path (one block per row, at most kBlocks) for 16-bit T when `lamport`, else the flag path.
+template <typename T, bool kLayerNorm>
+cudaError_t launch_fused(int tp_size, bool lamport, const FusedParams& p, cudaStream_t stream) {
+  if constexpr (sizeof(T) == 2) {
+    if (lamport)
+      return launch_ranks<T, kLayerNorm, true>(
+          tp_size, dim3(static_cast<unsigned>(p.a.n < kBlocks ? p.a.n : kBlocks)), p, stream);
+  }
+  return launch_ranks<T, kLayerNorm, false>(tp_size, dim3(kBlocks), p, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -67,24 +67,34 @@ __device__ __forceinline__ uint8_t* region_of(const Regions& g, int r) {
   return out;
 }
 
-/// Spin until *flag >= epoch (mod 2^32); traps after timeout_ns (when non-zero) so that a dead peer gives
-/// an error instead of a hang.
-__device__ __forceinline__ void wait_flag(const uint32_t* flag, uint32_t epoch, uint64_t timeout_ns, int rank,
-                                          int peer) {
+/// The timeout of a spin loop that waits for a peer: call tick() once per poll. After timeout_ns (when
+/// non-zero) it prints which rank waited for which and traps, so that a dead peer gives an error (the
+/// stream reports cudaErrorLaunchFailure) instead of a hang. The clock is read every 1024 polls.
+struct SpinTimeout {
+  uint64_t timeout_ns;
+  int rank, peer;
   uint32_t polls = 0;
   uint64_t start = 0;
-  while (static_cast<int32_t>(ld_acquire_sys(flag) - epoch) < 0) {
-    if (timeout_ns != 0 && (++polls & 0x3ffu) == 0) {
-      const uint64_t now = global_timer_ns();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > timeout_ns) {
-        printf("custom all_reduce: rank %d block %d waited %.1f s for rank %d (epoch %u); trapping\n", rank,
-               int(blockIdx.x), double(now - start) * 1e-9, peer, epoch);
-        __trap();
-      }
+  __device__ __forceinline__ SpinTimeout(uint64_t timeout, int self, int waited_for)
+      : timeout_ns(timeout), rank(self), peer(waited_for) {}
+  __device__ __forceinline__ void tick() {
+    if (timeout_ns == 0 || (++polls & 0x3ffu) != 0) return;
+    const uint64_t now = global_timer_ns();
+    if (start == 0) {
+      start = now;
+    } else if (now - start > timeout_ns) {
+      printf("custom all_reduce: rank %d block %d waited %.1f s for rank %d; trapping\n", rank,
+             int(blockIdx.x), double(now - start) * 1e-9, peer);
+      __trap();
     }
   }
+};
+
+/// Spin until *flag >= epoch (mod 2^32), with SpinTimeout.
+__device__ __forceinline__ void wait_flag(const uint32_t* flag, uint32_t epoch, uint64_t timeout_ns, int rank,
+                                          int peer) {
+  SpinTimeout timeout(timeout_ns, rank, peer);
+  while (static_cast<int32_t>(ld_acquire_sys(flag) - epoch) < 0) timeout.tick();
 }
 
 /// Step 1 of a call, by the whole block: this block's epoch (its call counter + 1, stored back). Contains
