@@ -546,6 +546,15 @@ TEST_CASE("tprun / tpshard: a failed write to stdout is an error, not a silent s
   CHECK(std::system((bin + "/tpshard inspect " + dir + " >/dev/full 2>/dev/null").c_str()) != 0);
   CHECK(std::system((bin + "/tpshard verify " + dir + " >/dev/full 2>/dev/null").c_str()) != 0);
   CHECK(std::system((bin + "/tpshard verify " + dir + " >/dev/null 2>/dev/null").c_str()) == 0);
+  // generate: the error, and no closing stats line that would look like success
+  const std::string err = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-dev-full.err";
+  CHECK(std::system((bin + "/tprun " + dir +
+                     " --device cpu generate --prompt Once --max-new-tokens 4 >/dev/full 2>" + err)
+                        .c_str()) != 0);
+  std::ifstream f(err);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(text.find("error: tprun: writing to standard output failed") != std::string::npos);
+  CHECK(text.find("tprun: prefill") == std::string::npos);
 }
 
 TEST_CASE("tpshard convert: the model directory gets the umask's mode, not mkdtemp's 0700") {

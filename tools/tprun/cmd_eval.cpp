@@ -100,6 +100,7 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
   g.preflight.push_back([tqa, o, bad, &g] {
     if (!tqa->parsed()) return;
     check_triviaqa_options(*o);
+    g.resumable_job = true;
     if (!g.checked_by_launcher) {
       // Records, --shots and prompt lengths, as the job checks them (bad records reported here, not again).
       const PreflightModel m = load_preflight_model_with_tokenizer(g.session);

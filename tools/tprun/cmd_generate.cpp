@@ -83,7 +83,10 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
+/// The closing stats line on stderr; skipped when writing the generated text to stdout failed (main
+/// then reports the failed write and exits 1, so a failed run never prints a success line).
 void print_summary(const RankContext& ctx, const GenerationStats& s) {
+  if (std::ferror(stdout)) return;  // the printer flushed every output
   const double prefill_rate = s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0;
   const double decode_rate = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
   const uint64_t w = ctx.runner->weight_bytes(), kv = ctx.runner->kv_cache_bytes();
@@ -281,6 +284,7 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   g.preflight.push_back([gen, o, &g] {
     if (!gen->parsed()) return;
     check_generate_options(*o);
+    g.resumable_job = !o->input.empty();
     if (!g.checked_by_launcher) check_generate_requests(g, *o);
   });
 

@@ -28,6 +28,9 @@ struct GlobalOptions {
   /// True in a worker started by the tprun launcher, which already ran the preflight checks that read
   /// the model (tokenizer, every request): the worker skips those (they would only repeat the work).
   bool checked_by_launcher = false;
+  /// True for a job that writes its results to a file and resumes when rerun (generate --input/--output,
+  /// eval): set by its preflight check; the Ctrl-C message says so only then.
+  bool resumable_job = false;
 };
 
 void add_generate_command(CLI::App& app, GlobalOptions& g);    // cmd_generate.cpp  (generate, chat)

@@ -29,13 +29,20 @@ struct ExitNow {
   int code;
 };
 
-/// Ctrl-C / SIGTERM in a process that runs the command itself: end the streamed line and say what is
-/// kept, then exit 128 + signal as the default action would. Only async-signal-safe calls.
-void on_interrupt(int sig) {
-  static const char kMsg[] =
-      "\ntprun: interrupted; results already written are kept, and rerunning the same command resumes a "
-      "--input/--output or eval job\n";
+/// Ctrl-C / SIGTERM in a process that runs the command itself, then exit 128 + signal as the default
+/// action would. Only async-signal-safe calls.
+/// Text streamed to stdout (generate --prompt, chat): end the streamed line; nothing is resumable.
+void on_interrupt_streamed(int sig) {
+  static const char kMsg[] = "\ntprun: interrupted\n";
   (void)!::write(STDOUT_FILENO, "\n", 1);
+  (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+  ::_exit(128 + sig);
+}
+/// A job writing to files (generate --input/--output, eval): say what is kept and how to resume.
+void on_interrupt_resumable(int sig) {
+  static const char kMsg[] =
+      "\ntprun: interrupted; results already written are kept, and rerunning the same command resumes the "
+      "job\n";
   (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
   ::_exit(128 + sig);
 }
@@ -122,6 +129,7 @@ int main(int argc, char** argv) {
     if (rc >= 0) throw ExitNow{rc};
 #endif
     if (!worker) {
+      void (*on_interrupt)(int) = g.resumable_job ? on_interrupt_resumable : on_interrupt_streamed;
       std::signal(SIGINT, on_interrupt);
       std::signal(SIGTERM, on_interrupt);
     }
