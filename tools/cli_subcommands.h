@@ -7,14 +7,14 @@
 // (explain_parse_error). Owns only that explanation; parsing stays with CLI11 and printing with each
 // tool's main.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "format/error.h"
 
@@ -202,5 +202,26 @@ inline Error explain_parse_error(const CLI::App& app, const CLI::ParseError& e, 
   for (std::size_t l = 1; l <= level; ++l) path += " " + chain[l]->get_name();
   return Error(what, "`" + path + " --help` lists the options");
 }
+
+/// A CLI11 formatter whose usage line of a subcommand starts the way the top level is typed: "Usage:
+/// tprun MODEL_DIR [OPTIONS] generate [OPTIONS]". CLI11 2.1 prints "Usage: /path/to/tprun generate
+/// [OPTIONS]", which leaves out the top level's required positional. Set it on the top-level app before
+/// adding subcommands (they copy the parent's formatter when created).
+class UsageFormatter : public CLI::Formatter {
+ public:
+  explicit UsageFormatter(std::string usage) : usage_(std::move(usage)) {}
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    if (app->get_parent() != nullptr) {
+      const CLI::App* root = app;
+      while (root->get_parent() != nullptr) root = root->get_parent();
+      const std::string& root_name = root->get_name();
+      if (!root_name.empty() && name.rfind(root_name, 0) == 0) name = usage_ + name.substr(root_name.size());
+    }
+    return CLI::Formatter::make_usage(app, std::move(name));
+  }
+
+ private:
+  std::string usage_;
+};
 
 }  // namespace tpshard::cli

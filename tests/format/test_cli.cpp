@@ -111,7 +111,7 @@ TEST_CASE("tpshard: an unknown or missing subcommand is named with the choices")
   CHECK(run_tpshard("", log) == 2);
   CHECK(read_text(log) == "error: tpshard: no subcommand given\n" + hint);
   CHECK(run_tpshard("inspect", log) == 2);  // a missing required argument keeps CLI11's message
-  CHECK(read_text(log).find("model_dir is required") != std::string::npos);
+  CHECK(read_text(log).find("MODEL_DIR is required") != std::string::npos);
 }
 
 TEST_CASE("tpshard refuses odd numeric options with the valid range, writing nothing") {

@@ -122,8 +122,15 @@ TEST_CASE("tprun: an unknown or missing subcommand or eval task is named with th
   // MODEL_DIR forgotten: the subcommand's name was taken as the model directory.
   r = tprun("generate --prompt x");
   CHECK(r.code == 2);
-  CHECK(r.err == "error: tprun MODEL_DIR: no subcommand given ('generate' was read as model_dir)\n"
-                 "hint: give model_dir first, then the subcommand: `tprun MODEL_DIR generate ...`\n");
+  CHECK(r.err ==
+        "error: tprun MODEL_DIR: no subcommand given ('generate' was read as MODEL_DIR)\n"
+        "hint: give MODEL_DIR first, then the subcommand: `tprun MODEL_DIR generate ...`\n");
+  // A subcommand's help shows the whole command line, MODEL_DIR included (CLI11 alone leaves it out).
+  r = tprun(model + " generate --help");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("\nUsage: tprun MODEL_DIR [OPTIONS] generate [OPTIONS]\n") != std::string::npos);
+  r = tprun(model + " eval triviaqa --help");
+  CHECK(r.out.find("\nUsage: tprun MODEL_DIR [OPTIONS] eval triviaqa [OPTIONS]\n") != std::string::npos);
   // Other parse errors keep CLI11's own message.
   r = tprun(model + " generate extra");
   CHECK(r.code == 2);

@@ -71,12 +71,14 @@ void add_bench_load_unavailable(CLI::App& app, tpshard::tprun::GlobalOptions& g)
 int main(int argc, char** argv) {
   using namespace tpshard::tprun;
   CLI::App app{"tprun: run a tpshard-converted model with tensor parallelism (CPU threads or CUDA + NCCL)"};
+  app.formatter(std::make_shared<tpshard::cli::UsageFormatter>("tprun MODEL_DIR [OPTIONS]"));
   app.set_help_all_flag("--help-all", "help for every subcommand");
   app.set_version_flag("--version", tpshard::tool_version());
   GlobalOptions g;
   std::string device = "auto";
   bool no_verify = false;
-  app.add_option("model_dir", g.session.model_dir, "converted model directory (tpshard convert output)")->required();
+  app.add_option("MODEL_DIR", g.session.model_dir, "converted model directory (tpshard convert output)")
+      ->required();
   app.add_option("--tp", g.session.tp_size, "tensor-parallel size (one of those in the manifest)")
       ->check(tpshard::cli::positive_for(g.session.tp_size));
   app.add_option("--device", device, "cpu, cuda or auto (cuda when built with it and a GPU is visible)")

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   int tp = 0, rank = 0;
   bool tensors = false;
   auto* inspect = app.add_subcommand("inspect", "print the manifest and (with --tensors) the tensor table");
-  inspect->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
+  inspect->add_option("MODEL_DIR", model_dir, "directory written by tpshard convert")->required();
   inspect->add_option("--tp", tp, "only this tp size")->check(tpshard::cli::positive_for(tp));
   auto* tensors_flag = inspect->add_flag("--tensors", tensors, "list every tensor");
   inspect->add_option("--rank", rank, "tp_rank whose tensor table --tensors prints (default 0)")
@@ -52,13 +52,13 @@ int main(int argc, char** argv) {
       ->check(tpshard::cli::non_negative_for(rank));
 
   auto* verify = app.add_subcommand("verify", "recompute every tensor and file hash");
-  verify->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
+  verify->add_option("MODEL_DIR", model_dir, "directory written by tpshard convert")->required();
   verify->add_option("--tp", tp, "only this tp size (default: all)")->check(tpshard::cli::positive_for(tp));
 
   int64_t batch = 1, max_seq = 2048;
   double gpu_gib = 0;
   auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace");
-  plan->add_option("model_dir", model_dir, "directory written by tpshard convert")->required();
+  plan->add_option("MODEL_DIR", model_dir, "directory written by tpshard convert")->required();
   plan->add_option("--tp", tp, "tp size")->required()->check(tpshard::cli::positive_for(tp));
   plan->add_option("--batch", batch, "sequences per batch")
       ->required()
