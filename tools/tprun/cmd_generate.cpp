@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli_validators.h"
 #include "format/error.h"
-#include "runtime/process_memory.h"
 #include "runtime/generate.h"
+#include "runtime/process_memory.h"
+#include "tools/cli_validators.h"
+#include "tools/stdout_status.h"
 #include "tools/tprun/commands.h"
 #include "tools/tprun/preflight_model.h"
 #if __has_include("eval/generate_jsonl.h") && TPRUN_HAVE_EVAL
@@ -120,7 +121,7 @@ class OrderedPrinter {
                " tokens ---\n";
     while (current_ < done_.size() && !done_[current_].empty()) {
       std::fputc('\n', stdout);
-      std::fflush(stdout);
+      cli::flush_stdout();
       std::fputs(done_[current_].c_str(), stderr);
       if (++current_ < done_.size()) begin(current_);
     }
@@ -143,7 +144,7 @@ class OrderedPrinter {
 
   static void write_text(const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);  // before the next label on stderr, so a terminal shows both in order
+    cli::flush_stdout();  // before the next label on stderr, so a terminal shows both in order
   }
 
   std::vector<std::string> held_;  ///< text of prompts after current_, streamed but not printed yet
@@ -164,7 +165,7 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
   if (out && single) {
     cb.on_text = [](size_t, const std::string& piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+      cli::flush_stdout();
     };
   } else if (out) {
     printer = std::make_unique<OrderedPrinter>(prompts.size());
@@ -175,7 +176,7 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
   generate(*ctx.runner, *ctx.tokenizer, requests, cb, &stats);
   if (!out) return;
   if (single) std::fputc('\n', stdout);
-  std::fflush(stdout);
+  cli::flush_stdout();
   print_summary(ctx, stats);
 }
 
