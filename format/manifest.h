@@ -70,7 +70,7 @@ void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, c
 /// Throws Error naming the first tensor of `shard` that is not in `dtype`, manifest.json's "dtype"
 /// (tpshard convert writes every tensor in it): a "dtype" edited after conversion, which would make
 /// tpshard plan and the memory checks misjudge the kv_cache. Reads only the tensor table. Called by
-/// both runtime backends after check_shard_belongs, and by tpshard verify.
+/// both runtime backends after check_shard_belongs, and by tpshard verify and inspect.
 void check_shard_dtype(const ShardReader& shard, DType dtype);
 
 }  // namespace tpshard

@@ -449,6 +449,9 @@ TEST_CASE("tpshard verify: the shards' tensors must match manifest.json's model 
   v = read_text(log);
   CHECK_MESSAGE(v.find(" is " + dtype + ", manifest.json's \"dtype\" says " + other) !=
                     std::string::npos, v);
+  CHECK(run_tpshard("inspect " + (d / "out"), log) == 1);  // inspect reads the tensor tables too
+  v = read_text(log);
+  CHECK_MESSAGE(v.find(" is " + dtype + ", manifest.json's \"dtype\" says " + other) != std::string::npos, v);
   CHECK(edit_top("dtype", "q4") == 1);
   v = read_text(log);
   CHECK_MESSAGE(v.rfind("error: " + path + ": \"dtype\": unknown dtype 'q4'", 0) == 0, v);

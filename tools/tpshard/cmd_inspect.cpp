@@ -54,6 +54,7 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
                     std::to_string(r.header().tp_size) + ", manifest.json lists it as tp_rank " +
                     std::to_string(s.tp_rank) + " of tp_size " + std::to_string(size),
                 fix);
+      check_shard_dtype(r, m.dtype);  // a "dtype" edited in manifest.json (the tensor table only)
     }
   }
   // --tensors: (file, reader) of rank `rank` of each listed tp size
