@@ -21,16 +21,27 @@ namespace {
 
 std::string absolute(const std::string& path) { return std::filesystem::absolute(path).lexically_normal().string(); }
 
-/// Before loading: --data / --shots-from readable, the predictions and summary files writable (the
-/// defaults resolved as the job resolves them), and not the same file.
+/// The predictions and summary files of a run, defaults resolved as the job resolves them.
+struct TriviaQaFiles {
+  bool default_output;  ///< --output not given
+  std::string output, summary;
+  explicit TriviaQaFiles(const eval::TriviaQaOptions& o)
+      : default_output(o.output_path.empty()),
+        output(default_output ? eval::default_predictions_path(o.data_path) : o.output_path),
+        summary(o.summary_path.empty() ? output + ".summary.json" : o.summary_path) {}
+};
+
+/// Before loading: --data / --shots-from readable, the predictions and summary files writable, and not
+/// the same file.
 void check_triviaqa_options(const eval::TriviaQaOptions& o) {
   cli::check_input_file("eval triviaqa --data", o.data_path);
   if (!o.shots_from.empty()) cli::check_input_file("eval triviaqa --shots-from", o.shots_from);
-  const bool default_output = o.output_path.empty();
-  const std::string output = default_output ? eval::default_predictions_path(o.data_path) : o.output_path;
-  const std::string summary = o.summary_path.empty() ? output + ".summary.json" : o.summary_path;
-  cli::check_output_file(default_output ? "eval triviaqa: predictions file (default, as --output is not given)"
-                                        : "eval triviaqa --output",
+  const TriviaQaFiles f(o);
+  const std::string& output = f.output;
+  const std::string& summary = f.summary;
+  cli::check_output_file(f.default_output
+                             ? "eval triviaqa: predictions file (default, as --output is not given)"
+                             : "eval triviaqa --output",
                          output, "--output");
   cli::check_output_file(o.summary_path.empty() ? "eval triviaqa: summary file (default: OUTPUT.summary.json)"
                                                 : "eval triviaqa --summary",
@@ -43,13 +54,13 @@ void check_triviaqa_options(const eval::TriviaQaOptions& o) {
 /// exists, since its questions are then reused, not generated. Printed after every preflight check
 /// passed, so that a refused run prints only its error.
 void print_triviaqa_notice(const eval::TriviaQaOptions& o) {
-  const bool default_output = o.output_path.empty();
-  const std::string output = default_output ? eval::default_predictions_path(o.data_path) : o.output_path;
-  const std::string summary = o.summary_path.empty() ? output + ".summary.json" : o.summary_path;
+  const TriviaQaFiles f(o);
+  const std::string& output = f.output;
   std::fprintf(stderr, "tprun: eval triviaqa: predictions -> %s%s, summary -> %s\n", absolute(output).c_str(),
-               default_output ? " (default: DATA_STEM.predictions.jsonl in the current directory; --output to choose)"
-                              : "",
-               absolute(summary).c_str());
+               f.default_output
+                   ? " (default: DATA_STEM.predictions.jsonl in the current directory; --output to choose)"
+                   : "",
+               absolute(f.summary).c_str());
   struct stat st {};
   if (::stat(output.c_str(), &st) == 0 && st.st_size > 0)
     std::fprintf(stderr,

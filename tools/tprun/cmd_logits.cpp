@@ -10,6 +10,7 @@
 
 #include "format/error.h"
 #include "format/manifest.h"
+#include "tools/stdout_status.h"
 #include "tools/tprun/commands.h"
 #include "tools/tprun/preflight_model.h"
 
@@ -66,7 +67,7 @@ void add_logits_command(CLI::App& app, GlobalOptions& g) {
       const std::string s = j.dump();
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fputc('\n', stdout);
-      std::fflush(stdout);
+      cli::flush_stdout();
     });
   });
 }
