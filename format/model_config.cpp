@@ -2,6 +2,8 @@
 // and ModelConfig <-> the "model" object of manifest.json. TpLayout lives in tp_layout.cpp.
 #include "format/model_config.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -231,7 +233,9 @@ namespace {
 
 json read_json_file(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw Error(path + ": cannot open", "check that the directory is a Hugging Face model directory");
+  if (!f)
+    throw Error(path + ": cannot open (" + std::strerror(errno) + ")",
+                "check that the directory is a Hugging Face model directory (config.json and *.safetensors)");
   try {
     return json::parse(f);
   } catch (const json::exception& e) {

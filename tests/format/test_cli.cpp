@@ -100,6 +100,17 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(read_text(log).find("max_position_embeddings") != std::string::npos);
   CHECK(run_tpshard("verify " + (d / "nothing"), log) == 1);
   CHECK(read_text(log).find("manifest.json: cannot open") != std::string::npos);
+  // A missing checkpoint directory is an error (exit 1) like verify's, not a usage error; a file or a
+  // directory without config.json are named too; nothing is written.
+  CHECK(run_tpshard("convert " + (d / "nothing") + " -o " + (d / "o"), log) == 1);
+  CHECK(read_text(log) == "error: " + (d / "nothing") + ": cannot open (No such file or directory)\n"
+                          "hint: give the Hugging Face model directory (it holds config.json and *.safetensors)\n");
+  CHECK(run_tpshard("convert " + (d / "log.txt") + " -o " + (d / "o"), log) == 1);
+  CHECK(read_text(log).rfind("error: " + (d / "log.txt") + ": not a directory\n", 0) == 0);
+  fs::create_directories(d / "empty");
+  CHECK(run_tpshard("convert " + (d / "empty") + " -o " + (d / "o"), log) == 1);
+  CHECK(read_text(log).find("config.json: cannot open (No such file or directory)") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "o"));
 }
 
 TEST_CASE("tpshard: an unknown or missing subcommand is named with the choices") {
@@ -153,7 +164,6 @@ TEST_CASE("tpshard: every usage error exits 2 (not CLI11's 104-109), keeping its
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"inspect " + (d / "m") + " --tp 1.5", "--tp: must be an integer, got 1.5"},      // before CLI11's conversion
       {"inspect " + (d / "m") + " --tp 0", "--tp: must be > 0, got 0"},                   // ValidationError
-      {"convert " + (d / "nothing") + " -o " + (d / "out"), "hf_dir: Directory does not exist"},
       {"convert " + (d / "hf"), "--out is required"},                                    // RequiredError
       {"inspect " + (d / "m") + " --rank 1", "--rank requires --tensors"},                // RequiresError
       {"inspect " + (d / "m") + " extra", "The following argument was not expected: extra"},  // ExtrasError

@@ -1,6 +1,9 @@
 // cmd_convert.cpp: `tpshard convert`: runs convert_checkpoint, prints the closing summary table
 // (per tp_size and rank: tensors, bytes, ratio, hash) and a final one-line report on stderr.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "format/convert/progress.h"
 #include "format/error.h"
@@ -37,7 +40,23 @@ void parse_compress(const std::string& s, Codec* codec, int* level) {
   }
 }
 
+namespace {
+
+/// Throw Error naming hf_dir unless it is a directory: missing or unreadable files are errors (exit 1), as
+/// `tpshard inspect` / `verify` and tprun report a missing model directory, not usage errors.
+void check_hf_dir(const std::string& hf_dir) {
+  const char* const hint = "give the Hugging Face model directory (it holds config.json and *.safetensors)";
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(hf_dir, ec);
+  if (ec || !std::filesystem::exists(st))
+    throw Error(hf_dir + ": cannot open (" + std::strerror(ec ? ec.value() : ENOENT) + ")", hint);
+  if (!std::filesystem::is_directory(st)) throw Error(hf_dir + ": not a directory", hint);
+}
+
+}  // namespace
+
 int run_convert(const ConvertOptions& opt) {
+  check_hf_dir(opt.hf_dir);
   // The tokenizer files are copied as they are: load them first, so a corrupt one fails before any work.
   check_tokenizer_loads(opt.hf_dir, "the checkpoint's tokenizer is corrupt or unsupported; restore it from the "
                                     "original model (or remove it to convert without a tokenizer)");

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   ConvertOptions copt;
   std::string compress = "none";
   auto* convert = app.add_subcommand("convert", "HF checkpoint -> OUT/{manifest.json, tpN/rankR.tps}");
-  convert->add_option("hf_dir", copt.hf_dir, "Hugging Face model directory (config.json + *.safetensors)")->required()->check(CLI::ExistingDirectory);
+  convert->add_option("hf_dir", copt.hf_dir, "Hugging Face model directory (config.json + *.safetensors)")->required();  // checked by run_convert: a missing directory is an error (exit 1), as in inspect / verify / tprun
   convert->add_option("-o,--out", copt.out_dir, "output directory (must not exist unless --force)")->required();
   std::vector<std::string> tp_lists;  // "1,2" items; split after parsing (CLI11's delimiter drops "2,,4"'s empty item)
   convert->add_option("--tp", tp_lists, "tp sizes to produce, comma separated")->default_str("1")
