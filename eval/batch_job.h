@@ -68,8 +68,10 @@ using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const G
 /// model_fingerprint(*ctx.manifest); otherwise Error naming the output file: it was made with another model.
 /// Resume check: a stored line of an item's id must have been made for that item's request: its
 /// "request_xxh3" (when present) must equal request_fingerprint(item.request) and each field of
-/// item.expect it holds must be equal; otherwise Error naming the output file and the first such id in
-/// input order (hint: delete the file or choose another --output), before anything is written.
+/// item.expect it holds must be equal, and a line without "request_xxh3" must hold every field of
+/// item.expect (else it cannot be checked: a stub such as {"id": 5}); otherwise Error naming the output
+/// file and the first such id in input order (hint: delete the file or choose another --output), before
+/// anything is written.
 /// Throws Error on duplicate ids, an unreadable output file, a stored result of another model or request, or
 /// what generate() throws.
 BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,

@@ -362,6 +362,19 @@ TEST_CASE("generate --input: resuming refuses stored results of other requests u
     run_generate_jsonl(ctx, q1, out, defaults, 2);  // same prompts: accepted as done
     CHECK(runner.forwards == before);
   }
+  SUBCASE("a stub line (neither request_xxh3 nor prompt) is refused, whatever else it holds") {
+    for (const std::string stub : {std::string("{\"id\": 2}"),
+                                   "{\"id\": 2, \"text\": \"x\", \"model_xxh3\": " + js[1]["model_xxh3"].dump() + "}"}) {
+      CAPTURE(stub);
+      std::ofstream(out, std::ios::trunc) << js[0].dump() << "\n" << stub << "\n";
+      const int64_t before = runner.forwards;
+      const Error e = expect_error([&] { run_generate_jsonl(ctx, q1, out, defaults, 2); });
+      CHECK(std::string(e.what()) == out + ": holds a result for id 2 that cannot be checked: it has neither "
+                                           "\"request_xxh3\" nor \"prompt\" (not a line tprun wrote)");
+      CHECK(e.hint() == "delete " + out + " or choose another --output");
+      CHECK(runner.forwards == before);
+    }
+  }
 }
 
 TEST_CASE("triviaqa eval: resuming refuses a predictions file of other questions") {
