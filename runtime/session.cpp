@@ -29,13 +29,6 @@ namespace tpshard {
 
 namespace {
 
-/// The tokenizer of a model dir, or nullptr when the directory has no tokenizer file.
-std::unique_ptr<Tokenizer> load_tokenizer_if_present(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (!fs::exists(fs::path(dir) / "tokenizer.json") && !fs::exists(fs::path(dir) / "tokenizer.model")) return nullptr;
-  return Tokenizer::load(dir);
-}
-
 void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   TPS_CHECK(opts.nnodes == 1, "--nnodes " + std::to_string(opts.nnodes) + ": the CPU backend runs on one node",
             "drop --nnodes/--node-rank/--master-addr, or use --device cuda");
@@ -44,7 +37,7 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
   const ModelConfig& config = manifest.model;
   const TpLayout layout = make_tp_layout(config, opts.tp_size);
   const int max_seq_len = effective_max_seq_len(opts, config);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_if_present(opts.model_dir);
+  const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(opts.model_dir, config);
   const int threads = opts.cpu_threads > 0 ? opts.cpu_threads : ThreadPool::default_threads_per_rank(opts.tp_size);
   if (!opts.quiet)
     std::fprintf(stderr, "tprun: backend cpu (fp32), tp_size %d, %d thread%s per rank\n", opts.tp_size, threads,
@@ -137,6 +130,21 @@ Device resolve_device(Device d) {
   if (cuda::cuda_device_count() > 0) return Device::Cuda;
 #endif
   return Device::Cpu;
+}
+
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, const ModelConfig& config) {
+  namespace fs = std::filesystem;
+  const bool json = fs::exists(fs::path(model_dir) / "tokenizer.json");
+  if (!json && !fs::exists(fs::path(model_dir) / "tokenizer.model")) return nullptr;
+  std::unique_ptr<Tokenizer> t = Tokenizer::load(model_dir);
+  const std::string file = (fs::path(model_dir) / (json ? "tokenizer.json" : "tokenizer.model")).string();
+  TPS_CHECK(t->vocab_size() > 0, file + ": the tokenizer has no tokens",
+            "restore the model's own tokenizer file (tpshard convert copies it from the checkpoint)");
+  TPS_CHECK(t->vocab_size() <= config.vocab_size,
+            file + ": the tokenizer has " + std::to_string(t->vocab_size()) + " tokens, more than the model's vocab_size " +
+                std::to_string(config.vocab_size) + ": it belongs to another model",
+            "copy the tokenizer files of the checkpoint this model was converted from (tpshard convert copies them)");
+  return t;
 }
 
 int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config) {

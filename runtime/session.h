@@ -4,6 +4,7 @@
 // it runs the function for its own rank only.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "format/manifest.h"
@@ -34,6 +35,13 @@ struct SessionOptions {
 /// (Mistral v0.1, Qwen2 with use_sliding_window): neither backend implements sliding-window attention,
 /// and up to the window full causal attention is exactly the same thing. Used by both backends.
 int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config);
+
+/// The tokenizer of a model directory (tokenizer.json or tokenizer.model, Tokenizer::load), or nullptr when
+/// it has neither. Throws Error naming the tokenizer file when it cannot serve this model: it has no
+/// token, or more tokens (added ones included) than config.vocab_size, i.e. it belongs to another model
+/// (its ids would be outside the embedding). Fewer tokens than vocab_size is normal (padded embeddings).
+/// Used by both backends and by tprun's preflight checks.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, const ModelConfig& config);
 
 /// "cpu" / "cuda" / "auto".
 const char* device_name(Device d);

@@ -185,10 +185,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     std::unique_ptr<ModelRunner> runner =
         make_cuda_runner(manifest, rank, worker.tp_size(), arena, worker.comm(), ro);
 
-    std::unique_ptr<Tokenizer> tokenizer;
-    namespace fs = std::filesystem;
-    if (fs::exists(fs::path(opts.model_dir) / "tokenizer.json") || fs::exists(fs::path(opts.model_dir) / "tokenizer.model"))
-      tokenizer = Tokenizer::load(opts.model_dir);
+    const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(opts.model_dir, manifest.model);
 
     RankContext ctx;
     ctx.tp_rank = rank;

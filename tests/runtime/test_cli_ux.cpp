@@ -201,6 +201,26 @@ TEST_CASE("tprun: a model directory without a tokenizer is refused before any we
   CHECK(ids.out.rfind("{\"ids\":[1,2],\"logits\":[", 0) == 0);
 }
 
+TEST_CASE("tprun: a tokenizer with more tokens than the model's vocab_size (another model's) is refused before loading") {
+  namespace fs = std::filesystem;
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-other-tokenizer";
+  fs::remove_all(dir);
+  fs::copy(ux_model_dir(), dir, fs::copy_options::recursive);
+  fs::remove(fs::path(dir) / "tokenizer_config.json");
+  fs::copy_file(std::string(TPSHARD_FIXTURES_DIR) + "/smollm2/tokenizer.json", dir + "/tokenizer.json",
+                fs::copy_options::overwrite_existing);  // SmolLM2's 49,152 tokens on stories260K's 512
+  for (const std::string c : {"generate --prompt x", "logits --text x"}) {
+    CAPTURE(c);
+    const UxRun r = run_tprun(dir + " --device cpu " + c);
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.rfind("error: " + dir + "/tokenizer.json: the tokenizer has 49152 tokens, more than the "
+                              "model's vocab_size 512: it belongs to another model\nhint: copy the tokenizer files",
+                              0) == 0,
+                  r.err);
+    CHECK(r.out.empty());
+  }
+}
+
 TEST_CASE("tprun: shards in another dtype than manifest.json's \"dtype\" (edited after conversion) are refused") {
   namespace fs = std::filesystem;
   const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-dtype-edit";

@@ -4,7 +4,6 @@
 // starts workers or any shard is read.
 #pragma once
 #include <cstdint>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -30,9 +29,7 @@ inline PreflightModel load_preflight_model(const SessionOptions& s) {
   p.config = manifest.model;
   p.max_seq_len = effective_max_seq_len(s, manifest.model);
   p.model_seq_limit = model_seq_limit(manifest.model);
-  namespace fs = std::filesystem;
-  if (fs::exists(fs::path(s.model_dir) / "tokenizer.json") || fs::exists(fs::path(s.model_dir) / "tokenizer.model"))
-    p.tokenizer = Tokenizer::load(s.model_dir);
+  p.tokenizer = load_model_tokenizer(s.model_dir, manifest.model);
   return p;
 }
 
