@@ -82,35 +82,59 @@ const char* act_name(Activation a) {
   return "?";
 }
 
-/// rope_scaling (transformers < 5) or rope_parameters (transformers >= 5): type / rope_type and factors.
-void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
-  const json* rs = nullptr;
-  if (has(j, "rope_parameters") && j["rope_parameters"].is_object()) rs = &j["rope_parameters"];
-  else if (has(j, "rope_scaling")) rs = &j["rope_scaling"];
-  if (!rs) return;
-  if (!rs->is_object()) throw Error(path + ": rope_scaling must be an object or null", "fix config.json");
-  if (has(*rs, "rope_theta")) c.rope_theta = opt_num(*rs, "rope_theta", c.rope_theta, path);
-  if (has(*rs, "partial_rotary_factor"))
-    c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * opt_num(*rs, "partial_rotary_factor", 1.0, path));
+/// One rope object (rope_scaling or rope_parameters, named `key` in errors): type / rope_type and factors.
+void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, const std::string& key) {
+  if (!rs.is_object()) throw Error(path + ": " + key + " must be an object or null", "fix config.json");
+  if (has(rs, "rope_theta")) c.rope_theta = opt_num(rs, "rope_theta", c.rope_theta, path);
+  if (has(rs, "partial_rotary_factor"))
+    c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * opt_num(rs, "partial_rotary_factor", 1.0, path));
   std::string type = "default";
-  if (has(*rs, "rope_type")) type = (*rs)["rope_type"].get<std::string>();
-  else if (has(*rs, "type")) type = (*rs)["type"].get<std::string>();
+  if (has(rs, "rope_type")) type = rs["rope_type"].get<std::string>();
+  else if (has(rs, "type")) type = rs["type"].get<std::string>();
   if (type == "default") {
     c.rope_type = RopeType::Default;
   } else if (type == "linear") {
     c.rope_type = RopeType::Linear;
-    c.rope_factor = opt_num(*rs, "factor", 1.0, path);
+    c.rope_factor = opt_num(rs, "factor", 1.0, path);
   } else if (type == "llama3") {
     c.rope_type = RopeType::Llama3;
-    c.rope_factor = opt_num(*rs, "factor", 8.0, path);
-    c.rope_low_freq_factor = opt_num(*rs, "low_freq_factor", 1.0, path);
-    c.rope_high_freq_factor = opt_num(*rs, "high_freq_factor", 4.0, path);
-    c.rope_original_max_position_embeddings = opt_int(*rs, "original_max_position_embeddings", 8192, path);
+    c.rope_factor = opt_num(rs, "factor", 8.0, path);
+    c.rope_low_freq_factor = opt_num(rs, "low_freq_factor", 1.0, path);
+    c.rope_high_freq_factor = opt_num(rs, "high_freq_factor", 4.0, path);
+    c.rope_original_max_position_embeddings = opt_int(rs, "original_max_position_embeddings", 8192, path);
   } else {
-    throw Error(path + ": unsupported rope scaling type \"" + type + "\"",
+    throw Error(path + ": unsupported rope scaling type \"" + type + "\" (" + key + ")",
                 "supported rope_scaling types: default (null), linear, llama3");
   }
-  if (c.rope_factor <= 0) throw Error(path + ": rope_scaling.factor must be positive", "fix config.json");
+  if (c.rope_factor <= 0) throw Error(path + ": " + key + ".factor must be positive", "fix config.json");
+}
+
+/// The rope scaling settings of two parses agree (type and factors; rope_theta is usually given outside
+/// rope_scaling, so it is not compared).
+bool same_rope(const ModelConfig& a, const ModelConfig& b) {
+  return a.rope_type == b.rope_type && a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
+         a.rope_high_freq_factor == b.rope_high_freq_factor &&
+         a.rope_original_max_position_embeddings == b.rope_original_max_position_embeddings;
+}
+
+/// rope_scaling (transformers < 5) or rope_parameters (transformers >= 5). When a config has both (an
+/// edited or half-migrated file), they must agree: which one a reader uses differs between versions, so
+/// a scaling present in one only would be applied by some readers and not others. Throws Error otherwise.
+void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
+  const bool params = has(j, "rope_parameters") && j["rope_parameters"].is_object();
+  const bool scaling = has(j, "rope_scaling") && !j["rope_scaling"].is_null();
+  if (params && scaling) {
+    ModelConfig from_scaling = c;
+    parse_rope_object(j["rope_scaling"], from_scaling, path, "rope_scaling");
+    parse_rope_object(j["rope_parameters"], c, path, "rope_parameters");
+    if (!same_rope(c, from_scaling))
+      throw Error(path + ": rope_parameters " + j["rope_parameters"].dump() + " and rope_scaling " +
+                      j["rope_scaling"].dump() + " disagree",
+                  "keep the one the model was trained with and delete the other from config.json");
+    return;
+  }
+  if (params) parse_rope_object(j["rope_parameters"], c, path, "rope_parameters");
+  else if (has(j, "rope_scaling")) parse_rope_object(j["rope_scaling"], c, path, "rope_scaling");
 }
 
 }  // namespace

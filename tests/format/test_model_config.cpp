@@ -159,6 +159,26 @@ TEST_CASE("rope_scaling: linear, llama3 (type and rope_type keys); unknown types
   CHECK(error_of(j).find("\"dynamic\"") != std::string::npos);
 }
 
+TEST_CASE("rope_parameters and rope_scaling in one config: used when they agree, an error naming both when not") {
+  json j = llama_base();
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
+  j["rope_scaling"] = nullptr;  // transformers < 5 spelling of "no scaling"
+  CHECK(parse_hf_config(j, "c").rope_type == RopeType::Default);
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};  // dropped silently before: the model ran unscaled
+  std::string e = error_of(j);
+  CHECK_MESSAGE(e.find(": rope_parameters {\"rope_theta\":500000.0,\"rope_type\":\"default\"}") != std::string::npos, e);
+  CHECK_MESSAGE(e.find(" and rope_scaling {\"factor\":4.0,\"type\":\"linear\"} disagree") != std::string::npos, e);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  e = error_of(j);
+  CHECK_MESSAGE(e.find("unsupported rope scaling type \"yarn\" (rope_scaling)") != std::string::npos, e);
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "linear"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};  // the same scaling twice: fine
+  const ModelConfig c = parse_hf_config(j, "c");
+  CHECK(c.rope_type == RopeType::Linear);
+  CHECK(c.rope_factor == 4.0);
+  CHECK(c.rope_theta == 500000.0);
+}
+
 TEST_CASE("config errors: unsupported architecture lists the supported ones; missing fields are named") {
   json j = llama_base();
   j["architectures"] = {"BertModel"};
