@@ -147,7 +147,7 @@ JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer
   std::unordered_set<std::string> warned_keys;
   std::string line;
   size_t line_no = 0;
-  while (std::getline(in, line)) {
+  while (getline_bounded(in, line, input_path, line_no + 1)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = input_path + ":" + std::to_string(line_no);

@@ -6,6 +6,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <istream>
 #include <limits>
 #include <set>
 #include <string>
@@ -17,6 +18,30 @@
 #include "format/error.h"
 
 namespace tpshard::eval {
+
+/// Longest JSONL line the readers take (a prompt line far beyond any model's context): a file without
+/// newlines, or a device such as /dev/zero, would otherwise grow memory until the process is killed.
+constexpr size_t kMaxJsonlLineBytes = size_t(64) << 20;
+
+/// std::getline(in, line) that throws Error(where_prefix + ":" + LINE_NO + ...) once a line passes
+/// kMaxJsonlLineBytes (line_no: the number the line being read will have). False at the end of input.
+inline bool getline_bounded(std::istream& in, std::string& line, const std::string& path, size_t line_no) {
+  line.clear();
+  std::streambuf* const sb = in.rdbuf();
+  for (;;) {
+    const int c = sb->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      return !line.empty();
+    }
+    if (c == '\n') return true;
+    line.push_back(static_cast<char>(c));
+    if (line.size() > kMaxJsonlLineBytes)
+      throw Error(path + ":" + std::to_string(line_no) + ": line longer than " + std::to_string(kMaxJsonlLineBytes >> 20) +
+                      " MiB (not a JSON Lines file?)",
+                  "give a JSON Lines file: one JSON object per line");
+  }
+}
 
 /// One JSONL line as a JSON value. Throws Error(hint) for
 ///   a syntax error: "WHERE:COLUMN: not valid JSON: REASON" (COLUMN 1-based, REASON nlohmann's text, e.g.

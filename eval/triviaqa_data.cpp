@@ -1,9 +1,11 @@
 // triviaqa_data.cpp: TriviaQA readers for the HF, original-release and llm-foundry layouts.
 #include "eval/triviaqa_data.h"
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "eval/answer_normalize.h"
 #include "eval/json_fields.h"
@@ -66,12 +68,27 @@ std::string question_from_context(const std::string& context) {
   return strip_spaces(q);
 }
 
+/// Largest TriviaQA data read from something that is not a regular file (a pipe, or a device such as
+/// /dev/zero, which would otherwise grow memory until the process is killed). A regular file is read
+/// whole: its size is known and finite.
+constexpr size_t kMaxStreamedDataBytes = size_t(1) << 30;
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(path + ": cannot open the TriviaQA data file", "check the path given to --data / --shots-from");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  std::error_code ec;
+  const bool regular = std::filesystem::is_regular_file(path, ec);
+  std::string text;
+  std::vector<char> chunk(size_t(1) << 20);
+  while (f) {
+    f.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    text.append(chunk.data(), static_cast<size_t>(f.gcount()));
+    if (!regular && text.size() > kMaxStreamedDataBytes)
+      throw Error(path + ": more than " + std::to_string(kMaxStreamedDataBytes >> 30) +
+                      " GiB read from a file that is not a regular file (a device or a pipe)",
+                  "give a TriviaQA JSON or JSON Lines file");
+  }
+  return text;
 }
 
 }  // namespace

@@ -221,6 +221,19 @@ TEST_CASE("tprun: a tokenizer with more tokens than the model's vocab_size (anot
   }
 }
 
+TEST_CASE("tprun: endless input (/dev/zero) is refused after a bounded read, not read until memory runs out") {
+  const std::string dir = ux_model_dir();
+  UxRun r = run_tprun(dir + " tokenize --file /dev/zero");
+  CHECK(r.code == 1);
+  CHECK(r.err == "error: tokenize --file /dev/zero: more than 256 MiB of text\n"
+                 "hint: tokenize a regular file of at most 256 MiB (split larger texts into parts)\n");
+  r = run_tprun(dir + " --device cpu generate --input /dev/zero --output " + dir + "/zero.jsonl");
+  CHECK(r.code == 1);
+  CHECK(r.err == "error: /dev/zero:1: line longer than 64 MiB (not a JSON Lines file?)\n"
+                 "hint: give a JSON Lines file: one JSON object per line\n");
+  CHECK_FALSE(std::filesystem::exists(dir + "/zero.jsonl"));
+}
+
 TEST_CASE("tprun: shards in another dtype than manifest.json's \"dtype\" (edited after conversion) are refused") {
   namespace fs = std::filesystem;
   const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-dtype-edit";

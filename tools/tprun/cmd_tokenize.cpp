@@ -3,7 +3,6 @@
 // Only the tokenizer files of MODEL_DIR are read (no weights, no ranks).
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -17,11 +16,24 @@
 namespace tpshard::tprun {
 namespace {
 
+/// Largest text tokenize --file reads (a device such as /dev/zero or an endless pipe would otherwise grow
+/// memory until the process is killed).
+constexpr size_t kMaxTokenizeFileBytes = size_t(256) << 20;
+
 std::string read_file(const std::string& path) {
   cli::check_input_file("tokenize --file", path);  // missing, a directory, unreadable: named, with a fix
   std::ifstream in(path, std::ios::binary);
   TPS_CHECK(static_cast<bool>(in), "tokenize --file: cannot open " + path, "check the path");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  std::vector<char> chunk(size_t(1) << 20);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    text.append(chunk.data(), static_cast<size_t>(in.gcount()));
+    TPS_CHECK(text.size() <= kMaxTokenizeFileBytes,
+              "tokenize --file " + path + ": more than " + std::to_string(kMaxTokenizeFileBytes >> 20) + " MiB of text",
+              "tokenize a regular file of at most 256 MiB (split larger texts into parts)");
+  }
+  return text;
 }
 
 }  // namespace
