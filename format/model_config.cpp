@@ -3,6 +3,7 @@
 #include "format/model_config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -61,6 +62,17 @@ std::vector<int64_t> token_ids(const json& j, const char* key, const std::string
     throw Error(path + ": \"" + key + "\" must be an integer or a list of integers", "fix the file");
   }
   return out;
+}
+
+/// Throws Error naming `path` when a bos / eos id of c is outside [0, vocab_size): the embedding has no
+/// row for it (a BOS outside it would be read out of bounds; an EOS outside it could never be generated).
+void check_special_ids(const ModelConfig& c, const std::string& path) {
+  for (const auto* ids : {&c.bos_token_ids, &c.eos_token_ids})
+    for (int64_t id : *ids)
+      if (id < 0 || id >= c.vocab_size)
+        throw Error(path + ": " + (ids == &c.bos_token_ids ? "bos_token_id " : "eos_token_id ") + std::to_string(id) +
+                        " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")",
+                    "fix the file (the model's original config holds the right ids)");
 }
 
 Activation parse_act(const std::string& s, const std::string& path) {
@@ -249,6 +261,10 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
                 "fix rotary_pct / partial_rotary_factor in config.json");
   if (c.rope_theta <= 0) throw Error(path + ": rope_theta must be positive", "fix config.json");
   if (c.intermediate_size <= 0) throw Error(path + ": intermediate_size must be positive", "fix config.json");
+  if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
+    throw Error(path + ": the norm epsilon (rms_norm_eps / layer_norm_eps) must be positive, got " + std::to_string(c.norm_eps),
+                "fix config.json");
+  check_special_ids(c, path);
   if (c.sliding_window >= c.max_position_embeddings) c.sliding_window = 0;  // never limits attention
   return c;
 }
@@ -282,6 +298,7 @@ ModelConfig load_hf_config(const std::string& hf_dir) {
     auto eos = token_ids(g, "eos_token_id", gen_path);
     if (!bos.empty()) c.bos_token_ids = bos;
     if (!eos.empty()) c.eos_token_ids = eos;
+    check_special_ids(c, gen_path);
   }
   return c;
 }
@@ -355,6 +372,12 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
   c.mlp_bias = opt_bool(j, "mlp_bias", c.mlp_bias, where);
   c.gated_mlp = opt_bool(j, "gated_mlp", c.gated_mlp, where);
   c.sliding_window = opt_int(j, "sliding_window", 0, where);
+  // "arch" is derived from "architectures" (model_config_to_json): an edit of one alone is refused
+  const std::string arch = c.arch == Arch::GptNeoX ? "gpt_neox" : "llama";
+  if (has(j, "arch") && (!j["arch"].is_string() || j["arch"].get<std::string>() != arch))
+    throw Error(where + ": \"arch\" is " + j["arch"].dump() + " but \"architectures\" " + j["architectures"].dump() +
+                    " is the " + arch + " family",
+                "restore manifest.json from the conversion, or re-run tpshard convert");
   return c;
 }
 

@@ -199,6 +199,27 @@ TEST_CASE("config errors: unsupported architecture lists the supported ones; mis
   CHECK(error_of(a).find("unsupported hidden_act \"mish\"") != std::string::npos);
 }
 
+TEST_CASE("config values that would run a broken model are refused: norm epsilon, special ids, an edited \"arch\"") {
+  json j = llama_base();
+  j["rms_norm_eps"] = -1.0;
+  CHECK(error_of(j) == "config.json: the norm epsilon (rms_norm_eps / layer_norm_eps) must be positive, got -1.000000");
+  j = llama_base();
+  j["bos_token_id"] = 99999;
+  CHECK(error_of(j).find("config.json: bos_token_id 99999 is outside the vocabulary [0, ") == 0);
+  j = llama_base();
+  j["eos_token_id"] = json::array({2, -1});
+  CHECK(error_of(j).find("config.json: eos_token_id -1 is outside the vocabulary") == 0);
+  // manifest.json's "model": "arch" is derived from "architectures"; an edit of it alone is named
+  json m = model_config_to_json(parse_hf_config(llama_base(), "config.json"));
+  m["arch"] = "mamba";
+  try {
+    model_config_from_json(m, "manifest.json");
+    FAIL("an edited \"arch\" was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("\"arch\" is \"mamba\" but \"architectures\"") != std::string::npos);
+  }
+}
+
 TEST_CASE("model_config_to_json / from_json round trip") {
   json j = llama_base();
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 2.0}, {"high_freq_factor", 4.0},
