@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -84,6 +85,12 @@ Manifest load_manifest(const std::string& model_dir) {
     if (err == EACCES)
       throw Error(path + ": cannot open (" + std::strerror(err) + ")",
                   "make the model directory readable for this user (chmod -R a+rX DIR), or run as its owner");
+    std::error_code ec;
+    if (err == ENOTDIR && std::filesystem::is_regular_file(model_dir, ec)) {  // e.g. MODEL/manifest.json itself
+      const std::string parent = std::filesystem::path(model_dir).parent_path().string();
+      throw Error(model_dir + ": is a file, not a model directory",
+                  "pass the directory that holds manifest.json" + (parent.empty() ? std::string() : " (" + parent + ")"));
+    }
     throw Error(path + ": cannot open" + (err ? std::string(" (") + std::strerror(err) + ")" : std::string()),
                 "point at a directory written by `tpshard convert` (it holds manifest.json)");
   }

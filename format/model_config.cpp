@@ -356,6 +356,12 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
   c.num_key_value_heads = req_int(j, "num_key_value_heads", where);
   c.head_dim = req_int(j, "head_dim", where);
   c.rotary_ndims = req_int(j, "rotary_ndims", where);
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
+    throw Error(where + ": num_key_value_heads " + std::to_string(c.num_key_value_heads) + " does not divide num_attention_heads " +
+                    std::to_string(c.num_attention_heads), "re-run tpshard convert");
+  if (c.head_dim <= 0 || c.rotary_ndims <= 0 || c.rotary_ndims % 2 != 0 || c.rotary_ndims > c.head_dim)
+    throw Error(where + ": rotary_ndims " + std::to_string(c.rotary_ndims) + " must be even and in [2, head_dim " +
+                    std::to_string(c.head_dim) + "]", "re-run tpshard convert");
   c.rope_theta = opt_num(j, "rope_theta", c.rope_theta, where);
   if (has(j, "rope_scaling")) {
     json rs_only = {{"rope_scaling", j["rope_scaling"]}};

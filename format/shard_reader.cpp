@@ -68,7 +68,7 @@ struct TableCursor {
 }  // namespace
 
 ShardReader::ShardReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // O_NONBLOCK: a FIFO must not block the open
   if (fd_ < 0) {
     const int err = errno;
     throw Error(
@@ -83,6 +83,9 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
   try {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) throw Error(path + ": fstat failed: " + std::strerror(errno), "");
+    if (!S_ISREG(st.st_mode))
+      throw Error(path + ": not a regular file (" + (S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket") + ")",
+                  "the model directory is damaged: copy it again from where it was converted, or re-run tpshard convert");
     file_bytes_ = static_cast<uint64_t>(st.st_size);
     const std::string& P = path_;
     if (file_bytes_ < kHeaderBytes)
@@ -91,9 +94,16 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
     pread_all(fd_, h, kHeaderBytes, 0, P, "the header");
     if (std::memcmp(h, kMagic, 8) != 0) throw Error(P + ": not a tpshard shard file (bad magic)", "pass a *.tps file written by tpshard convert");
     header_.version = get_le<uint32_t>(h + kOffVersion);
-    if (header_.version != kVersion)
-      throw Error(P + ": shard format version " + std::to_string(header_.version) + " is not supported (this build reads version 1)",
-                  "re-run tpshard convert with this version of tpshard");
+    if (header_.version != kVersion) {
+      // a plausible later version: written by a newer tpshard; anything else: the header is damaged
+      if (header_.version == 0 || header_.version > 255)
+        throw Error(P + ": the header's format version field holds " + std::to_string(header_.version) +
+                        ", not a format version (this build reads version 1): the file is corrupt",
+                    kCorruptHint);
+      throw Error(P + ": shard format version " + std::to_string(header_.version) +
+                      " is not supported (this build reads version 1): written by a newer tpshard",
+                  "re-run tpshard convert with this version of tpshard, or run the tprun of the tpshard that wrote it");
+    }
     header_.tp_rank = get_le<uint32_t>(h + kOffTpRank);
     header_.tp_size = get_le<uint32_t>(h + kOffTpSize);
     const uint32_t count = get_le<uint32_t>(h + kOffCount);

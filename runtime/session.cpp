@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -50,16 +51,16 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
     try {
       const ManifestShard& ms = shards.at(rank);
       const std::string path = (std::filesystem::path(opts.model_dir) / ms.file).string();
-      struct stat st;
-      TPS_CHECK(::stat(path.c_str(), &st) == 0,
+      struct stat st {};
+      TPS_CHECK(::stat(path.c_str(), &st) == 0 || errno != ENOENT,
                 path + ": shard of tp_rank " + std::to_string(rank) + " (tp_size " + std::to_string(opts.tp_size) +
                     ") is missing",
                 "re-run tpshard convert with --tp " + std::to_string(opts.tp_size) + " or restore the file");
-      TPS_CHECK(static_cast<uint64_t>(st.st_size) == ms.bytes,
-                path + ": size " + std::to_string(st.st_size) + " bytes differs from the manifest's " +
+      ShardReader reader(path);  // names what else keeps it from being read (permissions, not a regular file)
+      TPS_CHECK(reader.file_bytes() == ms.bytes,
+                path + ": size " + std::to_string(reader.file_bytes()) + " bytes differs from the manifest's " +
                     std::to_string(ms.bytes),
                 "the shard is truncated or from another conversion; run tpshard verify, then re-convert");
-      ShardReader reader(path);
       TPS_CHECK(static_cast<int>(reader.header().tp_rank) == rank &&
                     static_cast<int>(reader.header().tp_size) == opts.tp_size,
                 path + ": header says tp_rank " + std::to_string(reader.header().tp_rank) + " of " +

@@ -2,6 +2,8 @@
 #include "tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -87,7 +89,12 @@ void parse_post_processor(const json& p, const std::string& path, std::vector<in
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path, const TokenizerSideConfig& side) {
   std::ifstream in(json_path);
-  if (!in) throw Error(json_path + ": cannot open", "check the path and permissions");
+  if (!in) {
+    const int err = errno;
+    throw Error(json_path + ": cannot open (" + std::strerror(err) + ")",
+                err == EACCES ? "make it readable for this user (its owner can run chmod a+r " + json_path + ")"
+                              : "check the path and permissions");
+  }
   json j;
   try {
     j = json::parse(in);

@@ -111,6 +111,12 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(run_tpshard("convert " + (d / "empty") + " -o " + (d / "o"), log) == 1);
   CHECK(read_text(log).find("config.json: cannot open (No such file or directory)") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "o"));
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o ''", log) == 1);
+  CHECK(read_text(log) == "error: convert --out: empty path\nhint: give the directory to write, e.g. -o models/NAME\n");
+  // MODEL/manifest.json given for MODEL: the directory is suggested
+  CHECK(run_tpshard("verify " + (d / "out/manifest.json"), log) == 1);
+  CHECK(read_text(log) == "error: " + (d / "out/manifest.json") + ": is a file, not a model directory\n"
+                          "hint: pass the directory that holds manifest.json (" + (d / "out") + ")\n");
 }
 
 TEST_CASE("tpshard: an unknown or missing subcommand is named with the choices") {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -178,7 +179,11 @@ TEST_CASE("corrupt shard files are rejected with a specific message") {
   };
   CHECK(patch([](auto& b) { b.resize(40); }).find("smaller than the 80-byte header") != std::string::npos);
   CHECK(patch([](auto& b) { b[1] = 'X'; }).find("bad magic") != std::string::npos);
-  CHECK(patch([](auto& b) { b[layout::kOffVersion] = 2; }).find("version 2 is not supported") != std::string::npos);
+  CHECK(patch([](auto& b) { b[layout::kOffVersion] = 2; }).find("version 2 is not supported (this build reads version 1): "
+                                                                 "written by a newer tpshard") != std::string::npos);
+  CHECK(patch([](auto& b) { std::memset(b.data() + layout::kOffVersion, 0xff, 4); })
+            .find("the header's format version field holds 4294967295, not a format version (this build reads version 1): "
+                  "the file is corrupt") != std::string::npos);
   CHECK(patch([](auto& b) { b.resize(b.size() - 4096); }).find("but the header says") != std::string::npos);
   CHECK(patch([](auto& b) { b[layout::kOffTpRank] = 5; }).find("tp_rank 5 is not below tp_size 2") != std::string::npos);
   CHECK(patch([](auto& b) { b[layout::kHeaderBytes + 5] ^= 1; }).find("table checksum mismatch") != std::string::npos);
@@ -230,6 +235,11 @@ TEST_CASE("corrupt shard files are rejected with a specific message") {
           rehash_table(b);
         }).find("not 4096-aligned") != std::string::npos);
   CHECK(reader_error(d / "missing.tps").find("cannot open shard file") != std::string::npos);
+  // not a regular file: named as such (a FIFO must not block the open)
+  std::filesystem::create_directories(d / "dir.tps");
+  CHECK(reader_error(d / "dir.tps") == (d / "dir.tps") + ": not a regular file (a directory)");
+  REQUIRE(::mkfifo((d / "fifo.tps").c_str(), 0600) == 0);
+  CHECK(reader_error(d / "fifo.tps") == (d / "fifo.tps") + ": not a regular file (a device, FIFO or socket)");
   try {  // the hint of a missing shard says the directory is incomplete (not "check the directory")
     ShardReader r(d / "missing.tps");
     FAIL("opened a missing shard");

@@ -57,6 +57,7 @@ void check_hf_dir(const std::string& hf_dir) {
 
 int run_convert(const ConvertOptions& opt) {
   check_hf_dir(opt.hf_dir);
+  TPS_CHECK(!opt.out_dir.empty(), "convert --out: empty path", "give the directory to write, e.g. -o models/NAME");
   // The tokenizer files are copied as they are: load them first, so a corrupt one fails before any work.
   check_tokenizer_loads(opt.hf_dir, "the checkpoint's tokenizer is corrupt or unsupported; restore it from the "
                                     "original model (or remove it to convert without a tokenizer)");
