@@ -180,7 +180,18 @@ void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokeniz
   for (const BatchItem& item : build_items(q, opts, tokenizer)) {
     // The id run_batch_job gives the request (TriviaQA ids are strings), so the text matches the run's.
     const std::string id = item.id.is_string() ? item.id.get<std::string>() : id_key(item.id);
-    check_request(item.request, max_seq_len, "request " + id, model_seq_limit);
+    try {
+      check_request(item.request, max_seq_len, "request " + id, model_seq_limit);
+    } catch (const Error& e) {
+      // The user does not write these prompts: the way to shorten one is fewer shots (or fewer new tokens).
+      const std::string hint = std::string(e.hint());
+      if (std::string(e.what()).find(": prompt of ") == std::string::npos) throw;
+      const bool raise = hint.find("raise --max-seq-len") != std::string::npos;
+      throw Error(std::string(e.what()) + " (the " + std::to_string(opts.shots) + "-shot prompt of this question)",
+                  "lower --shots (each shot adds a question and its answer to every prompt)" +
+                      std::string(hint.find("max_new_tokens") != std::string::npos ? " or --max-new-tokens" : "") +
+                      (raise ? ", or raise --max-seq-len if it is below the model's max_position_embeddings" : ""));
+    }
   }
 }
 

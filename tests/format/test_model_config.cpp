@@ -218,6 +218,14 @@ TEST_CASE("config values that would run a broken model are refused: norm epsilon
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("\"arch\" is \"mamba\" but \"architectures\"") != std::string::npos);
   }
+  m = model_config_to_json(parse_hf_config(llama_base(), "config.json"));
+  m["rotary_ndims"] = 1000;
+  try {
+    model_config_from_json(m, "manifest.json");
+    FAIL("rotary_ndims 1000 was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("manifest.json (\"model\"): rotary_ndims 1000 must be even and in [2, head_dim ") == 0);
+  }
 }
 
 TEST_CASE("model_config_to_json / from_json round trip") {

@@ -236,7 +236,9 @@ TEST_CASE("tprun eval triviaqa: too many --shots and bad records fail before the
   INFO("stderr: " << longp.err);
   CHECK(longp.code == 1);
   CHECK(longp.err.find("error: request ") != std::string::npos);
-  CHECK(longp.err.find(" tokens exceeds --max-seq-len 64\nhint: shorten the prompt, or raise --max-seq-len") !=
+  // the user does not write these prompts: the hint is to lower --shots
+  CHECK(longp.err.find(" tokens exceeds --max-seq-len 64 (the 5-shot prompt of this question)\nhint: lower --shots "
+                       "(each shot adds a question and its answer to every prompt), or raise --max-seq-len") !=
         std::string::npos);
   CHECK(longp.err.find("backend") == std::string::npos);
 }
