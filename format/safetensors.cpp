@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -57,11 +59,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw Error(path + ": header length " + std::to_string(n) + " is beyond the end of the file (" + std::to_string(size_) + " bytes)", kBadFile);
     const uint64_t data_start = 8 + n, data_size = size_ - data_start;
     nlohmann::json h;
+    // A tensor name listed twice: nlohmann keeps the last entry silently (the reference safetensors
+    // refuses the file), so the top-level keys are tracked while parsing.
+    std::set<std::string> names;
+    std::string repeated;
+    const nlohmann::json::parser_callback_t track = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+      if (ev == nlohmann::json::parse_event_t::key && depth == 1 && repeated.empty() && parsed.is_string() &&
+          !names.insert(parsed.get<std::string>()).second)
+        repeated = parsed.get<std::string>();
+      return true;
+    };
     try {
-      h = nlohmann::json::parse(map_ + 8, map_ + 8 + n);
+      h = nlohmann::json::parse(map_ + 8, map_ + 8 + n, track);
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ": header is not valid JSON: " + json_error_text(e), kBadFile);
     }
+    if (!repeated.empty()) throw Error(path + ": the header lists tensor \"" + repeated + "\" twice", kBadFile);
     if (!h.is_object()) throw Error(path + ": header is not a JSON object", kBadFile);
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     for (const auto& [name, v] : h.items()) {

@@ -121,6 +121,25 @@ TEST_CASE("offsets out of range or overlapping; byte length / dtype mismatches")
   });
   CHECK(has(convert_fails(hf, d).what, "two tensors overlap"));
   spit(st, orig);
+  {  // a tensor listed twice in the header: refused (nlohmann would keep the last entry silently)
+    auto b = orig;
+    uint64_t n;
+    std::memcpy(&n, b.data(), 8);
+    std::string hs(b.begin() + 8, b.begin() + 8 + static_cast<long>(n));
+    const nlohmann::json h = nlohmann::json::parse(hs);
+    const std::string entry = "\"model.norm.weight\":" + h["model.norm.weight"].dump();
+    REQUIRE(hs.rfind('}') != std::string::npos);
+    hs.insert(hs.rfind('}'), "," + entry);
+    while (hs.size() % 8) hs += ' ';
+    std::vector<uint8_t> out(8);
+    const uint64_t m = hs.size();
+    std::memcpy(out.data(), &m, 8);
+    out.insert(out.end(), hs.begin(), hs.end());
+    out.insert(out.end(), b.begin() + 8 + static_cast<long>(n), b.end());
+    spit(st, out);
+    CHECK(has(convert_fails(hf, d).what, "model.safetensors: the header lists tensor \"model.norm.weight\" twice"));
+  }
+  spit(st, orig);
   edit_header(st, [](auto& h) { h["model.norm.weight"]["shape"] = {17}; });  // 16 elements of bytes
   CHECK(has(convert_fails(hf, d).what, "model.norm.weight: 32 bytes for shape with 17 BF16 elements"));
   spit(st, orig);
