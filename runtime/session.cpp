@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "format/check_shard_model.h"
 #include "format/error.h"
 #include "format/shard_file.h"
 #include "runtime/cpu/cpu_runner.h"
@@ -69,6 +70,7 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
                 "the model directory is inconsistent; re-run tpshard convert");
       check_shard_belongs(reader, ms, opts.model_dir);
       check_shard_dtype(reader, manifest.dtype);
+      check_tensors_match_model(reader, manifest, opts.tp_size, rank);  // an edited model section
       ThreadComm comm(group, rank);
       ThreadPool pool(threads);
       cpu::ModelWeights weights = cpu::load_weights(reader, config, layout, opts.verify_hashes);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include "format/check_shard_model.h"
 #include "format/memory_plan.h"
 #include "format/shard_file.h"
 #include "runtime/cuda/check.h"
@@ -171,6 +172,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
               "the manifest and shard files do not match; re-run tpshard convert");
     check_shard_belongs(shard, shards.at(size_t(rank)), opts.model_dir);
     check_shard_dtype(shard, manifest.dtype);
+    check_tensors_match_model(shard, manifest, worker.tp_size(), rank);  // an edited model section
     const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

@@ -5,6 +5,8 @@
 // exit 2 in tprun and tpshard alike, tprun's own (a missing or conflicting option) too; --version exits 0.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -253,6 +255,26 @@ TEST_CASE("tprun: shards in another dtype than manifest.json's \"dtype\" (edited
   CHECK(r.code == 1);
   CHECK_MESSAGE(r.err.find(" is " + dtype + ", manifest.json's \"dtype\" says " + other + "\n") != std::string::npos, r.err);
   CHECK(r.out.empty());
+}
+
+TEST_CASE("tprun: a manifest model section edited after conversion (its hash line removed) is refused, not run") {
+  namespace fs = std::filesystem;
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-layers-edit";
+  fs::remove_all(dir);
+  fs::copy(ux_model_dir(), dir, fs::copy_options::recursive);
+  nlohmann::json m;
+  std::ifstream(dir + "/manifest.json") >> m;
+  m.erase("model_section_xxh3");
+  m["model"]["num_hidden_layers"] = 3;  // the shards hold 5
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << m.dump(1);
+  for (const std::string tp : {"1", "2"}) {
+    const UxRun r = run_tprun(dir + " --device cpu --tp " + tp + " generate --prompt x --max-new-tokens 2");
+    CHECK(r.code == 1);
+    CHECK_MESSAGE(r.err.find(".tps: holds tensor blk.3.attn_norm.weight, which manifest.json's model section "
+                             "(num_hidden_layers 3, hidden_size 64) does not call for\n") != std::string::npos,
+                  r.err);
+    CHECK(r.out.empty());
+  }
 }
 
 TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {
