@@ -49,7 +49,8 @@ struct StoredMismatch {
   std::string what;
 };
 
-StoredMismatch stored_mismatch(const std::string& line, const BatchItem& item) {
+StoredMismatch stored_mismatch(const std::string& line, const BatchItem& item,
+                               const std::vector<std::string>& result_keys) {
   const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);  // read_jsonl_results checked it
   auto h = j.find("request_xxh3");
   if (h != j.end() && (!h->is_string() || h->get<std::string>() != request_fingerprint(item.request)))
@@ -69,6 +70,11 @@ StoredMismatch stored_mismatch(const std::string& line, const BatchItem& item) {
       return {"that was made for another request: its \"" + it.key() + "\" is " +
               f->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ", this input's is " +
               it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+  }
+  for (const std::string& key : result_keys) {  // this request's line: it must hold the result
+    auto r = j.find(key);
+    if (r == j.end() || r->is_null())
+      return {"that is incomplete: it has no \"" + key + "\" (not a line tprun wrote)"};
   }
   return {};
 }
@@ -120,7 +126,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     for (size_t i = 0; i < items.size(); ++i) {
       auto it = first_line.find(keys[i]);
       if (it == first_line.end()) continue;
-      const StoredMismatch why = stored_mismatch(existing.lines[it->second], items[i]);
+      const StoredMismatch why = stored_mismatch(existing.lines[it->second], items[i], opts.result_keys);
       if (!why.what.empty())
         throw Error(opts.output_path + ": holds a result for id " + keys[i] + " " + why.what,
                     "delete " + opts.output_path + " or choose another --output");

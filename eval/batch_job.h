@@ -43,6 +43,9 @@ struct BatchJobOptions {
   std::string output_path;          ///< the JSONL results file (appended; resumed when it exists)
   int batch_size = 48;              ///< items per generate() call and per durable write
   double progress_interval_s = 10;  ///< non-terminal progress line period
+  /// Fields every result line has (make_line writes them): a stored line without one of them, or with
+  /// null, is not a result (resume refuses the file, as for a line of another request).
+  std::vector<std::string> result_keys;
 };
 
 /// What this run did (rank 0 and the others alike, except truncated_bytes: rank 0 only).
@@ -69,7 +72,8 @@ using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const G
 /// Resume check: a stored line of an item's id must have been made for that item's request: its
 /// "request_xxh3" (when present) must equal request_fingerprint(item.request) and each field of
 /// item.expect it holds must be equal, and a line without "request_xxh3" must hold every field of
-/// item.expect (else it cannot be checked: a stub such as {"id": 5}); otherwise Error naming the output
+/// item.expect (else it cannot be checked: a stub such as {"id": 5}), and every line must hold
+/// opts.result_keys (else it is incomplete); otherwise Error naming the output
 /// file and the first such id in input order (hint: delete the file or choose another --output), before
 /// anything is written.
 /// Throws Error on duplicate ids, an unreadable output file, a stored result of another model or request, or

@@ -190,6 +190,7 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
   job.output_path = output_path;
   job.batch_size = batch_size;
   job.progress_interval_s = options.progress_interval_s;
+  job.result_keys = {"text", "output_ids", "finish_reason"};
   BatchJobReport r = run_batch_job(ctx, items, job, [&](size_t i, const GenerationResult& res) {
     nlohmann::ordered_json out;
     out["prompt"] = prompts[i];

@@ -214,6 +214,7 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
   job.output_path = output;
   job.batch_size = opts.batch_size;
   job.progress_interval_s = opts.progress_interval_s;
+  job.result_keys = {"prediction", "answers"};
   BatchJobReport r = run_batch_job(ctx, items, job, [&](size_t i, const GenerationResult& res) {
     const TriviaQaRecord& rec = q.scored[i];
     const std::string prediction = extract_answer(res.text);

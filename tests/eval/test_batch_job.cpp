@@ -375,6 +375,19 @@ TEST_CASE("generate --input: resuming refuses stored results of other requests u
       CHECK(runner.forwards == before);
     }
   }
+  SUBCASE("a line of this request without its result (no text, or text null) is refused as incomplete") {
+    nlohmann::json no_text = js[1];
+    no_text.erase("text");
+    nlohmann::json null_text = js[1];
+    null_text["text"] = nullptr;
+    for (const nlohmann::json& partial : {no_text, null_text}) {
+      CAPTURE(partial.dump());
+      std::ofstream(out, std::ios::trunc) << js[0].dump() << "\n" << partial.dump() << "\n";
+      const Error e = expect_error([&] { run_generate_jsonl(ctx, q1, out, defaults, 2); });
+      CHECK(std::string(e.what()) == out + ": holds a result for id 2 that is incomplete: it has no \"text\" (not a "
+                                           "line tprun wrote)");
+    }
+  }
 }
 
 TEST_CASE("triviaqa eval: resuming refuses a predictions file of other questions") {
