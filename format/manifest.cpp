@@ -78,6 +78,8 @@ uint64_t model_section_xxh3(const nlohmann::json& model) {
 }
 
 Manifest load_manifest(const std::string& model_dir) {
+  if (model_dir.empty())
+    throw Error("the model directory path is empty", "give the directory written by `tpshard convert` (it holds manifest.json)");
   const std::string path = model_dir + "/manifest.json";
   std::ifstream f(path);
   if (!f) {

@@ -133,7 +133,9 @@ bool same_rope(const ModelConfig& a, const ModelConfig& b) {
 /// edited or half-migrated file), they must agree: which one a reader uses differs between versions, so
 /// a scaling present in one only would be applied by some readers and not others. Throws Error otherwise.
 void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
-  const bool params = has(j, "rope_parameters") && j["rope_parameters"].is_object();
+  if (has(j, "rope_parameters") && !j["rope_parameters"].is_object())
+    throw Error(path + ": rope_parameters must be an object or null", "fix config.json");
+  const bool params = has(j, "rope_parameters");
   const bool scaling = has(j, "rope_scaling") && !j["rope_scaling"].is_null();
   if (params && scaling) {
     ModelConfig from_scaling = c;

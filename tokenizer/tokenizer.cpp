@@ -13,7 +13,8 @@ namespace tpshard {
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir))
-    throw Error(dir + ": not a directory", "pass the model directory that holds tokenizer.json or tokenizer.model");
+    throw Error(dir.empty() ? std::string("the model directory path is empty") : dir + ": not a directory",
+                "pass the model directory that holds tokenizer.json or tokenizer.model");
   const TokenizerSideConfig side = read_side_config(dir);
   const fs::path json = fs::path(dir) / "tokenizer.json";
   if (fs::exists(json)) return HfTokenizer::from_file(json.string(), side);

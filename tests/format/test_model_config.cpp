@@ -168,6 +168,9 @@ TEST_CASE("rope_parameters and rope_scaling in one config: used when they agree,
   std::string e = error_of(j);
   CHECK_MESSAGE(e.find(": rope_parameters {\"rope_theta\":500000.0,\"rope_type\":\"default\"}") != std::string::npos, e);
   CHECK_MESSAGE(e.find(" and rope_scaling {\"factor\":4.0,\"type\":\"linear\"} disagree") != std::string::npos, e);
+  j["rope_parameters"] = "x";  // not an object: refused, not read as "no scaling"
+  CHECK(error_of(j) == "config.json: rope_parameters must be an object or null");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   e = error_of(j);
   CHECK_MESSAGE(e.find("unsupported rope scaling type \"yarn\" (rope_scaling)") != std::string::npos, e);

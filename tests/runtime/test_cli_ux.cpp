@@ -211,9 +211,10 @@ TEST_CASE("tprun: a tokenizer with more tokens than the model's vocab_size (anot
   fs::remove(fs::path(dir) / "tokenizer_config.json");
   fs::copy_file(std::string(TPSHARD_FIXTURES_DIR) + "/smollm2/tokenizer.json", dir + "/tokenizer.json",
                 fs::copy_options::overwrite_existing);  // SmolLM2's 49,152 tokens on stories260K's 512
-  for (const std::string c : {"generate --prompt x", "logits --text x"}) {
+  for (const std::string c : {"--device cpu generate --prompt x", "--device cpu logits --text x", "tokenize --text x",
+                              "detokenize --ids 5"}) {
     CAPTURE(c);
-    const UxRun r = run_tprun(dir + " --device cpu " + c);
+    const UxRun r = run_tprun(dir + " " + c);
     CHECK(r.code == 1);
     CHECK_MESSAGE(r.err.rfind("error: " + dir + "/tokenizer.json: the tokenizer has 49152 tokens, more than the "
                               "model's vocab_size 512: it belongs to another model\nhint: copy the tokenizer files",
@@ -279,6 +280,12 @@ TEST_CASE("tprun: a manifest model section edited after conversion (its hash lin
 
 TEST_CASE("tprun refuses an empty --stop and eval --limit 0 before loading") {
   const std::string dir = ux_model_dir();
+  for (const std::string c : {"'' --device cpu generate --prompt x", "'' tokenize --text x"}) {  // an empty MODEL_DIR
+    CAPTURE(c);
+    const UxRun e = run_tprun(c);
+    CHECK(e.code == 1);
+    CHECK(e.err.rfind("error: the model directory path is empty\n", 0) == 0);
+  }
   UxRun r = run_tprun(dir + " --device cpu generate --prompt x --stop ''");
   CHECK(r.code == 2);
   CHECK(r.err.rfind("error: --stop: must not be empty\n", 0) == 0);

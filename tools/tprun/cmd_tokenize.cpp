@@ -2,6 +2,7 @@
 // space separated; `tprun MODEL_DIR detokenize --ids 1,2,3 [--skip-special]` prints the text.
 // Only the tokenizer files of MODEL_DIR are read (no weights, no ranks).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "format/error.h"
+#include "format/manifest.h"
+#include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli_validators.h"
 #include "tools/tprun/commands.h"
@@ -36,6 +39,15 @@ std::string read_file(const std::string& path) {
   return text;
 }
 
+/// The model directory's tokenizer; checked against its manifest when it has one (load_model_tokenizer:
+/// a tokenizer of another model is refused, as generate refuses it).
+std::unique_ptr<Tokenizer> open_tokenizer(const std::string& model_dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "manifest.json", ec)) return Tokenizer::load(model_dir);
+  std::unique_ptr<Tokenizer> t = load_model_tokenizer(model_dir, load_manifest(model_dir).model);
+  return t ? std::move(t) : Tokenizer::load(model_dir);  // none: Tokenizer::load names the missing files
+}
+
 }  // namespace
 
 void add_tokenize_commands(CLI::App& app, GlobalOptions& g) {
@@ -56,7 +68,7 @@ void add_tokenize_commands(CLI::App& app, GlobalOptions& g) {
                   "e.g. --text \"Hello world\"");
   });
   tok->callback([&g, o, file_opt] {
-    const auto tokenizer = Tokenizer::load(g.session.model_dir);
+    const auto tokenizer = open_tokenizer(g.session.model_dir);
     const std::string text = file_opt->count() ? read_file(o->file) : o->text;
     const std::vector<int32_t> ids = tokenizer->encode(text, !o->no_special);
     std::string line;
@@ -69,7 +81,7 @@ void add_tokenize_commands(CLI::App& app, GlobalOptions& g) {
   detok->add_flag("--skip-special", o->skip_special, "leave out special tokens (BOS, EOS, ...)");
   detok->callback([&g, o] {
     const std::vector<int32_t> ids = parse_token_ids(o->ids, "detokenize --ids");  // before loading anything
-    const auto tokenizer = Tokenizer::load(g.session.model_dir);
+    const auto tokenizer = open_tokenizer(g.session.model_dir);
     const std::string text = tokenizer->decode(ids, o->skip_special);
     std::printf("%s\n", text.c_str());
   });
