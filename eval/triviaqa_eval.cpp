@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
+#include <string>
 #include <unordered_set>
 
 #include "eval/answer_normalize.h"
@@ -100,6 +102,15 @@ QuestionSet load_questions(bool print, const TriviaQaOptions& opts) {
               "lower --shots or give a larger --shots-from file");
     q.shots.assign(shot_data.records.begin(), shot_data.records.begin() + shots_end);
     q.scored = std::move(data.records);
+    // a shot that is also a scored question puts its answer in that question's prompt
+    std::set<std::string> shot_ids;
+    for (const TriviaQaRecord& s : q.shots) shot_ids.insert(s.id);
+    for (const TriviaQaRecord& r : q.scored)
+      TPS_CHECK(!shot_ids.count(r.id),
+                opts.shots_from + ": its shot " + r.id + " is also a question of " + opts.data_path +
+                    " to score (its answer would be in the prompt)",
+                "give --shots-from a file of other questions, or leave --shots-from out (the first --shots records of "
+                "--data are then the shots and are not scored)");
   } else {
     TPS_CHECK(data.records.size() > n_shots,
               opts.data_path + ": holds " + std::to_string(data.records.size()) + " records; --shots " +
@@ -185,7 +196,7 @@ void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokeniz
     } catch (const Error& e) {
       // The user does not write these prompts: the way to shorten one is fewer shots (or fewer new tokens).
       const std::string hint = std::string(e.hint());
-      if (std::string(e.what()).find(": prompt of ") == std::string::npos) throw;
+      if (std::string(e.what()).find(": prompt of ") == std::string::npos || opts.shots == 0) throw;
       const bool raise = hint.find("raise --max-seq-len") != std::string::npos;
       throw Error(std::string(e.what()) + " (the " + std::to_string(opts.shots) + "-shot prompt of this question)",
                   "lower --shots (each shot adds a question and its answer to every prompt)" +

@@ -61,6 +61,20 @@ std::string expected_generation(std::vector<int32_t> ids, int max_new_tokens, bo
 }
 }  // namespace
 
+namespace {
+/// Run f, which must throw Error; returns it (what() and hint()).
+template <typename F>
+Error expect_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("expected an Error");
+  return Error("");
+}
+}  // namespace
+
 TEST_CASE("triviaqa eval: a killed run, resumed, ends identical to an uninterrupted run") {
   test::ByteTokenizer tok;
   TriviaQaOptions o;
@@ -156,6 +170,12 @@ TEST_CASE("triviaqa eval: --shots-from, --limit") {
   CHECK(std::filesystem::exists(o.summary_path));
   o.shots = 2;  // the official sample holds one record
   CHECK_THROWS_AS(run_triviaqa_eval(ctx, o), Error);
+  // shots taken from the data file itself would put their answers into the prompts of the same questions
+  o.shots_from = kData;
+  o.shots = 2;
+  const Error e = expect_error([&] { run_triviaqa_eval(ctx, o); });
+  CHECK(std::string(e.what()) == o.shots_from + ": its shot lf_0000 is also a question of " + kData +
+                                     " to score (its answer would be in the prompt)");
 }
 
 TEST_CASE("default predictions path") {
@@ -220,19 +240,6 @@ TEST_CASE("generate --input/--output: lines, default ids, per-line options, bad 
   CHECK(count_lines(slurp(bad_out)) == 1);
 }
 
-namespace {
-/// Run f, which must throw Error; returns it (what() and hint()).
-template <typename F>
-Error expect_error(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("expected an Error");
-  return Error("");
-}
-}  // namespace
 
 TEST_CASE("generate --input: integer fields out of range, negative or fractional are refused, not truncated") {
   test::ByteTokenizer tok;  // vocab 258: token ids 0..257

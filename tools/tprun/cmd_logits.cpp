@@ -51,10 +51,14 @@ void add_logits_command(CLI::App& app, GlobalOptions& g) {
         ids = ctx.tokenizer->encode(o->text, true);
       }
       TPS_CHECK(!ids.empty(), "logits: no tokens", "pass at least one id");
+      const int64_t limit = model_seq_limit(ctx.runner->config());
+      const bool at_model_limit = limit > 0 && ctx.runner->max_seq_len() >= limit;  // raising it is no way out
       TPS_CHECK(static_cast<int64_t>(ids.size()) <= ctx.runner->max_seq_len(),
-                "logits: " + std::to_string(ids.size()) + " tokens exceed --max-seq-len " +
+                "logits: " + std::to_string(ids.size()) + " tokens exceed " +
+                    (at_model_limit ? "the model's context of " : std::string("--max-seq-len ")) +
                     std::to_string(ctx.runner->max_seq_len()),
-                "raise --max-seq-len");
+                at_model_limit ? "pass fewer tokens" : "pass fewer tokens, or raise --max-seq-len (up to " +
+                                                           std::to_string(limit) + ", the model's context)");
       const int64_t vocab = ctx.runner->config().vocab_size;
       std::vector<float> logits(vocab);
       SeqChunk chunk;
