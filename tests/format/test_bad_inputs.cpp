@@ -61,14 +61,13 @@ void spit(const std::string& p, const std::vector<uint8_t>& b) {
   f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
-/// Rewrite the safetensors header of `path` with `edit` applied (data unchanged).
-void edit_header(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+/// Rewrite the safetensors header text of `path` with `edit` applied (data unchanged).
+void edit_header_text(const std::string& path, const std::function<void(std::string&)>& edit) {
   auto b = slurp(path);
   uint64_t n;
   std::memcpy(&n, b.data(), 8);
-  nlohmann::json h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<long>(n));
-  edit(h);
-  std::string hs = h.dump();
+  std::string hs(b.begin() + 8, b.begin() + 8 + static_cast<long>(n));
+  edit(hs);
   while (hs.size() % 8) hs += ' ';
   std::vector<uint8_t> out(8);
   const uint64_t m = hs.size();
@@ -76,6 +75,15 @@ void edit_header(const std::string& path, const std::function<void(nlohmann::jso
   out.insert(out.end(), hs.begin(), hs.end());
   out.insert(out.end(), b.begin() + 8 + static_cast<long>(n), b.end());
   spit(path, out);
+}
+
+/// Rewrite the safetensors header of `path` as JSON with `edit` applied (data unchanged).
+void edit_header(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  edit_header_text(path, [&](std::string& hs) {
+    nlohmann::json h = nlohmann::json::parse(hs);
+    edit(h);
+    hs = h.dump();
+  });
 }
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -121,24 +129,12 @@ TEST_CASE("offsets out of range or overlapping; byte length / dtype mismatches")
   });
   CHECK(has(convert_fails(hf, d).what, "two tensors overlap"));
   spit(st, orig);
-  {  // a tensor listed twice in the header: refused (nlohmann would keep the last entry silently)
-    auto b = orig;
-    uint64_t n;
-    std::memcpy(&n, b.data(), 8);
-    std::string hs(b.begin() + 8, b.begin() + 8 + static_cast<long>(n));
+  // a tensor listed twice in the header (as text: nlohmann would keep the last entry silently): refused
+  edit_header_text(st, [](std::string& hs) {
     const nlohmann::json h = nlohmann::json::parse(hs);
-    const std::string entry = "\"model.norm.weight\":" + h["model.norm.weight"].dump();
-    REQUIRE(hs.rfind('}') != std::string::npos);
-    hs.insert(hs.rfind('}'), "," + entry);
-    while (hs.size() % 8) hs += ' ';
-    std::vector<uint8_t> out(8);
-    const uint64_t m = hs.size();
-    std::memcpy(out.data(), &m, 8);
-    out.insert(out.end(), hs.begin(), hs.end());
-    out.insert(out.end(), b.begin() + 8 + static_cast<long>(n), b.end());
-    spit(st, out);
-    CHECK(has(convert_fails(hf, d).what, "model.safetensors: the header lists tensor \"model.norm.weight\" twice"));
-  }
+    hs.insert(hs.rfind('}'), ",\"model.norm.weight\":" + h["model.norm.weight"].dump());
+  });
+  CHECK(has(convert_fails(hf, d).what, "model.safetensors: the header lists tensor \"model.norm.weight\" twice"));
   spit(st, orig);
   edit_header(st, [](auto& h) { h["model.norm.weight"]["shape"] = {17}; });  // 16 elements of bytes
   CHECK(has(convert_fails(hf, d).what, "model.norm.weight: 32 bytes for shape with 17 BF16 elements"));
