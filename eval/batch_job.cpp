@@ -43,40 +43,36 @@ std::string model_fingerprint(const Manifest& m) {
 
 namespace {
 
-/// Why stored `line` cannot count as item's result: `what` completes "holds a result for id X ..." ("" when
-/// it counts).
-struct StoredMismatch {
-  std::string what;
-};
-
-StoredMismatch stored_mismatch(const std::string& line, const BatchItem& item,
-                               const std::vector<std::string>& result_keys) {
+/// Why stored `line` cannot count as item's result, completing "holds a result for id X ..." ("" when it
+/// counts).
+std::string stored_mismatch(const std::string& line, const BatchItem& item,
+                            const std::vector<std::string>& result_keys) {
   const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);  // read_jsonl_results checked it
   auto h = j.find("request_xxh3");
   if (h != j.end() && (!h->is_string() || h->get<std::string>() != request_fingerprint(item.request)))
-    return {"that was made for another request: its request_xxh3 " + h->dump() + " is not this input's " +
-            request_fingerprint(item.request) + " (prompt or sampling settings differ)"};
+    return "that was made for another request: its request_xxh3 " + h->dump() + " is not this input's " +
+           request_fingerprint(item.request) + " (prompt or sampling settings differ)";
   for (auto it = item.expect.begin(); it != item.expect.end(); ++it) {
     auto f = j.find(it.key());
     if (f == j.end()) {
       // Without request_xxh3 (a line of an older file) the fields are the only check: a line that has
       // neither (a stub or a line written by hand) cannot be told from another request's result.
       if (h == j.end())
-        return {"that cannot be checked: it has neither \"request_xxh3\" nor \"" + it.key() +
-                "\" (not a line tprun wrote)"};
+        return "that cannot be checked: it has neither \"request_xxh3\" nor \"" + it.key() +
+               "\" (not a line tprun wrote)";
       continue;
     }
     if (*f != it.value())
-      return {"that was made for another request: its \"" + it.key() + "\" is " +
-              f->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ", this input's is " +
-              it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+      return "that was made for another request: its \"" + it.key() + "\" is " +
+             f->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ", this input's is " +
+             it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   for (const std::string& key : result_keys) {  // this request's line: it must hold the result
     auto r = j.find(key);
     if (r == j.end() || r->is_null())
-      return {"that is incomplete: it has no \"" + key + "\" (not a line tprun wrote)"};
+      return "that is incomplete: it has no \"" + key + "\" (not a line tprun wrote)";
   }
-  return {};
+  return "";
 }
 
 }  // namespace
@@ -126,9 +122,9 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     for (size_t i = 0; i < items.size(); ++i) {
       auto it = first_line.find(keys[i]);
       if (it == first_line.end()) continue;
-      const StoredMismatch why = stored_mismatch(existing.lines[it->second], items[i], opts.result_keys);
-      if (!why.what.empty())
-        throw Error(opts.output_path + ": holds a result for id " + keys[i] + " " + why.what,
+      const std::string why = stored_mismatch(existing.lines[it->second], items[i], opts.result_keys);
+      if (!why.empty())
+        throw Error(opts.output_path + ": holds a result for id " + keys[i] + " " + why,
                     "delete " + opts.output_path + " or choose another --output");
     }
   }

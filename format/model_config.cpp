@@ -136,7 +136,7 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
   if (has(j, "rope_parameters") && !j["rope_parameters"].is_object())
     throw Error(path + ": rope_parameters must be an object or null", "fix config.json");
   const bool params = has(j, "rope_parameters");
-  const bool scaling = has(j, "rope_scaling") && !j["rope_scaling"].is_null();
+  const bool scaling = has(j, "rope_scaling");  // has(): present and not null
   if (params && scaling) {
     ModelConfig from_scaling = c;
     parse_rope_object(j["rope_scaling"], from_scaling, path, "rope_scaling");
@@ -148,7 +148,7 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
     return;
   }
   if (params) parse_rope_object(j["rope_parameters"], c, path, "rope_parameters");
-  else if (has(j, "rope_scaling")) parse_rope_object(j["rope_scaling"], c, path, "rope_scaling");
+  else if (scaling) parse_rope_object(j["rope_scaling"], c, path, "rope_scaling");
 }
 
 }  // namespace
