@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
 
 namespace tpshard::cuda {
 

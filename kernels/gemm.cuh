@@ -1,5 +1,5 @@
 // gemm.cuh: the linear layers' matrix product through cuBLASLt: Y[n, out] = X[n, in] W[out, in]^T
-// (+ beta * Y), W row-major as stored in shard files (format/tensor_names.h). fp16/bf16 inputs with
+// (+ beta * Y), W row-major as stored in shard files (model/tensor_names.h). fp16/bf16 inputs with
 // fp32 accumulation (CUBLAS_COMPUTE_32F), or fp32 throughout. Owns the cuBLASLt handle, its workspace
 // and a cache of the chosen algorithm per shape.
 #pragma once

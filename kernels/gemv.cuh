@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "format/dtype.h"
-#include "format/model_config.h"
+#include "model/model_config.h"
 
 namespace tpshard::cuda {
 

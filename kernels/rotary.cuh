@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "format/dtype.h"
-#include "format/model_config.h"
+#include "model/model_config.h"
 
 namespace tpshard::cuda {
 

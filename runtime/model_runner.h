@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
 
 namespace tpshard {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
 
 namespace tpshard {
 

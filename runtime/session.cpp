@@ -16,7 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "format/check_shard_model.h"
+#include "model/parallel_layout.h"
+#include "model/rank_shard.h"
 #include "format/error.h"
 #include "format/shard_file.h"
 #include "runtime/cpu/cpu_runner.h"
@@ -35,9 +36,9 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
   TPS_CHECK(opts.nnodes == 1, "--nnodes " + std::to_string(opts.nnodes) + ": the CPU backend runs on one node",
             "drop --nnodes/--node-rank/--master-addr, or use --device cuda");
   const Manifest manifest = load_manifest(opts.model_dir);
-  const std::vector<ManifestShard>& shards = shards_for(manifest, opts.tp_size, opts.model_dir);
+  shards_for(manifest, opts.tp_size, opts.model_dir);  // names the tp sizes converted before any thread starts
   const ModelConfig& config = manifest.model;
-  const TpLayout layout = make_tp_layout(config, opts.tp_size);
+  make_parallel_layout(config, opts.tp_size);  // a tp_size the model cannot take: named before loading
   const int max_seq_len = effective_max_seq_len(opts, config);
   const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(opts.model_dir, config);
   const int threads = opts.cpu_threads > 0 ? opts.cpu_threads : ThreadPool::default_threads_per_rank(opts.tp_size);
@@ -50,30 +51,10 @@ void run_cpu(const SessionOptions& opts, const std::function<void(RankContext&)>
   std::exception_ptr first_error;
   auto rank_main = [&](int rank) {
     try {
-      const ManifestShard& ms = shards.at(rank);
-      const std::string path = (std::filesystem::path(opts.model_dir) / ms.file).string();
-      struct stat st {};
-      TPS_CHECK(::stat(path.c_str(), &st) == 0 || errno != ENOENT,
-                path + ": shard of tp_rank " + std::to_string(rank) + " (tp_size " + std::to_string(opts.tp_size) +
-                    ") is missing",
-                "re-run tpshard convert with --tp " + std::to_string(opts.tp_size) + " or restore the file");
-      ShardReader reader(path);  // names what else keeps it from being read (permissions, not a regular file)
-      TPS_CHECK(reader.file_bytes() == ms.bytes,
-                path + ": size " + std::to_string(reader.file_bytes()) + " bytes differs from the manifest's " +
-                    std::to_string(ms.bytes),
-                "the shard is truncated or from another conversion; run tpshard verify, then re-convert");
-      TPS_CHECK(static_cast<int>(reader.header().tp_rank) == rank &&
-                    static_cast<int>(reader.header().tp_size) == opts.tp_size,
-                path + ": header says tp_rank " + std::to_string(reader.header().tp_rank) + " of " +
-                    std::to_string(reader.header().tp_size) + ", manifest says " + std::to_string(rank) + " of " +
-                    std::to_string(opts.tp_size),
-                "the model directory is inconsistent; re-run tpshard convert");
-      check_shard_belongs(reader, ms, opts.model_dir);
-      check_shard_dtype(reader, manifest.dtype);
-      check_tensors_match_model(reader, manifest, opts.tp_size, rank);  // an edited model section
+      const std::unique_ptr<ShardReader> reader = open_rank_shard(manifest, opts.model_dir, opts.tp_size, rank);
       ThreadComm comm(group, rank);
       ThreadPool pool(threads);
-      cpu::ModelWeights weights = cpu::load_weights(reader, config, layout, opts.verify_hashes);
+      cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes);
       cpu::CpuRunnerOptions ro;
       ro.max_batch = opts.max_batch;
       ro.max_seq_len = max_seq_len;

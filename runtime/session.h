@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "runtime/comm.h"
 #include "runtime/model_runner.h"
 #include "tokenizer/tokenizer.h"

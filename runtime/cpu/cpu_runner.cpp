@@ -11,6 +11,7 @@
 #include <string>
 
 #include "format/error.h"
+#include "model/parallel_layout.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/rope.h"
 
@@ -21,14 +22,14 @@ namespace {
 class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(const ModelConfig& c, ModelWeights w, Communicator& comm, ThreadPool& pool, const CpuRunnerOptions& o)
-      : config_(c), layout_(make_tp_layout(c, comm.size())), w_(std::move(w)), comm_(comm), pool_(pool),
+      : config_(c), layout_(make_parallel_layout(c, comm.size())), mine_(layout_.tp(comm.rank())), w_(std::move(w)), comm_(comm), pool_(pool),
         max_batch_(o.max_batch), max_seq_len_(o.max_seq_len), inv_freq_(rope_inv_freq(c)) {
     TPS_CHECK(max_batch_ >= 1, "cpu runner: max_batch " + std::to_string(max_batch_) + " must be >= 1",
               "pass --max-batch 1 or more");
     TPS_CHECK(max_seq_len_ >= 1, "cpu runner: max_seq_len " + std::to_string(max_seq_len_) + " must be >= 1",
               "pass --max-seq-len 1 or more");
-    kv_heads_ = layout_.num_kv_heads_per_rank;
-    first_kv_head_ = layout_.first_kv_head(comm.rank(), c);
+    kv_heads_ = mine_.kv_heads.size();
+    first_kv_head_ = mine_.kv_heads.begin;
     cache_layer_floats_ = static_cast<size_t>(max_batch_) * kv_heads_ * max_seq_len_ * c.head_dim;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       // new float[] leaves pages untouched until a slot/position is written.
@@ -72,7 +73,8 @@ class CpuRunner final : public ModelRunner {
   static const float* opt(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
   ModelConfig config_;
-  TpLayout layout_;
+  ParallelLayout layout_;
+  TpRankRanges mine_;  ///< this tp_rank's ranges
   ModelWeights w_;
   Communicator& comm_;
   ThreadPool& pool_;
@@ -104,8 +106,8 @@ void CpuRunner::check_chunks(const std::vector<SeqChunk>& chunks) const {
 }
 
 void CpuRunner::embed(const std::vector<TokenInfo>& toks, float* x) {
-  const int64_t H = config_.hidden_size, vpr = layout_.vocab_size_per_rank;
-  const int64_t first = comm_.rank() * vpr;
+  const int64_t H = config_.hidden_size, vpr = mine_.vocab_rows.size();
+  const int64_t first = mine_.vocab_rows.begin;
   for (size_t t = 0; t < toks.size(); ++t) {
     const int64_t local = toks[t].id - first;
     float* row = x + t * H;
@@ -121,7 +123,7 @@ void CpuRunner::embed(const std::vector<TokenInfo>& toks, float* x) {
 void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, const float* h, float* out) {
   const LayerWeights& lw = w_.layers[layer];
   const int64_t H = config_.hidden_size, hd = config_.head_dim;
-  const int64_t hpr = layout_.num_heads_per_rank;
+  const int64_t hpr = mine_.heads.size();
   const int64_t qkv_cols = (hpr + 2 * kv_heads_) * hd;
   const int64_t n = static_cast<int64_t>(toks.size());
   std::vector<float> qkv(n * qkv_cols);
@@ -139,7 +141,7 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
 
   // Causal attention: the query at position p sees positions 0..p of its own slot.
   const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
-  const int64_t first_head = comm_.rank() * hpr;
+  const int64_t first_head = mine_.heads.begin;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attn(n * hpr * hd);
   pool_.parallel_for(n * hpr, [&](int64_t b, int64_t e) {
@@ -163,7 +165,7 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
 
 void CpuRunner::mlp_block(int layer, const float* h, float* out, int64_t n) {
   const LayerWeights& lw = w_.layers[layer];
-  const int64_t H = config_.hidden_size, ipr = layout_.intermediate_size_per_rank;
+  const int64_t H = config_.hidden_size, ipr = mine_.mlp_columns.size();
   std::vector<float> act(n * ipr);
   if (config_.gated_mlp) {
     std::vector<float> gate_up(n * 2 * ipr);
@@ -215,7 +217,7 @@ void CpuRunner::forward(const std::vector<SeqChunk>& chunks, float* logits, int3
   std::vector<float> last(m * H), hn(m * H);
   for (int64_t c = 0; c < m; ++c) std::memcpy(last.data() + c * H, x.data() + last_row[c] * H, H * sizeof(float));
   norm(w_.output_norm_weight, w_.output_norm_bias, last.data(), hn.data(), m);
-  const int64_t vpr = layout_.vocab_size_per_rank, tp = comm_.size();
+  const int64_t vpr = mine_.vocab_rows.size(), tp = comm_.size();  // equal on every rank (even split)
   const std::vector<float>& head = w_.output.empty() ? w_.token_embd : w_.output;
   std::vector<float> local(m * vpr), gathered(tp * m * vpr);
   linear(pool_, hn.data(), head.data(), nullptr, local.data(), m, H, vpr);

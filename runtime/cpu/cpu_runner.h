@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
 #include "runtime/comm.h"
 #include "runtime/cpu/cpu_weights.h"
 #include "runtime/cpu/thread_pool.h"

@@ -1,10 +1,10 @@
 // ops.h: the fp32 operations of the CPU reference transformer. Row-major everywhere; weights are
-// [out, in] as stored in shard files (format/tensor_names.h), so y = x W^T reads contiguous rows.
+// [out, in] as stored in shard files (model/tensor_names.h), so y = x W^T reads contiguous rows.
 // Owns: the maths only (no weights, no kv_cache, no communication).
 #pragma once
 #include <cstdint>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
 #include "runtime/cpu/thread_pool.h"
 
 namespace tpshard::cpu {

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "format/error.h"
-#include "format/memory_plan.h"
+#include "model/memory_plan.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/transformer.h"
@@ -49,10 +49,10 @@ class CudaRunner : public ModelRunner {
               "build the CUDA runner with the communicator of runtime/cuda/make_device_comm.h");
     device_comm_ = device_comm;
     stream_ = device_comm->stream();
-    layout_ = make_tp_layout(config_, tp_size);
-    weights_ = bind_weights(weights, config_, layout_);
+    layout_ = make_parallel_layout(config_, tp_size);
+    weights_ = bind_weights(weights, config_);
     weight_bytes_ = weights.bytes();
-    max_rows_ = decode_bucket(opts.max_batch);  // format/memory_plan.h: 1, 2, 4, 8, then multiples of 8
+    max_rows_ = decode_bucket(opts.max_batch);  // model/memory_plan.h: 1, 2, 4, 8, then multiples of 8
     const long long cap = static_cast<long long>(opts.max_batch) * opts.max_seq_len;
     const long long step = opts.max_step_tokens > 0 ? opts.max_step_tokens : kMaxStepTokens;
     const int max_tokens = static_cast<int>(std::max<long long>(max_rows_, std::min(step, cap)));
@@ -73,7 +73,7 @@ class CudaRunner : public ModelRunner {
       // transformer only lets it use the fused all_reduce + add_norm kernel too (same regions, same stream).
       model_->set_custom_all_reduce(peer->custom_all_reduce());
     }
-    const size_t vpr = layout_.vocab_size_per_rank;
+    const size_t vpr = layout_.max_counts().vocab_rows.size();  // gathered per rank
     TPS_CUDA_CHECK(cudaMalloc(&gathered_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
     TPS_CUDA_CHECK(cudaMalloc(&gathered_pairs_, static_cast<size_t>(tp_size) * max_rows_ * sizeof(ArgmaxPair)));
     TPS_CUDA_CHECK(cudaMallocHost(&host_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
@@ -353,7 +353,7 @@ class CudaRunner : public ModelRunner {
       device_comm_->synchronize();  // pinned metadata buffer may only be rewritten once its copy has run
       return;
     }
-    const size_t vpr = layout_.vocab_size_per_rank;
+    const size_t vpr = layout_.max_counts().vocab_rows.size();  // gathered per rank
     const int64_t vocab = config_.vocab_size;
     if (argmax) {
       const ArgmaxPair* src = model_->argmax_local();
@@ -398,7 +398,7 @@ class CudaRunner : public ModelRunner {
   Communicator& comm_;
   DeviceCommunicator* device_comm_ = nullptr;  ///< comm_ as the CUDA communicator (stream, synchronize)
   cudaStream_t stream_ = nullptr;
-  TpLayout layout_;
+  ParallelLayout layout_;
   ModelWeights weights_;
   int max_rows_ = 1;
   uint64_t weight_bytes_ = 0;

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "runtime/comm.h"
 #include "runtime/cuda/weight_arena.h"
 #include "runtime/model_runner.h"
@@ -15,7 +15,7 @@ struct CudaRunnerOptions {
   int max_seq_len = 2048;
   bool use_cuda_graphs = true;  ///< capture decode steps per batch-size bucket
   /// Tokens per GPU step (the activation workspace is sized for it); a longer forward runs in several
-  /// steps. 0: kMaxStepTokens (format/memory_plan.h, 1024), the size `tpshard plan` assumes.
+  /// steps. 0: kMaxStepTokens (model/memory_plan.h, 1024), the size `tpshard plan` assumes.
   int max_step_tokens = 0;
   /// Greedy decode lookahead (cuda_runner.cpp, decode_step): compute decode step s + 1 on the GPU while
   /// the host handles step s. Off also with TPSHARD_NO_LOOKAHEAD=1 (A/B timing). Results are identical.

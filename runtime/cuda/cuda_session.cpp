@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <string>
 
-#include "format/check_shard_model.h"
-#include "format/memory_plan.h"
+#include "model/rank_shard.h"
+#include "model/memory_plan.h"
 #include "format/shard_file.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/cuda_runner.h"
@@ -162,17 +162,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
   const int rank = worker.tp_rank();
   try {
     const Manifest manifest = load_manifest(opts.model_dir);
-    const auto& shards = shards_for(manifest, worker.tp_size(), opts.model_dir);
-    const std::string path = (std::filesystem::path(opts.model_dir) / shards.at(size_t(rank)).file).string();
-    ShardReader shard(path);  // this rank opens only its own shard
-    TPS_CHECK(int(shard.header().tp_rank) == rank && int(shard.header().tp_size) == worker.tp_size(),
-              path + ": shard is for tp_rank " + std::to_string(shard.header().tp_rank) + " of " +
-                  std::to_string(shard.header().tp_size) + ", expected " + std::to_string(rank) + " of " +
-                  std::to_string(worker.tp_size()),
-              "the manifest and shard files do not match; re-run tpshard convert");
-    check_shard_belongs(shard, shards.at(size_t(rank)), opts.model_dir);
-    check_shard_dtype(shard, manifest.dtype);
-    check_tensors_match_model(shard, manifest, worker.tp_size(), rank);  // an edited model section
+    const std::unique_ptr<ShardReader> shard = open_rank_shard(manifest, opts.model_dir, worker.tp_size(), rank);  // its own shard only
     const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -180,7 +170,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
 
     LoadOptions lo;
     lo.verify_hashes = opts.verify_hashes;
-    WeightArena arena(shard, lo);
+    WeightArena arena(*shard, lo);
     CudaRunnerOptions ro;
     ro.max_batch = opts.max_batch;
     ro.max_seq_len = max_seq_len;

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "runtime/comm_select.h"
 #include "runtime/cuda/device_comm.h"
 #include "runtime/launcher.h"
@@ -58,7 +58,7 @@ class CudaWorker {
   CommChoice comm_choice_;
 };
 
-/// Throws Error when the memory plan of format/memory_plan.h (weights + kv_cache + activations +
+/// Throws Error when the memory plan of model/memory_plan.h (weights + kv_cache + activations +
 /// workspace, the numbers `tpshard plan` prints) exceeds free_bytes, giving the numbers and settings that
 /// would fit: a smaller --max-batch, a smaller --max-seq-len, or a larger --tp among the manifest's sizes.
 void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,

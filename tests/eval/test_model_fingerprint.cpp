@@ -13,7 +13,7 @@
 
 #include "eval/batch_job.h"
 #include "eval/generate_jsonl.h"
-#include "format/convert/convert.h"
+#include "convert/convert.h"
 #include "format/error.h"
 #include "format/safetensors.h"
 #include "tests/eval/fake_model.h"

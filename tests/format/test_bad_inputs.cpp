@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "format/convert/convert.h"
+#include "convert/convert.h"
 #include "format/error.h"
 #include "format/safetensors.h"
 #include "tiny_checkpoint.h"

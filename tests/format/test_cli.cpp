@@ -16,12 +16,12 @@
 #include <thread>
 #include <vector>
 
-#include "format/convert/convert.h"
-#include "format/convert/fs_util.h"
-#include "format/convert/temp_owner.h"
+#include "convert/convert.h"
+#include "convert/fs_util.h"
+#include "convert/temp_owner.h"
 #include "format/error.h"
-#include "format/manifest.h"
-#include "format/memory_plan.h"
+#include "model/manifest.h"
+#include "model/memory_plan.h"
 #include "format/shard_file.h"
 #include "tiny_checkpoint.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "tiny_checkpoint.h"
 
 using namespace tpshard;

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <functional>
 
-#include "format/convert/convert.h"
+#include "convert/convert.h"
 #include "format/error.h"
 #include "format/hash.h"
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "format/shard_file.h"
 #include "tiny_checkpoint.h"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "format/convert/fs_util.h"
-#include "format/convert/temp_owner.h"
+#include "convert/fs_util.h"
+#include "convert/temp_owner.h"
 #include "format/error.h"
 #include "tiny_checkpoint.h"
 

@@ -1,11 +1,12 @@
 // test_model_config.cpp: parse_hf_config on real config.json files (tests/fixtures/configs) and on
-// hand-written old/new spellings; make_tp_layout divisibility, KV replication and vocab padding.
+// hand-written old/new spellings; make_parallel_layout divisibility, KV replication and vocab padding.
 #include <doctest/doctest.h>
 
 #include <fstream>
 
 #include "format/error.h"
-#include "format/model_config.h"
+#include "model/model_config.h"
+#include "model/parallel_layout.h"
 
 using namespace tpshard;
 using nlohmann::json;
@@ -47,7 +48,7 @@ TEST_CASE("RedPajama-INCITE-7B (GPT-NeoX, old spellings)") {
 
 TEST_CASE("Qwen2.5-Math-72B (Qwen2: q/k/v bias, GQA 64/8)") {
   const ModelConfig c = parse_hf_config(load("qwen2.5-math-72b-instruct.config.json"), "qwen");
-  CHECK(c.arch == Arch::Llama);
+  CHECK(c.arch == Arch::Qwen2);
   CHECK(c.attention_bias);
   CHECK_FALSE(c.attention_out_bias);
   CHECK(c.num_key_value_heads == 8);
@@ -56,12 +57,13 @@ TEST_CASE("Qwen2.5-Math-72B (Qwen2: q/k/v bias, GQA 64/8)") {
   CHECK(c.intermediate_size == 29568);
   CHECK(c.sliding_window == 0);  // use_sliding_window false
   CHECK(c.torch_dtype == "bfloat16");
-  const TpLayout l8 = make_tp_layout(c, 8);
-  CHECK(l8.num_heads_per_rank == 8);
-  CHECK(l8.num_kv_heads_per_rank == 1);
+  const ParallelLayout l8 = make_parallel_layout(c, 8);
+  CHECK(l8.tp(7).heads == Range{56, 64});
+  CHECK(l8.tp(7).kv_heads == Range{7, 8});
   CHECK_FALSE(l8.kv_heads_replicated);
-  CHECK(l8.intermediate_size_per_rank == 3696);
+  CHECK(l8.tp(1).mlp_columns == Range{3696, 7392});
   CHECK(l8.vocab_size_padded == 152064);
+  CHECK(l8.tp(7).vocab_rows == Range{7 * 19008, 152064});
 }
 
 TEST_CASE("SmolLM2-135M (new 'dtype' key, tied, 9 heads / 3 KV heads)") {
@@ -73,21 +75,21 @@ TEST_CASE("SmolLM2-135M (new 'dtype' key, tied, 9 heads / 3 KV heads)") {
   CHECK(c.rope_type == RopeType::Default);
   // tp 2 refused with the numbers, tp 3 accepted.
   try {
-    make_tp_layout(c, 2);
+    make_parallel_layout(c, 2);
     FAIL("tp 2 must be refused");
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("num_attention_heads 9 is not divisible by tp_size 2") != std::string::npos);
     CHECK(e.hint() == "tp sizes this model accepts: 1, 3");
   }
-  const TpLayout l3 = make_tp_layout(c, 3);
-  CHECK(l3.num_heads_per_rank == 3);
-  CHECK(l3.num_kv_heads_per_rank == 1);
+  const ParallelLayout l3 = make_parallel_layout(c, 3);
+  CHECK(l3.tp(1).heads == Range{3, 6});
+  CHECK(l3.tp(1).kv_heads.size() == 1);
   CHECK_FALSE(l3.kv_heads_replicated);
-  CHECK(l3.first_kv_head(2, c) == 2);
-  CHECK(l3.intermediate_size_per_rank == 512);
+  CHECK(l3.tp(2).kv_heads.begin == 2);
+  CHECK(l3.tp(2).mlp_columns == Range{1024, 1536});
   CHECK(l3.vocab_size_padded == 49152);
   // tp 9 would replicate KV heads, but intermediate_size 1536 is not divisible by 9.
-  CHECK_THROWS_WITH_AS(make_tp_layout(c, 9), doctest::Contains("intermediate_size 1536 is not divisible by tp_size 9"), Error);
+  CHECK_THROWS_WITH_AS(make_parallel_layout(c, 9), doctest::Contains("intermediate_size 1536 is not divisible by tp_size 9"), Error);
 }
 
 TEST_CASE("TinyLlama and Mistral") {
@@ -95,9 +97,9 @@ TEST_CASE("TinyLlama and Mistral") {
   CHECK(t.torch_dtype == "float32");  // "dtype" key (transformers >= 4.56)
   CHECK(t.num_key_value_heads == 4);
   CHECK(t.rotary_ndims == 64);
-  const TpLayout l8 = make_tp_layout(t, 8);
+  const ParallelLayout l8 = make_parallel_layout(t, 8);
   CHECK(l8.kv_heads_replicated);
-  CHECK(l8.first_kv_head(5, t) == 2);
+  CHECK(l8.tp(5).kv_heads == Range{2, 3});
   const ModelConfig m = parse_hf_config(load("mistral-7b-v0.1.config.json"), "mi");
   CHECK(m.architecture == "MistralForCausalLM");
   CHECK(m.sliding_window == 4096);
@@ -254,15 +256,15 @@ TEST_CASE("model_config_to_json / from_json round trip") {
   CHECK(model_config_to_json(model_config_from_json(model_config_to_json(n), "m")) == model_config_to_json(n));
 }
 
-TEST_CASE("make_tp_layout: KV heads not evenly replicable and intermediate not divisible are refused") {
+TEST_CASE("make_parallel_layout: KV heads not evenly replicable and intermediate not divisible are refused") {
   json j = llama_base();  // 8 heads, 2 KV heads
   j["num_attention_heads"] = 12;
   j["num_key_value_heads"] = 4;
   j["hidden_size"] = 96;
   const ModelConfig c = parse_hf_config(j, "c");
-  CHECK_THROWS_WITH_AS(make_tp_layout(c, 8), doctest::Contains("num_attention_heads 12 is not divisible by tp_size 8"), Error);
-  CHECK_THROWS_WITH_AS(make_tp_layout(c, 6), doctest::Contains("tp_size 6 is not a multiple of num_key_value_heads 4"), Error);
+  CHECK_THROWS_WITH_AS(make_parallel_layout(c, 8), doctest::Contains("num_attention_heads 12 is not divisible by tp_size 8"), Error);
+  CHECK_THROWS_WITH_AS(make_parallel_layout(c, 6), doctest::Contains("tp_size 6 is not a multiple of num_key_value_heads 4"), Error);
   json k = llama_base();
   k["intermediate_size"] = 90;
-  CHECK_THROWS_WITH_AS(make_tp_layout(parse_hf_config(k, "c"), 4), doctest::Contains("intermediate_size 90"), Error);
+  CHECK_THROWS_WITH_AS(make_parallel_layout(parse_hf_config(k, "c"), 4), doctest::Contains("intermediate_size 90"), Error);
 }

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <limits>
 
-#include "format/convert/convert.h"
+#include "convert/convert.h"
 #include "format/dtype.h"
 #include "format/error.h"
 #include "format/safetensors.h"

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "format/convert/fs_util.h"
-#include "format/convert/temp_owner.h"
+#include "convert/fs_util.h"
+#include "convert/temp_owner.h"
 #include "tiny_checkpoint.h"
 
 using namespace tpshard;

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "format/error.h"
-#include "format/manifest.h"
-#include "format/memory_plan.h"
+#include "model/manifest.h"
+#include "model/memory_plan.h"
 #include "runtime/cuda/worker.h"
 
 using namespace tpshard;

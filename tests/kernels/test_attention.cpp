@@ -9,7 +9,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/kv_cache.cuh"
 #include "kernels/rotary.cuh"
-#include "format/model_config.h"
+#include "model/model_config.h"
 #include "tests/kernels/test_util.h"
 #include "tests/reference/reference.h"
 

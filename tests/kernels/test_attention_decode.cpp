@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_decode.cuh"
 #include "kernels/kv_cache.cuh"

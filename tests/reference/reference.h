@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
 
 namespace tpshard::ref {
 

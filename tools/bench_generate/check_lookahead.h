@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "runtime/comm.h"
 #include "runtime/cuda/weight_arena.h"
 

@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "format/shard_file.h"
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/make_device_comm.h"

@@ -18,8 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "format/manifest.h"
-#include "format/memory_plan.h"
+#include "model/manifest.h"
+#include "model/memory_plan.h"
+#include "model/rank_shard.h"
 #include "format/shard_file.h"
 #include "runtime/process_memory.h"
 #include "runtime/cuda/check.h"
@@ -66,9 +67,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
   const int rank = worker.tp_rank();
   try {
     const Manifest manifest = load_manifest(g.session.model_dir);
-    const auto& shards = shards_for(manifest, worker.tp_size(), g.session.model_dir);
-    const std::string path = (std::filesystem::path(g.session.model_dir) / shards.at(size_t(rank)).file).string();
-    ShardReader shard(path);
+    const std::unique_ptr<ShardReader> shard = open_rank_shard(manifest, g.session.model_dir, worker.tp_size(), rank);
     LoadOptions lo;
     lo.ring_buffers = o.ring_buffers;
     lo.ring_buffer_bytes = o.ring_mib << 20;
@@ -87,7 +86,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
       arena.reset();
       worker.comm().barrier();  // all ranks start together, so the spread means something
       LoadReport rep;
-      arena = std::make_unique<WeightArena>(shard, lo, &rep);
+      arena = std::make_unique<WeightArena>(*shard, lo, &rep);
       if (rep.seconds < best.seconds) best = rep;
     }
     s.rss_after_load_mib = current_rss_mib();  // current, not peak: tells a transient peak from a lasting one

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "tools/stdout_status.h"
 #include "tools/tprun/commands.h"
 #include "tools/tprun/preflight_model.h"

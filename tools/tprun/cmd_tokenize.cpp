@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "format/error.h"
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli_validators.h"

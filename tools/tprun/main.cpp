@@ -15,7 +15,7 @@
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
-#include "format/convert/convert.h"
+#include "model/manifest.h"
 #include "format/error.h"
 #include "tools/tprun/commands.h"
 #if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER

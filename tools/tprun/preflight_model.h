@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"

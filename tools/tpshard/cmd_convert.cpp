@@ -5,7 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "format/convert/progress.h"
+#include "convert/progress.h"
 #include "format/error.h"
 #include "format/hash.h"
 #include "tools/tpshard/check_tokenizer.h"

@@ -5,10 +5,10 @@
 #include <memory>
 #include <utility>
 
-#include "format/convert/progress.h"
+#include "convert/progress.h"
 #include "format/error.h"
 #include "format/hash.h"
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "format/shard_file.h"
 #include "tools/tpshard/commands.h"
 

@@ -1,10 +1,10 @@
-// cmd_plan.cpp: `tpshard plan`: prints plan_memory (format/memory_plan.h) for one tp size; with
+// cmd_plan.cpp: `tpshard plan`: prints plan_memory (model/memory_plan.h) for one tp size; with
 // --gpu-mem, exit 1 when the plan does not fit.
 #include <cstdio>
 
-#include "format/convert/progress.h"
+#include "convert/progress.h"
 #include "format/error.h"
-#include "format/memory_plan.h"
+#include "model/memory_plan.h"
 #include "tools/tpshard/commands.h"
 
 namespace tpshard::cli {

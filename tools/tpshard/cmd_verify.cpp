@@ -8,10 +8,10 @@
 #include <cstdio>
 
 
-#include "format/check_shard_model.h"
+#include "model/rank_shard.h"
 #include "format/error.h"
 #include "format/hash.h"
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "format/shard_file.h"
 #include "tools/tpshard/check_tokenizer.h"
 #include "tools/tpshard/commands.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "format/convert/convert.h"
+#include "convert/convert.h"
 
 namespace tpshard::cli {
 

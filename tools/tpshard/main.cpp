@@ -10,9 +10,9 @@
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
-#include "format/convert/fs_util.h"
+#include "convert/fs_util.h"
 #include "format/error.h"
-#include "format/model_config.h"
+#include "model/parallel_layout.h"
 #include "tools/tpshard/commands.h"
 
 int main(int argc, char** argv) {

@@ -29,11 +29,12 @@ void alloc(P*& p, size_t bytes, size_t& total) {
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_rank, const ModelWeights& w,
+Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, const ModelWeights& w,
                          Communicator& comm, cudaStream_t stream, int max_tokens, int max_rows, int kv_slots,
                          int max_seq_len)
     : c_(c),
       layout_(layout),
+      mine_(layout.tp(tp_rank)),
       tp_rank_(tp_rank),
       w_(w),
       comm_(comm),
@@ -41,7 +42,7 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
       max_tokens_(max_tokens),
       max_rows_(max_rows),
       max_seq_len_(max_seq_len),
-      kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(layout.num_kv_heads_per_rank), max_seq_len,
+      kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(mine_.kv_heads.size()), max_seq_len,
           static_cast<int>(c.head_dim), w.dtype) {
   use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
   use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
@@ -51,8 +52,8 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
-  const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
-  const size_t ipr = layout_.intermediate_size_per_rank;
+  const size_t heads = mine_.heads.size(), kvh = mine_.kv_heads.size();
+  const size_t ipr = mine_.mlp_columns.size();
   size_t& total = workspace_bytes_;
   inv_freq_host_ = rope_inv_freq(c_);
   alloc(inv_freq_, inv_freq_host_.size() * sizeof(float), total);
@@ -70,7 +71,7 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   alloc(act_, T * ipr * es, total);
   alloc(out_, T * H * es, total);
   alloc(last_, static_cast<size_t>(max_rows_) * H * es, total);
-  alloc(logits_, static_cast<size_t>(max_rows_) * layout_.vocab_size_per_rank * sizeof(float), total);
+  alloc(logits_, static_cast<size_t>(max_rows_) * mine_.vocab_rows.size() * sizeof(float), total);
   alloc(argmax_, static_cast<size_t>(max_rows_) * sizeof(ArgmaxPair), total);
   alloc(argmax_partial_, static_cast<size_t>(max_rows_) * kArgmaxMaxSplits * sizeof(ArgmaxPair), total);
   alloc(argmax_counters_, static_cast<size_t>(max_rows_) * sizeof(int32_t), total);
@@ -143,8 +144,8 @@ void Transformer::run(const StepMeta& m) {
   e.dtype = w_.dtype;
   e.n = m.n;
   e.hidden = H;
-  e.vocab_per_rank = layout_.vocab_size_per_rank;
-  e.vocab_begin = static_cast<int64_t>(tp_rank_) * layout_.vocab_size_per_rank;
+  e.vocab_per_rank = mine_.vocab_rows.size();
+  e.vocab_begin = mine_.vocab_rows.begin;
   embedding_lookup(e, stream_);
   all_reduce(residual_, static_cast<size_t>(m.n) * H, DType::F32);
 
@@ -169,7 +170,7 @@ void Transformer::run(const StepMeta& m) {
   g.w = w_.output;
   g.y = logits_;
   g.n = m.n_rows;
-  g.out = static_cast<int>(layout_.vocab_size_per_rank);
+  g.out = static_cast<int>(mine_.vocab_rows.size());
   g.in = H;
   g.dtype = w_.dtype;
   g.out_dtype = DType::F32;
@@ -182,8 +183,8 @@ void Transformer::run(const StepMeta& m) {
   a.logits = logits_;
   a.out = argmax_;
   a.n = m.n_rows;
-  a.vocab_per_rank = layout_.vocab_size_per_rank;
-  a.vocab_begin = static_cast<int64_t>(tp_rank_) * layout_.vocab_size_per_rank;
+  a.vocab_per_rank = mine_.vocab_rows.size();
+  a.vocab_begin = mine_.vocab_rows.begin;
   a.vocab_size = c_.vocab_size;
   a.splits = use_argmax_split_ ? argmax_splits(a.n, a.vocab_per_rank) : 1;  // decode: rows split over blocks
   a.partial = argmax_partial_;
@@ -261,7 +262,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
 GemvArgs Transformer::qkv_args(int i, const StepMeta& m, const void* h) const {
   const LayerWeights& lw = w_.layers[i];
   const int hd = static_cast<int>(c_.head_dim);
-  const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
+  const int heads = static_cast<int>(mine_.heads.size()), kvh = static_cast<int>(mine_.kv_heads.size());
   GemvArgs g;
   g.x = h;
   g.w = lw.attn_qkv_weight;
@@ -282,7 +283,7 @@ GemvArgs Transformer::out_args(int i, const StepMeta& m, void* out, float beta) 
   o.y = out;
   o.n = m.n;
   o.out = static_cast<int>(c_.hidden_size);
-  o.in = static_cast<int>(layout_.num_heads_per_rank * c_.head_dim);
+  o.in = static_cast<int>(mine_.heads.size() * c_.head_dim);
   o.dtype = o.out_dtype = w_.dtype;
   o.beta = beta;
   o.tuning = gemv_tuning_;
@@ -291,7 +292,7 @@ GemvArgs Transformer::out_args(int i, const StepMeta& m, void* out, float beta) 
 
 void Transformer::attention_core(int i, const StepMeta& m) {
   const int hd = static_cast<int>(c_.head_dim);
-  const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
+  const int heads = static_cast<int>(mine_.heads.size()), kvh = static_cast<int>(mine_.kv_heads.size());
   const int qkv_rows = (heads + 2 * kvh) * hd;
   AttentionParams a;
   a.q = qkv_;
@@ -324,7 +325,7 @@ void Transformer::attention_core(int i, const StepMeta& m) {
 
 void Transformer::apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows) {
   const int hd = static_cast<int>(c_.head_dim);
-  const int heads = static_cast<int>(layout_.num_heads_per_rank), kvh = static_cast<int>(layout_.num_kv_heads_per_rank);
+  const int heads = static_cast<int>(mine_.heads.size()), kvh = static_cast<int>(mine_.kv_heads.size());
   RotaryParams r;
   r.qkv = qkv_;
   r.row_stride = qkv_rows;
@@ -358,11 +359,11 @@ GemvArgs Transformer::up_args(int i, const StepMeta& m, const void* h) const {
   const LayerWeights& lw = w_.layers[i];
   GemvArgs up;  // MLP up (and gate) with its bias and the activation fused
   up.x = h;
-  up.w = lw.ffn_up_weight;
+  up.w = c_.gated_mlp ? lw.ffn_gate_up_weight : lw.ffn_up_weight;
   up.y = act_;
-  up.bias = lw.ffn_up_bias;
+  up.bias = c_.gated_mlp ? lw.ffn_gate_up_bias : lw.ffn_up_bias;
   up.n = m.n;
-  up.out = static_cast<int>(layout_.intermediate_size_per_rank);
+  up.out = static_cast<int>(mine_.mlp_columns.size());
   up.in = static_cast<int>(c_.hidden_size);
   up.dtype = up.out_dtype = w_.dtype;
   up.epilogue = c_.gated_mlp ? GemvEpilogue::GatedAct : GemvEpilogue::Act;
@@ -378,7 +379,7 @@ GemvArgs Transformer::down_args(int i, const StepMeta& m, void* out, float beta)
   down.y = out;
   down.n = m.n;
   down.out = static_cast<int>(c_.hidden_size);
-  down.in = static_cast<int>(layout_.intermediate_size_per_rank);
+  down.in = static_cast<int>(mine_.mlp_columns.size());
   down.dtype = down.out_dtype = w_.dtype;
   down.beta = beta;
   down.tuning = gemv_tuning_;

@@ -9,7 +9,8 @@
 
 #include <cstdint>
 
-#include "format/model_config.h"
+#include "model/model_config.h"
+#include "model/parallel_layout.h"
 #include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/logits.cuh"
@@ -36,7 +37,7 @@ struct StepMeta {
 class Transformer {
  public:
   /// max_tokens: tokens per step; max_rows: logits rows per step; kv_slots includes the scratch slot.
-  Transformer(const ModelConfig& c, const TpLayout& layout, int tp_rank, const ModelWeights& w, Communicator& comm,
+  Transformer(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, const ModelWeights& w, Communicator& comm,
               cudaStream_t stream, int max_tokens, int max_rows, int kv_slots, int max_seq_len);
   ~Transformer();
   Transformer(const Transformer&) = delete;
@@ -88,7 +89,8 @@ class Transformer {
   void linear(const GemvArgs& a, void* scratch);
 
   ModelConfig c_;
-  TpLayout layout_;
+  ParallelLayout layout_;
+  TpRankRanges mine_;  ///< this tp_rank's ranges (layout_.tp(tp_rank_))
   int tp_rank_ = 0;
   ModelWeights w_;
   Communicator& comm_;

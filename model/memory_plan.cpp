@@ -1,9 +1,10 @@
 // memory_plan.cpp: plan_memory (formula in memory_plan.h).
-#include "format/memory_plan.h"
+#include "model/memory_plan.h"
 
 #include <algorithm>
 
 #include "format/error.h"
+#include "model/parallel_layout.h"
 
 namespace tpshard {
 
@@ -12,7 +13,8 @@ MemoryPlan plan_memory(const Manifest& m, int tp_size, int64_t batch, int64_t ma
   if (batch < 1 || max_seq < 1) throw Error("plan: batch and max_seq must be positive", "pass --batch B --max-seq S with B, S >= 1");
   const auto& shards = shards_for(m, tp_size, model_dir);
   const ModelConfig& c = m.model;
-  const TpLayout L = make_tp_layout(c, tp_size);
+  const ParallelLayout layout = make_parallel_layout(c, tp_size);
+  const TpRankRanges L = layout.max_counts();  // the largest rank's counts: every rank's buffers fit
   MemoryPlan p;
   p.tp_size = tp_size;
   p.batch = batch;
@@ -24,10 +26,10 @@ MemoryPlan plan_memory(const Manifest& m, int tp_size, int64_t batch, int64_t ma
   const uint64_t R = static_cast<uint64_t>(decode_bucket(static_cast<int>(std::min<int64_t>(batch, 1 << 30))));
   const uint64_t T = std::max<uint64_t>(R, std::min<uint64_t>(kMaxStepTokens, B * S));
   const uint64_t H = static_cast<uint64_t>(c.hidden_size), hd = static_cast<uint64_t>(c.head_dim);
-  const uint64_t heads = static_cast<uint64_t>(L.num_heads_per_rank), ipr = static_cast<uint64_t>(L.intermediate_size_per_rank);
-  const uint64_t vpr = static_cast<uint64_t>(L.vocab_size_per_rank), tp = static_cast<uint64_t>(tp_size);
-  p.kv_cache_bytes = 2 * static_cast<uint64_t>(c.num_hidden_layers) * (B + 1) * S * static_cast<uint64_t>(L.num_kv_heads_per_rank) * hd * kv_e;
-  const uint64_t qkv_rows = static_cast<uint64_t>(L.num_heads_per_rank + 2 * L.num_kv_heads_per_rank) * hd;
+  const uint64_t heads = static_cast<uint64_t>(L.heads.size()), ipr = static_cast<uint64_t>(L.mlp_columns.size());
+  const uint64_t vpr = static_cast<uint64_t>(L.vocab_rows.size()), tp = static_cast<uint64_t>(tp_size);
+  p.kv_cache_bytes = 2 * static_cast<uint64_t>(c.num_hidden_layers) * (B + 1) * S * static_cast<uint64_t>(L.kv_heads.size()) * hd * kv_e;
+  const uint64_t qkv_rows = static_cast<uint64_t>(L.heads.size() + 2 * L.kv_heads.size()) * hd;
   const uint64_t ffn_rows = ipr * (c.gated_mlp ? 2 : 1);
   p.activation_bytes = T * (H * 4 + 3 * H * e + qkv_rows * e + heads * hd * e + (ffn_rows + ipr) * e + 16) +
                        R * (H * e + (1 + tp) * vpr * 4 + 8 * (1 + tp) + heads * 16 * (hd + 2) * 4);

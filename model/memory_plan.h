@@ -20,7 +20,7 @@
 #pragma once
 #include <cstdint>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 
 namespace tpshard {
 

@@ -1,6 +1,6 @@
 // model_config.cpp: Hugging Face config.json -> ModelConfig (old and new transformers spellings),
-// and ModelConfig <-> the "model" object of manifest.json. TpLayout lives in tp_layout.cpp.
-#include "format/model_config.h"
+// and ModelConfig <-> the "model" object of manifest.json. Architecture-specific fields: model/arch/.
+#include "model/model_config.h"
 
 #include <cerrno>
 #include <cmath>
@@ -10,6 +10,8 @@
 
 #include "format/error.h"
 #include "format/json_error.h"
+#include "model/arch/registry.h"
+#include "model/config_fields.h"
 
 namespace tpshard {
 
@@ -17,35 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-const char* kSupported = "GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
-
-bool has(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
-int64_t req_int(const json& j, const char* key, const std::string& path) {
-  if (!has(j, key)) throw Error(path + ": required field \"" + key + "\" is missing", "add it to config.json (see the model's original config)");
-  if (!j[key].is_number_integer()) throw Error(path + ": field \"" + key + "\" must be an integer", "fix config.json");
-  const int64_t v = j[key].get<int64_t>();
-  if (v <= 0) throw Error(path + ": field \"" + key + "\" must be positive, got " + std::to_string(v), "fix config.json");
-  return v;
-}
-
-int64_t opt_int(const json& j, const char* key, int64_t def, const std::string& path) {
-  if (!has(j, key)) return def;
-  if (!j[key].is_number_integer()) throw Error(path + ": field \"" + key + "\" must be an integer", "fix config.json");
-  return j[key].get<int64_t>();
-}
-
-double opt_num(const json& j, const char* key, double def, const std::string& path) {
-  if (!has(j, key)) return def;
-  if (!j[key].is_number()) throw Error(path + ": field \"" + key + "\" must be a number", "fix config.json");
-  return j[key].get<double>();
-}
-
-bool opt_bool(const json& j, const char* key, bool def, const std::string& path) {
-  if (!has(j, key)) return def;
-  if (!j[key].is_boolean()) throw Error(path + ": field \"" + key + "\" must be true or false", "fix config.json");
-  return j[key].get<bool>();
-}
+using namespace config_fields;
 
 std::vector<int64_t> token_ids(const json& j, const char* key, const std::string& path) {
   std::vector<int64_t> out;
@@ -73,25 +47,6 @@ void check_special_ids(const ModelConfig& c, const std::string& path) {
         throw Error(path + ": " + (ids == &c.bos_token_ids ? "bos_token_id " : "eos_token_id ") + std::to_string(id) +
                         " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")",
                     "fix the file (the model's original config holds the right ids)");
-}
-
-Activation parse_act(const std::string& s, const std::string& path) {
-  if (s == "gelu") return Activation::Gelu;
-  if (s == "gelu_new" || s == "gelu_fast" || s == "gelu_pytorch_tanh") return Activation::GeluTanh;
-  if (s == "silu" || s == "swish") return Activation::Silu;
-  if (s == "relu") return Activation::Relu;
-  throw Error(path + ": unsupported hidden_act \"" + s + "\"",
-              "supported: gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, silu, swish, relu");
-}
-
-const char* act_name(Activation a) {
-  switch (a) {
-    case Activation::Gelu: return "gelu";
-    case Activation::GeluTanh: return "gelu_pytorch_tanh";
-    case Activation::Silu: return "silu";
-    case Activation::Relu: return "relu";
-  }
-  return "?";
 }
 
 /// One rope object (rope_scaling or rope_parameters, named `key` in errors): type / rope_type and factors.
@@ -169,18 +124,14 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   ModelConfig c;
   if (!has(j, "architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
       !j["architectures"][0].is_string())
-    throw Error(path + ": field \"architectures\" is missing", std::string("supported architectures: ") + kSupported);
+    throw Error(path + ": field \"architectures\" is missing", "supported architectures: " + supported_architectures());
   c.architecture = j["architectures"][0].get<std::string>();
   c.model_type = has(j, "model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
-  if (c.architecture == "GPTNeoXForCausalLM") {
-    c.arch = Arch::GptNeoX;
-  } else if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ||
-             c.architecture == "Qwen2ForCausalLM") {
-    c.arch = Arch::Llama;
-  } else {
+  const ArchSpec* spec = find_arch(c.architecture);
+  if (!spec)
     throw Error(path + ": unsupported architecture \"" + c.architecture + "\"",
-                std::string("supported architectures: ") + kSupported);
-  }
+                "supported architectures: " + supported_architectures());
+  c.arch = spec->arch;
 
   c.hidden_size = req_int(j, "hidden_size", path);
   c.num_hidden_layers = req_int(j, "num_hidden_layers", path);
@@ -215,44 +166,7 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   c.bos_token_ids = token_ids(j, "bos_token_id", path);
   c.eos_token_ids = token_ids(j, "eos_token_id", path);
 
-  double partial = 1.0;
-  if (c.arch == Arch::GptNeoX) {
-    // transformers GPTNeoXConfig defaults: intermediate 4*hidden, rotary_pct 0.25, base 10000,
-    // use_parallel_residual true, layer_norm_eps 1e-5, hidden_act gelu, attention_bias true.
-    c.intermediate_size = opt_int(j, "intermediate_size", 4 * c.hidden_size, path);
-    c.norm = NormKind::LayerNorm;
-    c.norm_eps = opt_num(j, "layer_norm_eps", 1e-5, path);
-    c.hidden_act = parse_act(has(j, "hidden_act") ? j["hidden_act"].get<std::string>() : "gelu", path);
-    c.gated_mlp = false;
-    c.use_parallel_residual = opt_bool(j, "use_parallel_residual", true, path);
-    partial = has(j, "rotary_pct") ? opt_num(j, "rotary_pct", 0.25, path) : opt_num(j, "partial_rotary_factor", 0.25, path);
-    c.rope_theta = has(j, "rotary_emb_base") ? opt_num(j, "rotary_emb_base", 10000.0, path)
-                                             : opt_num(j, "rope_theta", 10000.0, path);
-    c.attention_bias = opt_bool(j, "attention_bias", true, path);
-    c.attention_out_bias = c.attention_bias;
-    c.mlp_bias = true;
-  } else {
-    // transformers LlamaConfig / MistralConfig / Qwen2Config defaults.
-    c.intermediate_size = req_int(j, "intermediate_size", path);
-    c.norm = NormKind::RmsNorm;
-    c.norm_eps = opt_num(j, "rms_norm_eps", 1e-6, path);
-    c.hidden_act = parse_act(has(j, "hidden_act") ? j["hidden_act"].get<std::string>() : "silu", path);
-    c.gated_mlp = true;
-    c.use_parallel_residual = false;
-    partial = opt_num(j, "partial_rotary_factor", 1.0, path);
-    c.rope_theta = opt_num(j, "rope_theta", 10000.0, path);
-    if (c.architecture == "Qwen2ForCausalLM") {
-      c.attention_bias = true;  // Qwen2Attention: q/k/v bias always, o_proj without
-      c.attention_out_bias = false;
-      c.mlp_bias = false;
-      if (opt_bool(j, "use_sliding_window", false, path)) c.sliding_window = opt_int(j, "sliding_window", 0, path);
-    } else {
-      c.attention_bias = opt_bool(j, "attention_bias", false, path);  // Llama: q, k, v and o_proj
-      c.attention_out_bias = c.attention_bias;
-      c.mlp_bias = opt_bool(j, "mlp_bias", false, path);
-      if (c.architecture == "MistralForCausalLM") c.sliding_window = opt_int(j, "sliding_window", 0, path);
-    }
-  }
+  const double partial = spec->parse_config(j, c, path);
   if (partial <= 0.0 || partial > 1.0)
     throw Error(path + ": rotary_pct / partial_rotary_factor must be in (0, 1], got " + std::to_string(partial), "fix config.json");
   c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
@@ -307,7 +221,7 @@ ModelConfig load_hf_config(const std::string& hf_dir) {
 
 json model_config_to_json(const ModelConfig& c) {
   json j;
-  j["arch"] = c.arch == Arch::GptNeoX ? "gpt_neox" : "llama";
+  j["arch"] = arch_spec(c.arch).family;
   j["architectures"] = json::array({c.architecture});
   j["model_type"] = c.model_type;
   j["hidden_size"] = c.hidden_size;
@@ -381,7 +295,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
   c.gated_mlp = opt_bool(j, "gated_mlp", c.gated_mlp, where);
   c.sliding_window = opt_int(j, "sliding_window", 0, where);
   // "arch" is derived from "architectures" (model_config_to_json): an edit of one alone is refused
-  const std::string arch = c.arch == Arch::GptNeoX ? "gpt_neox" : "llama";
+  const std::string arch = arch_spec(c.arch).family;
   if (has(j, "arch") && (!j["arch"].is_string() || j["arch"].get<std::string>() != arch))
     throw Error(where + ": \"arch\" is " + j["arch"].dump() + " but \"architectures\" " + j["architectures"].dump() +
                     " is the " + arch + " family",

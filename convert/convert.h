@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "format/manifest.h"
+#include "model/manifest.h"
 #include "format/shard_file.h"
 
 namespace tpshard {
@@ -49,8 +49,5 @@ struct ConvertResult {
 /// SIGKILLed convert cannot, so each convert first removes the OUT.tmp-XXXXXX directories next to OUT
 /// whose creating process is gone (temp_owner.h), and names every one it removes or keeps on stderr.
 ConvertResult convert_checkpoint(const ConvertOptions& opt);
-
-/// The tool version written into manifests ("0.1.0").
-const char* tool_version();
 
 }  // namespace tpshard

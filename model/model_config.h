@@ -1,6 +1,7 @@
 // model_config.h: the model hyperparameters the converter and runtime need, normalized from a
 // Hugging Face config.json of any transformers version. Field names follow config.json.
-// Owns: parsing and validation of config.json; ModelConfig <-> manifest JSON.
+// Owns: parsing and validation of config.json's common fields (the architecture-specific ones are
+// parsed by the architecture's file, model/arch/); ModelConfig <-> manifest JSON.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,14 +11,16 @@
 
 namespace tpshard {
 
-enum class Arch { GptNeoX, Llama };            ///< GPTNeoXForCausalLM; LlamaForCausalLM-style (Llama, Mistral, Qwen2)
+/// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
+/// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2 };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
 enum class RopeType { Default, Linear, Llama3 };  ///< rope_scaling type; any other type is an error
 
 /// Normalized model configuration. Shapes are global (not per rank).
 struct ModelConfig {
-  Arch arch = Arch::Llama;
+  Arch arch = Arch::Llama;          ///< the registry entry that parsed the config and plans its tensors
   std::string architecture;         ///< the config's architectures[0], e.g. "GPTNeoXForCausalLM"
   std::string model_type;           ///< "gpt_neox", "llama", "mistral", "qwen2"
   int64_t hidden_size = 0;
@@ -63,25 +66,5 @@ ModelConfig load_hf_config(const std::string& hf_dir);
 /// The normalized config as stored in manifest.json under "model" (HF field names, plus "arch").
 nlohmann::json model_config_to_json(const ModelConfig& c);
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& path);
-
-/// Tensor-parallel partition of one model at one tp_size (all rank maths in one place).
-struct TpLayout {
-  int tp_size = 1;
-  int64_t num_heads_per_rank = 0;         ///< num_attention_heads / tp_size
-  int64_t num_kv_heads_per_rank = 0;      ///< max(1, num_key_value_heads / tp_size)
-  bool kv_heads_replicated = false;       ///< tp_size > num_key_value_heads: each KV head lives on tp_size/num_kv ranks
-  int64_t intermediate_size_per_rank = 0; ///< intermediate_size / tp_size
-  int64_t vocab_size_padded = 0;          ///< vocab_size rounded up to a multiple of tp_size (padding rows are zero; logits masked)
-  int64_t vocab_size_per_rank = 0;        ///< vocab_size_padded / tp_size
-  /// Global KV head index held by rank r (KV head j of this rank is first_kv_head(r) + j).
-  int64_t first_kv_head(int tp_rank, const ModelConfig& c) const;
-};
-
-/// The largest tp_size make_tp_layout accepts (tpshard convert --tp refuses larger values as usage errors).
-constexpr int kMaxTpSize = 1024;
-
-/// Compute the partition. Throws Error naming the numbers when tp_size is outside 1..kMaxTpSize, or when
-/// num_attention_heads, num_key_value_heads (or its replication) or intermediate_size are not divisible by it.
-TpLayout make_tp_layout(const ModelConfig& c, int tp_size);
 
 }  // namespace tpshard

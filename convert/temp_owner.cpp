@@ -1,6 +1,6 @@
 // temp_owner.cpp: the owner record of OUT.tmp-XXXXXX directories and the removal of stale ones
 // (see temp_owner.h). Liveness is Linux's: kill(pid, 0) plus /proc/PID/stat (state, start time).
-#include "format/convert/temp_owner.h"
+#include "convert/temp_owner.h"
 
 #include <fcntl.h>
 #include <signal.h>

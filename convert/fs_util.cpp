@@ -1,5 +1,5 @@
 // fs_util.cpp: fsync/copy helpers and TempDirGuard (atomic output directory, signal cleanup).
-#include "format/convert/fs_util.h"
+#include "convert/fs_util.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "format/convert/temp_owner.h"
+#include "convert/temp_owner.h"
 #include "format/error.h"
 
 namespace tpshard {

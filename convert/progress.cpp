@@ -1,5 +1,5 @@
 // progress.cpp: Progress (terminal progress line) and human_bytes.
-#include "format/convert/progress.h"
+#include "convert/progress.h"
 
 #include <unistd.h>
 

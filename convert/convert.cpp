@@ -4,7 +4,7 @@
 // arena order, all (tp_size, tp_rank) slices in parallel, streamed in 4 MiB chunks from the mmapped
 // source (pages released after use, so RSS stays flat) -> finish shards, hash files -> manifest,
 // tokenizer files -> rename into place.
-#include "format/convert/convert.h"
+#include "convert/convert.h"
 
 #include <algorithm>
 #include <atomic>
@@ -15,10 +15,11 @@
 #include <mutex>
 #include <thread>
 
-#include "format/convert/fs_util.h"
-#include "format/convert/progress.h"
-#include "format/convert/temp_owner.h"
-#include "format/convert/tensor_plan.h"
+#include "convert/fs_util.h"
+#include "convert/progress.h"
+#include "convert/temp_owner.h"
+#include "model/parallel_layout.h"
+#include "model/tensor_plan.h"
 #include "format/error.h"
 #include "format/hash.h"
 #include "format/safetensors.h"
@@ -28,7 +29,6 @@ namespace tpshard {
 
 namespace fs = std::filesystem;
 
-const char* tool_version() { return "0.1.0"; }
 
 namespace {
 
@@ -185,8 +185,8 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
   std::sort(tps.begin(), tps.end());
   tps.erase(std::unique(tps.begin(), tps.end()), tps.end());
   const ModelConfig cfg = load_hf_config(o.hf_dir);
-  std::map<int, TpLayout> layouts;
-  for (int tp : tps) layouts[tp] = make_tp_layout(cfg, tp);
+  std::map<int, ParallelLayout> layouts;
+  for (int tp : tps) layouts[tp] = make_parallel_layout(cfg, tp);
   const Checkpoint ck(o.hf_dir);
   const std::vector<OutputTensor> plan = plan_tensors(cfg);
 

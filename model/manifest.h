@@ -8,13 +8,16 @@
 #include <vector>
 
 #include "format/dtype.h"
-#include "format/model_config.h"
+#include "model/model_config.h"
 
 namespace tpshard {
 
 class ShardReader;  // format/shard_file.h
 
 constexpr int kFormatVersion = 1;
+
+/// The tool version written into manifests and printed by --version ("0.1.0").
+const char* tool_version();
 
 /// One rank's shard file at one tp_size.
 struct ManifestShard {

@@ -1,5 +1,5 @@
 // manifest.cpp: manifest.json <-> Manifest (docs/FORMAT.md, "Manifest"). Hashes are 16 hex digits.
-#include "format/manifest.h"
+#include "model/manifest.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,6 +17,8 @@
 #include "format/shard_file.h"
 
 namespace tpshard {
+
+const char* tool_version() { return "0.1.0"; }
 
 using nlohmann::json;
 

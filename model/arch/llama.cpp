@@ -1,0 +1,75 @@
+// llama.cpp: LlamaForCausalLM (Llama 2 / 3, SmolLM2, TinyLlama), and the Llama-style block shared with
+// Mistral and Qwen2 (llama_family.h).
+#include "model/arch/llama_family.h"
+#include "model/arch/registry.h"
+#include "model/config_fields.h"
+
+namespace tpshard {
+
+namespace llama_family {
+
+using namespace config_fields;
+
+double parse_common(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
+  c.intermediate_size = req_int(j, "intermediate_size", path);
+  c.norm = NormKind::RmsNorm;
+  c.norm_eps = opt_num(j, "rms_norm_eps", 1e-6, path);
+  c.hidden_act = opt_act(j, "hidden_act", "silu", path);
+  c.gated_mlp = true;
+  c.use_parallel_residual = false;
+  c.rope_theta = opt_num(j, "rope_theta", 10000.0, path);
+  return opt_num(j, "partial_rotary_factor", 1.0, path);
+}
+
+std::vector<OutputTensor> plan(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim;
+  const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+  using R = TensorRole;
+  using T = Transform;
+  std::vector<OutputTensor> v;
+  add_tensor(v, R::TokenEmbd, -1, {"model.embed_tokens.weight"}, {{V, H}}, T::VocabRows);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string a = p + "self_attn.", m = p + "mlp.";
+    add_tensor(v, R::AttnNormWeight, l, {p + "input_layernorm.weight"}, {{H}}, T::Replicate);
+    add_tensor(v, R::AttnQkvWeight, l, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+               {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, T::LlamaQkv);
+    if (c.attention_bias)
+      add_tensor(v, R::AttnQkvBias, l, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
+                 {{q_rows}, {kv_rows}, {kv_rows}}, T::LlamaQkv);
+    add_tensor(v, R::AttnOutputWeight, l, {a + "o_proj.weight"}, {{H, q_rows}}, T::ColsSplit);
+    if (c.attention_out_bias) add_tensor(v, R::AttnOutputBias, l, {a + "o_proj.bias"}, {{H}}, T::Replicate);
+    add_tensor(v, R::FfnNormWeight, l, {p + "post_attention_layernorm.weight"}, {{H}}, T::Replicate);
+    add_tensor(v, R::FfnGateUpWeight, l, {m + "gate_proj.weight", m + "up_proj.weight"}, {{I, H}, {I, H}}, T::GateUp);
+    if (c.mlp_bias)
+      add_tensor(v, R::FfnGateUpBias, l, {m + "gate_proj.bias", m + "up_proj.bias"}, {{I}, {I}}, T::GateUp);
+    add_tensor(v, R::FfnDownWeight, l, {m + "down_proj.weight"}, {{H, I}}, T::ColsSplit);
+    if (c.mlp_bias) add_tensor(v, R::FfnDownBias, l, {m + "down_proj.bias"}, {{H}}, T::Replicate);
+  }
+  add_tensor(v, R::OutputNormWeight, -1, {"model.norm.weight"}, {{H}}, T::Replicate);
+  if (!c.tie_word_embeddings) add_tensor(v, R::Output, -1, {"lm_head.weight"}, {{V, H}}, T::VocabRows);
+  return v;
+}
+
+bool no_ignorable(const std::string&) { return false; }
+
+}  // namespace llama_family
+
+namespace {
+
+using namespace config_fields;
+
+/// LlamaConfig: attention_bias applies to q, k, v and o_proj; mlp_bias to all three MLP projections.
+double parse(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
+  const double partial = llama_family::parse_common(j, c, path);
+  c.attention_bias = opt_bool(j, "attention_bias", false, path);
+  c.attention_out_bias = c.attention_bias;
+  c.mlp_bias = opt_bool(j, "mlp_bias", false, path);
+  return partial;
+}
+
+}  // namespace
+
+const ArchSpec kLlamaArch{Arch::Llama, "LlamaForCausalLM", "llama", parse, llama_family::plan, llama_family::no_ignorable};
+
+}  // namespace tpshard

@@ -1,0 +1,25 @@
+// llama_family.h: the block shared by the Llama-style architectures (llama.cpp, mistral.cpp, qwen2.cpp):
+// RMSNorm, full rotary, gated silu MLP, separate q/k/v projections fused per rank.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model_config.h"
+#include "model/tensor_plan.h"
+
+namespace tpshard::llama_family {
+
+/// transformers LlamaConfig defaults for the fields every Llama-style config shares (intermediate_size
+/// required, rms_norm_eps 1e-6, hidden_act silu, rope_theta 10000); biases and the sliding window are
+/// left to the architecture. Returns partial_rotary_factor (default 1).
+double parse_common(const nlohmann::json& j, ModelConfig& c, const std::string& path);
+
+/// Tensors under model.* and lm_head.weight (HF LlamaForCausalLM names).
+std::vector<OutputTensor> plan(const ModelConfig& c);
+
+/// No architecture-specific buffers.
+bool no_ignorable(const std::string& hf_name);
+
+}  // namespace tpshard::llama_family

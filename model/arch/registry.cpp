@@ -1,0 +1,38 @@
+// registry.cpp: Arch -> ArchSpec (see registry.h). A new Arch value without a line here does not
+// compile warning-free (-Wswitch) and throws at run time.
+#include "model/arch/registry.h"
+
+#include "format/error.h"
+
+namespace tpshard {
+
+const ArchSpec& arch_spec(Arch arch) {
+  switch (arch) {
+    case Arch::GptNeoX: return kGptNeoXArch;
+    case Arch::Llama: return kLlamaArch;
+    case Arch::Mistral: return kMistralArch;
+    case Arch::Qwen2: return kQwen2Arch;
+  }
+  throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
+}
+
+namespace {
+
+/// Every Arch value, in the order error messages list them.
+constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2};
+
+}  // namespace
+
+const ArchSpec* find_arch(const std::string& hf_architecture) {
+  for (Arch a : kAll)
+    if (hf_architecture == arch_spec(a).hf_architecture) return &arch_spec(a);
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string s;
+  for (Arch a : kAll) s += (s.empty() ? "" : ", ") + std::string(arch_spec(a).hf_architecture);
+  return s;
+}
+
+}  // namespace tpshard

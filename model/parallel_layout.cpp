@@ -1,0 +1,125 @@
+// parallel_layout.cpp: make_parallel_layout and the rank <-> coordinate maths (see parallel_layout.h).
+#include "model/parallel_layout.h"
+
+#include <algorithm>
+
+#include "format/error.h"
+
+namespace tpshard {
+
+namespace {
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+/// Problem with this tp_size, or empty when it is usable.
+std::string tp_problem(const ModelConfig& c, int tp) {
+  if (c.num_attention_heads % tp != 0)
+    return "num_attention_heads " + s(c.num_attention_heads) + " is not divisible by tp_size " + s(tp);
+  if (c.num_key_value_heads >= tp) {
+    if (c.num_key_value_heads % tp != 0)
+      return "num_key_value_heads " + s(c.num_key_value_heads) + " is not divisible by tp_size " + s(tp);
+  } else if (tp % c.num_key_value_heads != 0) {
+    return "tp_size " + s(tp) + " is not a multiple of num_key_value_heads " + s(c.num_key_value_heads) +
+           " (KV heads can only be replicated evenly)";
+  }
+  if (c.intermediate_size % tp != 0)
+    return "intermediate_size " + s(c.intermediate_size) + " is not divisible by tp_size " + s(tp);
+  return {};
+}
+
+/// Range r of n items split into `parts` contiguous ranges, the first n % parts one larger.
+Range even_part(int64_t n, int64_t parts, int64_t r) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = r * base + std::min(r, extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+RankCoord ParallelLayout::coord(int world_rank) const {
+  TPS_CHECK(world_rank >= 0 && world_rank < world_size(),
+            "world rank " + s(world_rank) + " is outside the job's " + s(world_size()) + " ranks",
+            "start as many ranks as dp_size x pp_size x tp_size");
+  RankCoord c;
+  c.tp_rank = world_rank % tp_size;
+  c.pp_stage = (world_rank / tp_size) % pp_size;
+  c.dp_rank = world_rank / (tp_size * pp_size);
+  return c;
+}
+
+int ParallelLayout::world_rank(const RankCoord& c) const {
+  TPS_CHECK(c.dp_rank >= 0 && c.dp_rank < dp_size && c.pp_stage >= 0 && c.pp_stage < pp_size && c.tp_rank >= 0 &&
+                c.tp_rank < tp_size,
+            "rank (dp " + s(c.dp_rank) + ", pp " + s(c.pp_stage) + ", tp " + s(c.tp_rank) + ") is outside the layout (" +
+                s(dp_size) + " x " + s(pp_size) + " x " + s(tp_size) + ")",
+            "this is a bug in the caller");
+  return (c.dp_rank * pp_size + c.pp_stage) * tp_size + c.tp_rank;
+}
+
+std::vector<int> ParallelLayout::tp_group(int dp_rank, int pp_stage) const {
+  std::vector<int> g;
+  for (int t = 0; t < tp_size; ++t) g.push_back(world_rank({dp_rank, pp_stage, t}));
+  return g;
+}
+
+const TpRankRanges& ParallelLayout::tp(int tp_rank) const {
+  TPS_CHECK(tp_rank >= 0 && tp_rank < tp_size, "tp_rank " + s(tp_rank) + " is outside tp_size " + s(tp_size),
+            "this is a bug in the caller");
+  return tp_ranks[static_cast<size_t>(tp_rank)];
+}
+
+TpRankRanges ParallelLayout::max_counts() const {
+  TpRankRanges m;
+  for (const TpRankRanges& r : tp_ranks) {
+    m.heads.end = std::max(m.heads.end, r.heads.size());
+    m.kv_heads.end = std::max(m.kv_heads.end, r.kv_heads.size());
+    m.mlp_columns.end = std::max(m.mlp_columns.end, r.mlp_columns.size());
+    m.vocab_rows.end = std::max(m.vocab_rows.end, r.vocab_rows.size());
+  }
+  return m;
+}
+
+ParallelLayout make_parallel_layout(const ModelConfig& c, int tp_size, int pp_size, int dp_size) {
+  if (tp_size < 1 || tp_size > kMaxTpSize)
+    throw Error("tp_size " + s(tp_size) + " is out of range", "use a tp_size between 1 and " + s(kMaxTpSize));
+  const std::string problem = tp_problem(c, tp_size);
+  if (!problem.empty()) {
+    std::string ok;
+    for (int t = 1; t <= 64; ++t)
+      if (tp_problem(c, t).empty()) ok += (ok.empty() ? "" : ", ") + s(t);
+    throw Error(c.architecture + " (" + s(c.num_attention_heads) + " heads, " + s(c.num_key_value_heads) +
+                    " KV heads): " + problem,
+                "tp sizes this model accepts: " + ok);
+  }
+  TPS_CHECK(pp_size >= 1 && pp_size <= c.num_hidden_layers,
+            "pp_size " + s(pp_size) + ": the model has " + s(c.num_hidden_layers) + " layers",
+            "use a pp_size between 1 and " + s(c.num_hidden_layers) + " (each stage holds at least one layer)");
+  TPS_CHECK(dp_size >= 1, "dp_size " + s(dp_size) + " is not positive", "use a dp_size of 1 or more");
+  ParallelLayout l;
+  l.dp_size = dp_size;
+  l.pp_size = pp_size;
+  l.tp_size = tp_size;
+  l.vocab_size = c.vocab_size;
+  l.vocab_size_padded = (c.vocab_size + tp_size - 1) / tp_size * tp_size;
+  l.kv_heads_replicated = tp_size > c.num_key_value_heads;
+  for (int p = 0; p < pp_size; ++p) l.stage_layers.push_back(even_part(c.num_hidden_layers, pp_size, p));
+  const int64_t hpr = c.num_attention_heads / tp_size, ipr = c.intermediate_size / tp_size;
+  const int64_t vpr = l.vocab_size_padded / tp_size;
+  for (int r = 0; r < tp_size; ++r) {
+    TpRankRanges t;
+    t.heads = {r * hpr, (r + 1) * hpr};
+    if (l.kv_heads_replicated) {
+      const int64_t kv = r / (tp_size / c.num_key_value_heads);  // ranks sharing one KV head are consecutive
+      t.kv_heads = {kv, kv + 1};
+    } else {
+      const int64_t kvpr = c.num_key_value_heads / tp_size;
+      t.kv_heads = {r * kvpr, (r + 1) * kvpr};
+    }
+    t.mlp_columns = {r * ipr, (r + 1) * ipr};
+    t.vocab_rows = {r * vpr, (r + 1) * vpr};
+    l.tp_ranks.push_back(t);
+  }
+  return l;
+}
+
+}  // namespace tpshard

@@ -1,0 +1,74 @@
+// parallel_layout.h: every rank's place in a job and what it holds, in one type. A job is dp_size
+// data-parallel replicas x pp_size pipeline stages x tp_size tensor-parallel ranks (world_size ranks,
+// one process per GPU on the CUDA backend). Each stage holds a contiguous range of layers; inside a
+// stage each tp_rank holds ranges of query heads, KV heads, MLP columns and vocabulary rows (Megatron-LM
+// partitioning: column-parallel outputs and row-parallel inputs split by those ranges).
+// Owns: all rank maths. Everything that needs "which rows are mine" asks this type, never size / tp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace tpshard {
+
+/// Half-open range [begin, end) of global indices (heads, columns, rows, layers).
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const Range& o) const { return begin == o.begin && end == o.end; }
+};
+
+/// What one tp_rank of a stage holds (global indices; the same on every stage and replica).
+struct TpRankRanges {
+  Range heads;        ///< query heads [0, num_attention_heads)
+  Range kv_heads;     ///< KV heads [0, num_key_value_heads); several ranks share one when replicated
+  Range mlp_columns;  ///< intermediate (MLP) columns [0, intermediate_size)
+  Range vocab_rows;   ///< rows of the padded vocabulary [0, vocab_size_padded); rows >= vocab_size are zero
+};
+
+/// (dp_rank, pp_stage, tp_rank) of one world rank.
+struct RankCoord {
+  int dp_rank = 0;
+  int pp_stage = 0;
+  int tp_rank = 0;
+};
+
+/// The layout of one job. world_rank = (dp_rank * pp_size + pp_stage) * tp_size + tp_rank: the ranks of a
+/// tp group are consecutive (on one host for the launchers' usual placement), stages of one replica next.
+struct ParallelLayout {
+  int dp_size = 1;
+  int pp_size = 1;
+  int tp_size = 1;
+  int64_t vocab_size = 0;               ///< unpadded (logits of rows >= vocab_size are masked)
+  int64_t vocab_size_padded = 0;        ///< sum of every tp_rank's vocab_rows
+  bool kv_heads_replicated = false;     ///< tp_size > num_key_value_heads: each KV head lives on several ranks
+  std::vector<Range> stage_layers;      ///< [pp_size]: the layers of each pp_stage, consecutive, covering all
+  std::vector<TpRankRanges> tp_ranks;   ///< [tp_size]
+
+  int world_size() const { return dp_size * pp_size * tp_size; }
+  /// Throws Error when world_rank is outside [0, world_size).
+  RankCoord coord(int world_rank) const;
+  /// Throws Error when a coordinate is outside its size.
+  int world_rank(const RankCoord& c) const;
+  /// World ranks of the tensor-parallel group of (dp_rank, pp_stage), ordered by tp_rank.
+  std::vector<int> tp_group(int dp_rank, int pp_stage) const;
+  /// The ranges of tp_rank (Error when outside [0, tp_size)).
+  const TpRankRanges& tp(int tp_rank) const;
+  /// The largest per-rank count of each range over the tp ranks (what a buffer sized for any rank needs).
+  TpRankRanges max_counts() const;
+};
+
+/// The largest tp_size make_parallel_layout accepts (tpshard convert --tp refuses larger values as usage errors).
+constexpr int kMaxTpSize = 1024;
+
+/// Compute the layout. Throws Error naming the numbers (and, for tp, the sizes this model accepts) when
+/// tp_size is outside 1..kMaxTpSize, does not divide num_attention_heads, num_key_value_heads (or a
+/// multiple of it, for replication) or intermediate_size; when pp_size is outside 1..num_hidden_layers;
+/// or when dp_size < 1. Layers are split over stages as evenly as whole layers allow (the first
+/// num_hidden_layers % pp_size stages hold one more).
+ParallelLayout make_parallel_layout(const ModelConfig& c, int tp_size, int pp_size = 1, int dp_size = 1);
+
+}  // namespace tpshard
