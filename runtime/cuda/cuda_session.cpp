@@ -173,7 +173,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     check_shard_belongs(shard, shards.at(size_t(rank)), opts.model_dir);
     check_shard_dtype(shard, manifest.dtype);
     check_tensors_match_model(shard, manifest, worker.tp_size(), rank);  // an edited model section
-    const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session.h: as the CPU backend
+    const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session_types.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     check_memory_plan(manifest, opts.model_dir, worker.tp_size(), opts.max_batch, max_seq_len, free_b, total_b);

@@ -127,8 +127,12 @@ int main(int argc, char** argv) {
     // Missing inputs, unwritable outputs, bad option combinations: fail in seconds, not after loading.
     for (const auto& check : g.preflight) check();
 #if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
-    const int rc = tpshard::launch_workers_if_needed(argc, argv, g.session);
-    if (rc >= 0) throw ExitNow{rc};
+    if (!worker) {
+      tpshard::SessionOptions launch = g.session;
+      launch.device = tpshard::resolve_device(g.session.device);  // CUDA with no usable GPU: the error is here
+      const int rc = tpshard::launch_workers_if_needed(argc, argv, launch);
+      if (rc >= 0) throw ExitNow{rc};
+    }
 #endif
     if (!worker) {
       void (*on_interrupt)(int) = g.resumable_job ? on_interrupt_resumable : on_interrupt_streamed;
