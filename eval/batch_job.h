@@ -12,7 +12,7 @@
 
 #include "model/manifest.h"
 #include "runtime/generate.h"
-#include "runtime/session.h"
+#include "runtime/session_types.h"
 
 namespace tpshard::eval {
 

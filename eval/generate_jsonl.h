@@ -8,7 +8,7 @@
 #include "eval/batch_job.h"  // BatchItem
 #include "eval/triviaqa_data.h"  // BadRecordPolicy
 #include "runtime/generate.h"
-#include "runtime/session.h"
+#include "runtime/session_types.h"
 
 namespace tpshard::eval {
 

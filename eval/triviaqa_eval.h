@@ -10,7 +10,7 @@
 
 #include "eval/triviaqa_data.h"
 #include "runtime/generate.h"
-#include "runtime/session.h"
+#include "runtime/session_types.h"
 
 namespace tpshard::eval {
 

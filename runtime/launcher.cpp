@@ -184,7 +184,7 @@ bool is_worker_process() { return read_worker_env().found; }
 int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) {
   (void)argc;
   if (is_worker_process()) return -1;
-  if (resolve_device(opts.device) != Device::Cuda) return -1;
+  if (opts.device != Device::Cuda) return -1;
   const int nnodes = std::max(1, opts.nnodes);
   TPS_CHECK(opts.tp_size >= 1 && opts.tp_size % nnodes == 0,
             "--tp " + std::to_string(opts.tp_size) + " is not a multiple of --nnodes " + std::to_string(nnodes),

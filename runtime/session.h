@@ -1,67 +1,20 @@
-// session.h: open a converted model on the chosen backend and run a function on every tp rank.
-// CPU backend: tp_size threads of this process, each with its own shard and a thread communicator.
-// CUDA backend: this process is one worker (started by the tprun launcher, mpirun, srun or torchrun);
-// it runs the function for its own rank only.
+// session.h: open a converted model on the chosen backend and run a function on every tp rank. The
+// dispatcher above both backends (target tpshard_session); the types it shares with them are in
+// runtime/session_types.h.
+// CPU backend (runtime/cpu/cpu_session.h): tp_size threads of this process, each with its own shard and a
+// thread communicator.
+// CUDA backend (runtime/cuda/cuda_session.h): this process is one worker (started by the tprun launcher,
+// mpirun, srun or torchrun); it runs the function for its own rank only.
 #pragma once
 #include <functional>
-#include <memory>
-#include <string>
 
-#include "model/manifest.h"
-#include "runtime/comm.h"
-#include "runtime/model_runner.h"
-#include "tokenizer/tokenizer.h"
+#include "runtime/session_types.h"
 
 namespace tpshard {
-
-enum class Device { Auto, Cpu, Cuda };
-
-struct SessionOptions {
-  std::string model_dir;
-  int tp_size = 1;
-  Device device = Device::Auto;  ///< Auto: CUDA when this build has it and a GPU is present, else CPU
-  int max_batch = 8;             ///< kv_cache slots
-  int max_seq_len = 0;           ///< 0: min(max_position_embeddings, 2048)
-  bool verify_hashes = true;     ///< check XXH3 of every tensor while loading
-  int nnodes = 1;                ///< CUDA: nodes, one tprun launcher each (like torchrun --nnodes)
-  int node_rank = 0;             ///< CUDA: this node's index
-  std::string master_addr;       ///< CUDA: HOST:PORT of the rendezvous (rank 0's node); empty = 127.0.0.1:free port
-  int cpu_threads = 0;           ///< CPU: matmul threads per rank; 0 = max(1, hardware_concurrency / tp_size)
-  bool quiet = false;            ///< do not print the "backend" line on stderr
-};
-
-/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048,
-/// sliding_window) when 0. Throws Error when it exceeds max_position_embeddings, or the sliding window
-/// (Mistral v0.1, Qwen2 with use_sliding_window): neither backend implements sliding-window attention,
-/// and up to the window full causal attention is exactly the same thing. Used by both backends.
-int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config);
-
-/// The tokenizer of a model directory (tokenizer.json or tokenizer.model, Tokenizer::load), or nullptr when
-/// it has neither. Throws Error naming the tokenizer file when it cannot serve this model: it has no
-/// token, or more tokens (added ones included) than config.vocab_size, i.e. it belongs to another model
-/// (its ids would be outside the embedding). Fewer tokens than vocab_size is normal (padded embeddings).
-/// Used by both backends and by tprun's preflight checks.
-std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, const ModelConfig& config);
-
-/// "cpu" / "cuda" / "auto".
-const char* device_name(Device d);
 
 /// Auto -> Cuda when this build has CUDA and a device is visible, else Cpu; other values unchanged.
 /// Cuda in a CUDA build that sees no usable GPU: Error (hint: --device cpu or auto).
 Device resolve_device(Device d);
-
-/// What a rank's function gets.
-struct RankContext {
-  int tp_rank = 0;
-  int tp_size = 1;
-  Device device = Device::Cpu;   ///< the backend actually used
-  const Manifest* manifest = nullptr;
-  ModelRunner* runner = nullptr;
-  Communicator* comm = nullptr;
-  const Tokenizer* tokenizer = nullptr;  ///< shared, read-only
-  std::string model_dir;                 ///< the directory the model was loaded from (for messages)
-  bool is_output_rank() const { return tp_rank == 0; }
-};
 
 /// Load the model on every rank of this process and call fn(ctx) on each (concurrently for CPU
 /// threads). An exception on any rank stops all ranks and is rethrown here (the first one).

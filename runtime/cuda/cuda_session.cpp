@@ -163,7 +163,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
   try {
     const Manifest manifest = load_manifest(opts.model_dir);
     const std::unique_ptr<ShardReader> shard = open_rank_shard(manifest, opts.model_dir, worker.tp_size(), rank);  // its own shard only
-    const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session.h: as the CPU backend
+    const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session_types.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     check_memory_plan(manifest, opts.model_dir, worker.tp_size(), opts.max_batch, max_seq_len, free_b, total_b);

@@ -1,8 +1,9 @@
-// cuda_session.h: the CUDA side of run_on_ranks (runtime/session.h), compiled only with CUDA.
+// cuda_session.h: the CUDA backend's session; run_on_ranks (runtime/session.h) dispatches Device::Cuda
+// here. Compiled only with CUDA.
 #pragma once
 #include <functional>
 
-#include "runtime/session.h"
+#include "runtime/session_types.h"
 
 namespace tpshard::cuda {
 

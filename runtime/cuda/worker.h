@@ -15,7 +15,7 @@
 #include "runtime/cuda/device_comm.h"
 #include "runtime/launcher.h"
 #include "runtime/rendezvous.h"
-#include "runtime/session.h"
+#include "runtime/session_types.h"
 
 namespace tpshard::cuda {
 

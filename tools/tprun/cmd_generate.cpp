@@ -10,21 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "eval/generate_jsonl.h"
 #include "format/error.h"
+#include "runtime/chat_template.h"
 #include "runtime/generate.h"
 #include "runtime/process_memory.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
 #include "tools/tprun/commands.h"
 #include "tools/tprun/preflight_model.h"
-#if __has_include("eval/generate_jsonl.h") && TPRUN_HAVE_EVAL
-#include "eval/generate_jsonl.h"
-#define TPRUN_JSONL 1
-#endif
-#if __has_include("runtime/chat_template.h") && TPRUN_HAVE_CHAT_TEMPLATE
-#include "runtime/chat_template.h"
-#define TPRUN_CHAT 1
-#endif
 
 namespace tpshard::tprun {
 
@@ -197,10 +191,6 @@ void check_generate_options(const GenerateOptions& o) {
   check_usage(!o.input.empty() && !o.output.empty(), "generate: --input and --output go together",
               "pass both --input prompts.jsonl and --output out.jsonl");
   check_usage(o.prompts.empty(), "generate: --prompt cannot be combined with --input", "use one of them");
-#if !TPRUN_JSONL
-  throw Error("generate --input: this build has no JSONL job support (eval/generate_jsonl.h)",
-              "use --prompt, or build with the eval library");
-#endif
   cli::check_input_file("generate --input", o.input);
   cli::check_output_file("generate --output", o.output, "--output");
   cli::check_distinct_files("generate", {{"--input", o.input}}, {{"--output", o.output}});
@@ -213,10 +203,8 @@ void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
   const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
   const bool jsonl = !o.input.empty();
   if (jsonl) {
-#if TPRUN_JSONL
     eval::read_generate_jsonl(o.input, *m.tokenizer, o.params, m.max_seq_len, m.model_seq_limit,
                               eval::parse_bad_record_policy(o.on_bad_record), g.primary_process);
-#endif
     return;
   }
   for (size_t i = 0; i < o.prompts.size(); ++i) {
@@ -234,13 +222,11 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
   run_on_ranks(g.session, [&](RankContext& ctx) {
     require_tokenizer(ctx);
     if (jsonl) {
-#if TPRUN_JSONL
       eval::GenerateJsonlOptions jo;
       jo.on_bad_record = eval::parse_bad_record_policy(o.on_bad_record);
       jo.warn_skipped = false;  // check_generate_requests reported them before loading
       eval::run_generate_jsonl(ctx, o.input, o.output, o.params,
                                o.batch_size > 0 ? o.batch_size : ctx.runner->max_batch(), jo);
-#endif
       return;
     }
     std::vector<std::vector<int32_t>> prompts;
@@ -250,7 +236,6 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
 }
 
 void run_chat(GlobalOptions& g, const GenerateOptions& o) {
-#if TPRUN_CHAT
   std::vector<ChatMessage> messages;
   if (!o.system.empty()) messages.push_back({"system", o.system});
   TPS_CHECK(o.prompts.size() == 1, "chat: pass exactly one --prompt (the user message)", "tprun MODEL chat --prompt \"...\"");
@@ -261,11 +246,6 @@ void run_chat(GlobalOptions& g, const GenerateOptions& o) {
     // The template already spells out BOS etc., like HF apply_chat_template (add_special_tokens=False).
     generate_and_print(ctx, {encode_prompt(ctx, rendered, false)}, o.params);
   });
-#else
-  (void)g;
-  (void)o;
-  throw Error("chat: this build has no chat template support (runtime/chat_template.h)", "use generate --prompt");
-#endif
 }
 
 }  // namespace

@@ -17,10 +17,8 @@
 #include "tools/stdout_status.h"
 #include "model/manifest.h"
 #include "format/error.h"
-#include "tools/tprun/commands.h"
-#if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
 #include "runtime/launcher.h"
-#endif
+#include "tools/tprun/commands.h"
 
 namespace {
 
@@ -53,7 +51,7 @@ tpshard::Device parse_device(const std::string& s) {
   return tpshard::Device::Auto;
 }
 
-#if !(TPSHARD_HAVE_CUDA && TPRUN_HAVE_BENCH_LOAD_CMD)
+#if !TPSHARD_HAVE_CUDA
 /// Builds without CUDA: `bench-load` (with any of its options) says why it cannot run here, instead of
 /// CLI11's "unexpected argument" or a launcher message.
 void add_bench_load_unavailable(CLI::App& app, tpshard::tprun::GlobalOptions& g) {
@@ -100,13 +98,9 @@ int main(int argc, char** argv) {
 
   add_generate_command(app, g);
   add_logits_command(app, g);
-#if TPRUN_HAVE_TOKENIZE_CMD
   add_tokenize_commands(app, g);
-#endif
-#if TPRUN_HAVE_EVAL_CMD
   add_eval_command(app, g);
-#endif
-#if TPSHARD_HAVE_CUDA && TPRUN_HAVE_BENCH_LOAD_CMD
+#if TPSHARD_HAVE_CUDA
   add_bench_load_command(app, g);
 #else
   add_bench_load_unavailable(app, g);
@@ -116,20 +110,18 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] {
     g.session.device = parse_device(device);
     g.session.verify_hashes = !no_verify;
-#if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
     const tpshard::WorkerEnv env = tpshard::read_worker_env();
     const bool worker = env.found;  // workers are stopped by their launcher
     g.primary_process = !worker || (env.source != "tprun" && env.rank == 0);
     g.checked_by_launcher = worker && env.source == "tprun";
-#else
-    const bool worker = false;
-#endif
     // Missing inputs, unwritable outputs, bad option combinations: fail in seconds, not after loading.
     for (const auto& check : g.preflight) check();
-#if __has_include("runtime/launcher.h") && TPRUN_HAVE_LAUNCHER
-    const int rc = tpshard::launch_workers_if_needed(argc, argv, g.session);
-    if (rc >= 0) throw ExitNow{rc};
-#endif
+    if (!worker) {
+      tpshard::SessionOptions launch = g.session;
+      launch.device = tpshard::resolve_device(g.session.device);  // CUDA with no usable GPU: the error is here
+      const int rc = tpshard::launch_workers_if_needed(argc, argv, launch);
+      if (rc >= 0) throw ExitNow{rc};
+    }
     if (!worker) {
       void (*on_interrupt)(int) = g.resumable_job ? on_interrupt_resumable : on_interrupt_streamed;
       std::signal(SIGINT, on_interrupt);

@@ -9,7 +9,7 @@
 
 #include "model/manifest.h"
 #include "runtime/generate.h"
-#include "runtime/session.h"
+#include "runtime/session_types.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tpshard::tprun {

@@ -11,7 +11,7 @@ namespace tpshard::cli {
 
 int run_plan(const std::string& dir, int tp_size, int64_t batch, int64_t max_seq, double gpu_gib) {
   const Manifest m = load_manifest(dir);
-  // the limits tprun applies (runtime/session.h effective_max_seq_len): plan only what can run
+  // the limits tprun applies (runtime/session_types.h effective_max_seq_len): plan only what can run
   const int64_t model_max = m.model.max_position_embeddings, window = m.model.sliding_window;
   TPS_CHECK(model_max <= 0 || max_seq <= model_max,
             "plan: --max-seq " + std::to_string(max_seq) + " exceeds the model's max_position_embeddings " +
