@@ -23,16 +23,11 @@ MemoryPlan plan_memory(const Manifest& m, int tp_size, int64_t batch, int64_t ma
   const uint64_t e = dtype_size(m.dtype);
   const uint64_t kv_e = kv_dtype_bytes ? kv_dtype_bytes : e;
   const uint64_t B = static_cast<uint64_t>(batch), S = static_cast<uint64_t>(max_seq);
-  const uint64_t R = static_cast<uint64_t>(decode_bucket(static_cast<int>(std::min<int64_t>(batch, 1 << 30))));
-  const uint64_t T = std::max<uint64_t>(R, std::min<uint64_t>(kMaxStepTokens, B * S));
-  const uint64_t H = static_cast<uint64_t>(c.hidden_size), hd = static_cast<uint64_t>(c.head_dim);
-  const uint64_t heads = static_cast<uint64_t>(L.heads.size()), ipr = static_cast<uint64_t>(L.mlp_columns.size());
-  const uint64_t vpr = static_cast<uint64_t>(L.vocab_rows.size()), tp = static_cast<uint64_t>(tp_size);
-  p.kv_cache_bytes = 2 * static_cast<uint64_t>(c.num_hidden_layers) * (B + 1) * S * static_cast<uint64_t>(L.kv_heads.size()) * hd * kv_e;
-  const uint64_t qkv_rows = static_cast<uint64_t>(L.heads.size() + 2 * L.kv_heads.size()) * hd;
-  const uint64_t ffn_rows = ipr * (c.gated_mlp ? 2 : 1);
-  p.activation_bytes = T * (H * 4 + 3 * H * e + qkv_rows * e + heads * hd * e + (ffn_rows + ipr) * e + 16) +
-                       R * (H * e + (1 + tp) * vpr * 4 + 8 * (1 + tp) + heads * 16 * (hd + 2) * 4);
+  const int64_t R = decode_bucket(static_cast<int>(std::min<int64_t>(batch, 1 << 30)));
+  const int64_t T = step_tokens(batch, max_seq, R);
+  p.kv_cache_bytes = 2 * static_cast<uint64_t>(c.num_hidden_layers) * (B + 1) * S * static_cast<uint64_t>(L.kv_heads.size()) *
+                     static_cast<uint64_t>(c.head_dim) * kv_e;
+  p.activation_bytes = plan_activations(c, L, tp_size, e, T, R).total();
   p.workspace_bytes = kWorkspaceBytes;
   return p;
 }
