@@ -15,6 +15,7 @@
 
 #include "format/error.h"
 #include "format/memory_plan.h"
+#include "kernels/pdl.cuh"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/transformer.h"
@@ -65,7 +66,7 @@ class CudaRunner : public ModelRunner {
       car_ = CustomAllReduce::try_create(*nccl, std::min(want, kCustomAllReduceMaxBytes), &why_not);
       if (car_) {
         model_->set_custom_all_reduce(car_.get());
-      } else if (tp_rank == 0 && std::getenv("TPSHARD_NO_CUSTOM_ALL_REDUCE") == nullptr) {
+      } else if (tp_rank == 0 && custom_all_reduce_settings().enabled) {
         std::fprintf(stderr, "note: decode all_reduces use NCCL (custom all_reduce unavailable: %s)\n", why_not.c_str());
       }
     } else if (auto* peer = dynamic_cast<PeerCommunicator*>(&comm)) {
@@ -78,8 +79,9 @@ class CudaRunner : public ModelRunner {
     TPS_CUDA_CHECK(cudaMalloc(&gathered_pairs_, static_cast<size_t>(tp_size) * max_rows_ * sizeof(ArgmaxPair)));
     TPS_CUDA_CHECK(cudaMallocHost(&host_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
     TPS_CUDA_CHECK(cudaMallocHost(&host_pairs_, static_cast<size_t>(tp_size) * max_rows_ * sizeof(ArgmaxPair)));
-    use_graphs_ = opts.use_cuda_graphs && std::getenv("TPSHARD_NO_CUDA_GRAPHS") == nullptr;
-    lookahead_ = opts.lookahead && std::getenv("TPSHARD_NO_LOOKAHEAD") == nullptr;
+    set_pdl_enabled(opts.pdl);
+    use_graphs_ = opts.use_cuda_graphs;
+    lookahead_ = opts.lookahead;
     TPS_CUDA_CHECK(cudaMalloc(&ids_dev_, static_cast<size_t>(max_rows_) * sizeof(int32_t)));
     for (int p = 0; p < 2; ++p) {
       TPS_CUDA_CHECK(cudaMallocHost(&ids_host_[p], static_cast<size_t>(max_rows_) * sizeof(int32_t)));

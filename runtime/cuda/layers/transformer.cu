@@ -12,6 +12,7 @@
 #include "kernels/linear.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rotary.cuh"
+#include "runtime/rope.h"
 #include "runtime/cuda/check.h"
 
 namespace tpshard::cuda {
@@ -43,18 +44,13 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
       max_seq_len_(max_seq_len),
       kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(layout.num_kv_heads_per_rank), max_seq_len,
           static_cast<int>(c.head_dim), w.dtype) {
-  use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
-  use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
-  use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
-  use_x2_early_ = std::getenv("TPSHARD_NO_X2_EARLY") == nullptr;
-  use_argmax_split_ = std::getenv("TPSHARD_NO_ARGMAX_SPLIT") == nullptr;
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
   const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
   const size_t heads = layout_.num_heads_per_rank, kvh = layout_.num_kv_heads_per_rank;
   const size_t ipr = layout_.intermediate_size_per_rank;
   size_t& total = workspace_bytes_;
-  inv_freq_host_ = rope_inv_freq(c_);
+  inv_freq_host_ = ::tpshard::rope_inv_freq(c_);  // runtime/rope.h: the table the CPU backend uses
   alloc(inv_freq_, inv_freq_host_.size() * sizeof(float), total);
   if (!inv_freq_host_.empty())
     TPS_CUDA_CHECK(cudaMemcpy(inv_freq_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float),
@@ -80,10 +76,6 @@ Transformer::Transformer(const ModelConfig& c, const TpLayout& layout, int tp_ra
   alloc(partial_, static_cast<size_t>(max_rows_) * heads * kMaxSplits * (hd + 2) * sizeof(float), total);
   alloc(split_counters_, static_cast<size_t>(max_rows_) * heads * sizeof(int32_t), total);
   TPS_CUDA_CHECK(cudaMemset(split_counters_, 0, static_cast<size_t>(max_rows_) * heads * sizeof(int32_t)));
-  if (std::getenv("TPSHARD_NO_FUSED_SPLIT_MERGE")) {  // A/B timing: the separate combine kernel
-    cudaFree(split_counters_);
-    split_counters_ = nullptr;
-  }
 }
 
 Transformer::~Transformer() {
