@@ -110,8 +110,8 @@ class CustomAllReduce {
   void all_reduce_add_norm(const AddNormParams& p, cudaStream_t stream);
   /// True when all_reduce_add_norm(p) takes the lamport path (eligible, lamport on, 16-bit, <= 128 KiB).
   bool lamport_eligible(const AddNormParams& p) const;
-  /// Switch the lamport path of all_reduce_add_norm on or off on this rank (default: on, off with
-  /// TPSHARD_NO_LAMPORT_ALL_REDUCE=1). Every rank must make the same choice before the same call.
+  /// Switch the lamport path of all_reduce_add_norm on or off on this rank (default: on; tests compare
+  /// it with the flag path). Every rank must make the same choice before the same call.
   void set_lamport(bool on) { lamport_ = on; }
 
   int tp_rank() const { return rank_; }
