@@ -212,12 +212,7 @@ void attention_validate(const AttentionParams& p) {
 }
 
 void attention(const AttentionParams& p, cudaStream_t stream) {
-  // TPSHARD_ATTN_V1=1: decode steps on the tiled kernel too (A/B timing); read once, like pdl_enabled()
-  static const bool v1 = [] {
-    const char* e = std::getenv("TPSHARD_ATTN_V1");
-    return e != nullptr && std::strcmp(e, "0") != 0;
-  }();
-  if ((p.decode || p.rotary_append) && !v1 && attention_decode_supported(p)) {
+  if ((p.decode || p.rotary_append) && attention_decode_supported(p)) {
     attention_decode(p, stream);
   } else {
     attention_tiled(p, stream);

@@ -51,8 +51,7 @@ struct AttentionParams {
 
 /// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t].
 /// Launched with programmatic dependent launch (kernels/pdl.cuh). Decode steps (decode or rotary_append)
-/// go to attention_decode() when it supports the shape, unless the environment sets TPSHARD_ATTN_V1
-/// (read once; for A/B timing); everything else to attention_tiled().
+/// go to attention_decode() when it supports the shape; everything else to attention_tiled().
 void attention(const AttentionParams& p, cudaStream_t stream);
 
 /// The general kernel (prefill and decode): one block per (token, head, split), keys in tiles of 128

@@ -4,7 +4,7 @@
 // key range with its own running max / sum / output in registers (several keys' loads in flight), the
 // warps are merged once through shared memory, then the splits as in flash-decoding
 // (https://crfm.stanford.edu/2023/10/12/flashdecoding.html). attention() picks it for decode steps
-// unless TPSHARD_ATTN_V1 is set; tests and benchmarks may call it directly.
+// it supports; tests and benchmarks may call it directly.
 #pragma once
 #include "kernels/attention.cuh"
 

@@ -230,61 +230,12 @@ int gemv_auto_warps_per_row(int rows, int sms, int fifo_depth) {
   return 4;
 }
 
-namespace {
-
-/// The two tunings of gemv_tuning_for (tp 1, tp > 1), from the environment (see gemv.cuh).
-struct GemvPolicy {
-  GemvTuning single, multi;
-  GemvPolicy() {
-    GemvTuning fifo{4, 4}, regs{0, 4};
-    if (const char* w = std::getenv("TPSHARD_GEMV_WARPS")) {  // warps per block of the register batches
-      const std::string v = w;
-      if (v != "2" && v != "4" && v != "8")
-        throw Error("TPSHARD_GEMV_WARPS=" + v + " is not 2, 4 or 8", "unset TPSHARD_GEMV_WARPS (the default is 4)");
-      regs.warps_per_block = std::stoi(v);
-    }
-    if (const char* r = std::getenv("TPSHARD_GEMV_ROW_WARPS")) {  // warps per row of every launch
-      const std::string v = r;
-      if (v != "1" && v != "2" && v != "4")
-        throw Error("TPSHARD_GEMV_ROW_WARPS=" + v + " is not 1, 2 or 4", "unset TPSHARD_GEMV_ROW_WARPS (the default is auto)");
-      regs.warps_per_row = fifo.warps_per_row = std::stoi(v);
-    }
-    if (const char* f = std::getenv("TPSHARD_GEMV_FIFO")) {
-      GemvArgs probe;  // validate through gemv_unsupported_reason's tuning checks
-      probe.x = probe.w = probe.y = reinterpret_cast<void*>(16);
-      probe.n = probe.out = 1;
-      probe.in = 8;
-      probe.dtype = probe.out_dtype = DType::F16;
-      char extra = 0;
-      if (std::sscanf(f, "%d,%d%c", &fifo.fifo_depth, &fifo.warps_per_block, &extra) != 2 || fifo.fifo_depth < 1 ||
-          (probe.tuning = fifo, probe.tuning.warps_per_row = 0, !gemv_supported(probe)))
-        throw Error(std::string("TPSHARD_GEMV_FIFO=") + f + " is not DEPTH,WARPS with DEPTH 4, 8 or 16 and WARPS 2, 4 or 8",
-                    "unset TPSHARD_GEMV_FIFO or set it to e.g. 4,4");
-    }
-    regs.warps_per_row = std::min(regs.warps_per_row, regs.warps_per_block);  // at most the block's warps
-    fifo.warps_per_row = std::min(fifo.warps_per_row, fifo.warps_per_block);
-    if (!split_built(1, fifo.fifo_depth)) fifo.warps_per_row = std::min(fifo.warps_per_row, 1);  // 0 stays auto
-    const char* p = std::getenv("TPSHARD_GEMV_POLICY");
-    const std::string policy = p ? p : "auto";
-    if (policy == "auto") {
-      single = regs;
-      multi = fifo;
-    } else if (policy == "fifo") {
-      single = multi = fifo;
-    } else if (policy == "registers") {
-      single = multi = regs;
-    } else {
-      throw Error("TPSHARD_GEMV_POLICY=" + policy + " is not auto, registers or fifo",
-                  "unset TPSHARD_GEMV_POLICY (the default is auto)");
-    }
-  }
-};
-
-}  // namespace
-
 GemvTuning gemv_tuning_for(int tp_size) {
-  static const GemvPolicy policy;
-  return tp_size > 1 ? policy.multi : policy.single;
+  GemvTuning t;
+  t.fifo_depth = tp_size > 1 ? 4 : 0;  // the FIFO at tp > 1, register batches at tp 1
+  t.warps_per_block = 4;
+  t.warps_per_row = 0;  // auto (gemv_auto_warps_per_row)
+  return t;
 }
 
 void gemv(const GemvArgs& a, cudaStream_t stream) {

@@ -43,15 +43,11 @@ struct GemvTuning {
 int gemv_auto_warps_per_row(int rows, int sms, int fifo_depth);
 constexpr int kGemvTargetWarpsPerSm = 24;
 
-/// The tuning the transformer's decode GEMVs use on a rank of a tp_size-way model. Policy "auto"
-/// (default): the FIFO (depth 4, 4 warps) when tp_size > 1, register batches at tp_size 1. With
-/// tp > 1 every layer waits twice for the peers in its all_reduces, and the FIFO requests the next
-/// GEMV's weights during those waits; at tp 1 the register batches stream faster (measured end to end,
-/// docs/BENCHMARKS.md "GEMV weight streaming"). Environment, read once (A/B timing):
-/// TPSHARD_GEMV_POLICY=auto|registers|fifo, TPSHARD_GEMV_FIFO=DEPTH,WARPS (the FIFO tuning, e.g. 8,8),
-/// TPSHARD_GEMV_WARPS=2|4|8 (warps per block of the register batches), TPSHARD_GEMV_ROW_WARPS=1|2|4 (warps per
-/// row of every launch, instead of auto).
-/// Throws Error on a malformed value.
+/// The tuning the transformer's decode GEMVs use on a rank of a tp_size-way model: the FIFO (depth 4,
+/// 4 warps) when tp_size > 1, register batches of 4 warps at tp_size 1, warps per row auto. With tp > 1
+/// every layer waits twice for the peers in its all_reduces, and the FIFO requests the next GEMV's
+/// weights during those waits; at tp 1 the register batches stream faster (measured end to end,
+/// docs/BENCHMARKS.md "GEMV weight streaming"). The other tunings are timed by bench_kernels --only gemv_sweep.
 GemvTuning gemv_tuning_for(int tp_size);
 
 struct GemvArgs {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "format/dtype.h"
+#include "model/activation_plan.h"
 
 namespace tpshard::cuda {
 
@@ -32,7 +33,7 @@ struct ArgmaxParams {
   int splits = 1;
 };
 
-constexpr int kArgmaxMaxSplits = 64;
+using ::tpshard::kArgmaxMaxSplits;  // model/activation_plan.h: the runner sizes its buffers by it
 
 /// The splits vocab_argmax should use for n rows of vocab_per_rank columns: about 2,048 columns per
 /// block, only when n <= 8 (else 1).

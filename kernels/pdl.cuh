@@ -7,7 +7,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
+#include <atomic>
 #include <utility>
 
 namespace tpshard::cuda {
@@ -28,11 +28,15 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
-/// True unless TPSHARD_NO_PDL is set (then every launch_pdl is an ordinary launch; for A/B timing).
-inline bool pdl_enabled() {
-  static const bool on = std::getenv("TPSHARD_NO_PDL") == nullptr;
+/// Whether launch_pdl sets the PDL attribute (default on). The runtime sets it from its tuning
+/// (TPSHARD_NO_PDL=1 turns it off, runtime/tuning.h) before it launches kernels; off, every launch_pdl
+/// is an ordinary launch (A/B timing, debugging).
+inline std::atomic<bool>& pdl_setting() {
+  static std::atomic<bool> on{true};
   return on;
 }
+inline bool pdl_enabled() { return pdl_setting().load(std::memory_order_relaxed); }
+inline void set_pdl_enabled(bool on) { pdl_setting().store(on, std::memory_order_relaxed); }
 
 /// Launch kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization
 /// attribute when pdl_enabled(). Capturable in CUDA graphs (the edge becomes a programmatic one).

@@ -1,4 +1,4 @@
-// rotary.cu: rotary position embedding on Q and K, and the inv_freq table (see rotary.cuh).
+// rotary.cu: rotary position embedding on Q and K (see rotary.cuh).
 #include <cmath>
 
 #include "kernels/attention_rotary.cuh"
@@ -6,33 +6,6 @@
 #include "kernels/rotary.cuh"
 
 namespace tpshard::cuda {
-
-std::vector<float> rope_inv_freq(const ModelConfig& c) {
-  const int half = static_cast<int>(c.rotary_ndims / 2);
-  std::vector<float> out(half);
-  const double pi = 3.14159265358979323846;
-  for (int i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(c.rope_theta, (2.0 * i) / static_cast<double>(c.rotary_ndims));
-    if (c.rope_type == RopeType::Linear) {
-      f /= c.rope_factor;
-    } else if (c.rope_type == RopeType::Llama3) {
-      // transformers modeling_rope_utils._compute_llama3_parameters
-      const double old_ctx = static_cast<double>(c.rope_original_max_position_embeddings);
-      const double low_wavelen = old_ctx / c.rope_low_freq_factor;
-      const double high_wavelen = old_ctx / c.rope_high_freq_factor;
-      const double wavelen = 2.0 * pi / f;
-      if (wavelen > low_wavelen) {
-        f = f / c.rope_factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_ctx / wavelen - c.rope_low_freq_factor) /
-                              (c.rope_high_freq_factor - c.rope_low_freq_factor);
-        f = (1.0 - smooth) * f / c.rope_factor + smooth * f;
-      }
-    }
-    out[i] = static_cast<float>(f);
-  }
-  return out;
-}
 
 namespace {
 

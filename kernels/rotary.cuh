@@ -1,7 +1,7 @@
 // rotary.cuh: rotary position embedding (RoFormer, arXiv:2104.09864) applied in place to the Q and K
 // heads of the fused QKV activation, Hugging Face rotate_half convention: within the first
 // rotary_ndims dims of each head, dim i pairs with dim i + rotary_ndims/2 (partial rotary for GPT-NeoX).
-// Also: the host-side inv_freq table (default, linear and llama3 scaling).
+// The inv_freq table is computed on the host by runtime/rope.h (one table for every backend).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,12 +12,6 @@
 #include "model/model_config.h"
 
 namespace tpshard::cuda {
-
-/// inv_freq[i] = 1 / theta^(2i / rotary_ndims), i < rotary_ndims/2, then scaled by rope_type:
-/// Linear divides by factor (positions / factor); Llama3 follows transformers'
-/// _compute_llama3_parameters (wavelength bands by low/high_freq_factor around
-/// original_max_position_embeddings, smooth interpolation between). Computed in double, returned f32.
-std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 struct RotaryParams {
   void* qkv = nullptr;              ///< [n, row_stride] of dtype, device; Q heads then K heads at column 0

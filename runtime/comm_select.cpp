@@ -106,15 +106,4 @@ RankCommInfo decode_rank_comm_info(const std::string& blob, int rank) {
   return info;
 }
 
-void read_comm_env(RankCommInfo* info) {
-  const char* v = std::getenv("TPSHARD_COMM");
-  const std::string comm = v ? v : "";
-  TPS_CHECK(comm.empty() || comm == "auto" || comm == "nccl",
-            "TPSHARD_COMM=" + comm + " is not a communicator choice",
-            "use TPSHARD_COMM=nccl (force NCCL) or auto / unset (local for tp 1, peer on one NVLink host, else NCCL)");
-  info->force_nccl = comm == "nccl";
-  const char* no_custom = std::getenv("TPSHARD_NO_CUSTOM_ALL_REDUCE");
-  info->no_peer_kernels = no_custom != nullptr && no_custom[0] != '\0' && std::strcmp(no_custom, "0") != 0;
-}
-
 }  // namespace tpshard

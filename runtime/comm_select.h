@@ -30,8 +30,8 @@ struct RankCommInfo {
   /// PCI bus ids of the GPUs this rank's GPU can access as a peer (cudaDeviceCanAccessPeer), among the
   /// GPUs visible to this process; its own GPU is implied.
   std::vector<std::string> peer_bus_ids;
-  bool force_nccl = false;       ///< TPSHARD_COMM=nccl set on this rank: NCCL at any tp_size
-  bool no_peer_kernels = false;  ///< TPSHARD_NO_CUSTOM_ALL_REDUCE set on this rank: NCCL when tp_size > 1
+  bool force_nccl = false;       ///< TPSHARD_COMM=nccl on this rank (DeviceCommOptions::force_nccl): NCCL at any tp_size
+  bool no_peer_kernels = false;  ///< TPSHARD_NO_CUSTOM_ALL_REDUCE=1 on this rank: NCCL when tp_size > 1
 };
 
 /// The verdict: kind, and why (empty when it is the expected kind for the job's layout).
@@ -49,10 +49,5 @@ CommChoice choose_comm(const std::vector<RankCommInfo>& ranks);
 /// malformed input, e.g. ranks running different tpshard builds).
 std::string encode_rank_comm_info(const RankCommInfo& info);
 RankCommInfo decode_rank_comm_info(const std::string& blob, int rank);
-
-/// Reads TPSHARD_COMM ("" / "auto" / "nccl") into force_nccl and TPSHARD_NO_CUSTOM_ALL_REDUCE (set and not
-/// "0") into no_peer_kernels.
-/// Throws Error on any other TPSHARD_COMM value.
-void read_comm_env(RankCommInfo* info);
 
 }  // namespace tpshard

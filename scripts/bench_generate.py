@@ -311,28 +311,16 @@ def main():
         ablations(args, rows, results, copy_bw, ngpu)
 
 
-# (label, environment, smallest tp it applies to). The switches measured in session 2 (TPSHARD_NO_GEMV,
-# TPSHARD_NO_PDL, TPSHARD_NO_FUSED_SPLIT_MERGE, TPSHARD_NO_GROUPED_GEMV) still exist; their table is in
-# docs/BENCHMARKS.md. Each entry here costs a full model run on the GPU machine.
+# (label, environment, smallest tp it applies to): the runtime switches of docs/TUNING.md. Variants
+# whose verdict is final (GEMV tunings, the tiled decode attention) are timed by bench_kernels instead.
+# Each entry here costs a full model run on the GPU machine.
 ABLATIONS = [
     ("all on", {}, 1),
     ("no decode lookahead (host round trip between steps)", {"TPSHARD_NO_LOOKAHEAD": "1"}, 1),
-    ("previous decode attention kernel", {"TPSHARD_ATTN_V1": "1"}, 1),
-    ("GEMV: register batches (the tp 1 default)", {"TPSHARD_GEMV_POLICY": "registers"}, 2),
-    ("GEMV: shared-memory FIFO, depth 4, 4 warps (the tp > 1 default)", {"TPSHARD_GEMV_POLICY": "fifo"}, 1),
-    ("GEMV: shared-memory FIFO, depth 4, 8 warps", {"TPSHARD_GEMV_FIFO": "4,8"}, 2),
-    ("GEMV: register batches, 2 warps per block", {"TPSHARD_GEMV_WARPS": "2"}, 1),
-    ("GEMV: register batches, 8 warps per block", {"TPSHARD_GEMV_WARPS": "8"}, 1),
-    ("GEMV: one warp per output row everywhere (no split-K)", {"TPSHARD_GEMV_ROW_WARPS": "1"}, 1),
-    ("GEMV: two warps per output row everywhere", {"TPSHARD_GEMV_ROW_WARPS": "2"}, 1),
-    ("GEMV: register batches, 8 warps per block, one warp per row",
-     {"TPSHARD_GEMV_WARPS": "8", "TPSHARD_GEMV_ROW_WARPS": "1"}, 1),
-    ("GEMV: register batches of 8 warps at every tp size", {"TPSHARD_GEMV_POLICY": "registers", "TPSHARD_GEMV_WARPS": "8"}, 2),
-    ("all_reduce + add_norm: flag protocol instead of pushed (lamport) rows", {"TPSHARD_NO_LAMPORT_ALL_REDUCE": "1"}, 2),
-    ("all_reduce and the next add_norm as two kernels", {"TPSHARD_NO_FUSED_ALL_REDUCE_NORM": "1"}, 2),
-    ("vocab argmax: one block per row (not split over blocks)", {"TPSHARD_NO_ARGMAX_SPLIT": "1"}, 1),
-    ("GPT-NeoX: MLP down half of the combined GEMV after attention, not during it", {"TPSHARD_NO_X2_EARLY": "1"}, 1),
+    ("no programmatic dependent launch", {"TPSHARD_NO_PDL": "1"}, 1),
+    ("no CUDA graphs (eager decode steps)", {"TPSHARD_NO_CUDA_GRAPHS": "1"}, 1),
     ("NCCL communicator (custom all_reduce for decode only)", {"TPSHARD_COMM": "nccl"}, 2),
+    ("NCCL for every all_reduce (no custom all_reduce)", {"TPSHARD_NO_CUSTOM_ALL_REDUCE": "1"}, 2),
 ]
 
 

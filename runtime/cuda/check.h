@@ -14,6 +14,7 @@
 #include <string>
 
 #include "format/error.h"
+#include "runtime/tuning.h"
 
 namespace tpshard::cuda {
 
@@ -97,7 +98,7 @@ inline std::string cuda_hint(cudaError_t e) {
 #define TPS_CUDA_LAUNCH_CHECK(what)                                                                     \
   do {                                                                                                  \
     TPS_CUDA_CHECK(cudaGetLastError());                                                                 \
-    static const bool tps_sync_ = std::getenv("TPSHARD_SYNC_CHECK") != nullptr;                         \
+    static const bool tps_sync_ = ::tpshard::tuning().sync_check;                                       \
     if (tps_sync_) {                                                                                    \
       cudaError_t tps_e2_ = cudaDeviceSynchronize();                                                    \
       if (tps_e2_ != cudaSuccess)                                                                       \

@@ -14,6 +14,8 @@
 #include <string>
 
 #include "format/error.h"
+#include "kernels/pdl.cuh"
+#include "model/activation_plan.h"
 #include "model/memory_plan.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
@@ -52,10 +54,9 @@ class CudaRunner : public ModelRunner {
     layout_ = make_parallel_layout(config_, tp_size);
     weights_ = bind_weights(weights, config_);
     weight_bytes_ = weights.bytes();
-    max_rows_ = decode_bucket(opts.max_batch);  // model/memory_plan.h: 1, 2, 4, 8, then multiples of 8
-    const long long cap = static_cast<long long>(opts.max_batch) * opts.max_seq_len;
-    const long long step = opts.max_step_tokens > 0 ? opts.max_step_tokens : kMaxStepTokens;
-    const int max_tokens = static_cast<int>(std::max<long long>(max_rows_, std::min(step, cap)));
+    max_rows_ = decode_bucket(opts.max_batch);  // model/activation_plan.h: 1, 2, 4, 8, then multiples of 8
+    const int max_tokens = static_cast<int>(step_tokens(opts.max_batch, opts.max_seq_len, max_rows_,
+                                                        opts.max_step_tokens > 0 ? opts.max_step_tokens : kMaxStepTokens));
     model_ = std::make_unique<Transformer>(config_, layout_, tp_rank, weights_, comm, stream_, max_tokens, max_rows_,
                                            opts.max_batch + 1, opts.max_seq_len);
     auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
@@ -65,7 +66,7 @@ class CudaRunner : public ModelRunner {
       car_ = CustomAllReduce::try_create(*nccl, std::min(want, kCustomAllReduceMaxBytes), &why_not);
       if (car_) {
         model_->set_custom_all_reduce(car_.get());
-      } else if (tp_rank == 0 && std::getenv("TPSHARD_NO_CUSTOM_ALL_REDUCE") == nullptr) {
+      } else if (tp_rank == 0 && custom_all_reduce_settings().enabled) {
         std::fprintf(stderr, "note: decode all_reduces use NCCL (custom all_reduce unavailable: %s)\n", why_not.c_str());
       }
     } else if (auto* peer = dynamic_cast<PeerCommunicator*>(&comm)) {
@@ -73,13 +74,16 @@ class CudaRunner : public ModelRunner {
       // transformer only lets it use the fused all_reduce + add_norm kernel too (same regions, same stream).
       model_->set_custom_all_reduce(peer->custom_all_reduce());
     }
-    const size_t vpr = layout_.max_counts().vocab_rows.size();  // gathered per rank
-    TPS_CUDA_CHECK(cudaMalloc(&gathered_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
-    TPS_CUDA_CHECK(cudaMalloc(&gathered_pairs_, static_cast<size_t>(tp_size) * max_rows_ * sizeof(ArgmaxPair)));
-    TPS_CUDA_CHECK(cudaMallocHost(&host_logits_, static_cast<size_t>(tp_size) * max_rows_ * vpr * sizeof(float)));
-    TPS_CUDA_CHECK(cudaMallocHost(&host_pairs_, static_cast<size_t>(tp_size) * max_rows_ * sizeof(ArgmaxPair)));
-    use_graphs_ = opts.use_cuda_graphs && std::getenv("TPSHARD_NO_CUDA_GRAPHS") == nullptr;
-    lookahead_ = opts.lookahead && std::getenv("TPSHARD_NO_LOOKAHEAD") == nullptr;
+    // The gathered buffers of the activation plan (tpshard plan counts them), and their pinned host copies.
+    const ActivationPlan ap = plan_activations(config_, layout_.max_counts(), tp_size, dtype_size(weights_.dtype),
+                                               max_tokens, max_rows_);
+    TPS_CUDA_CHECK(cudaMalloc(&gathered_logits_, ap.gathered_logits));
+    TPS_CUDA_CHECK(cudaMalloc(&gathered_pairs_, ap.gathered_argmax));
+    TPS_CUDA_CHECK(cudaMallocHost(&host_logits_, ap.gathered_logits));
+    TPS_CUDA_CHECK(cudaMallocHost(&host_pairs_, ap.gathered_argmax));
+    set_pdl_enabled(opts.pdl);
+    use_graphs_ = opts.use_cuda_graphs;
+    lookahead_ = opts.lookahead;
     TPS_CUDA_CHECK(cudaMalloc(&ids_dev_, static_cast<size_t>(max_rows_) * sizeof(int32_t)));
     for (int p = 0; p < 2; ++p) {
       TPS_CUDA_CHECK(cudaMallocHost(&ids_host_[p], static_cast<size_t>(max_rows_) * sizeof(int32_t)));

@@ -18,8 +18,11 @@ struct CudaRunnerOptions {
   /// steps. 0: kMaxStepTokens (model/memory_plan.h, 1024), the size `tpshard plan` assumes.
   int max_step_tokens = 0;
   /// Greedy decode lookahead (cuda_runner.cpp, decode_step): compute decode step s + 1 on the GPU while
-  /// the host handles step s. Off also with TPSHARD_NO_LOOKAHEAD=1 (A/B timing). Results are identical.
+  /// the host handles step s. Off with TPSHARD_NO_LOOKAHEAD=1 (runtime/tuning.h; A/B timing). Results are identical.
   bool lookahead = true;
+  /// Programmatic dependent launch of the decode kernels (kernels/pdl.cuh, process-wide: the runner sets
+  /// it when it is built). Off with TPSHARD_NO_PDL=1 (runtime/tuning.h; A/B timing, debugging).
+  bool pdl = true;
 };
 
 /// Build the runner for this rank. `comm` is a DeviceCommunicator (make_device_comm.h: local, peer or NCCL;

@@ -21,6 +21,7 @@
 #include "runtime/cuda/make_device_comm.h"
 #include "runtime/cuda/weight_arena.h"
 #include "runtime/cuda/worker.h"
+#include "runtime/tuning.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tpshard::cuda {
@@ -39,14 +40,7 @@ int cuda_device_count() {
   return n;
 }
 
-double worker_timeout_s() {
-  const char* v = std::getenv("TPRUN_NCCL_TIMEOUT");
-  if (v && *v) {
-    double t = std::atof(v);
-    if (t > 0) return t;
-  }
-  return 300.0;
-}
+double worker_timeout_s() { return tuning().nccl_timeout_s; }
 
 CudaWorker::CudaWorker(const SessionOptions& opts) {
   env_ = read_worker_env();
@@ -100,6 +94,8 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
   }
   DeviceCommOptions co;
   co.timeout_s = timeout;
+  co.force_nccl = tuning().force_nccl;
+  co.custom_all_reduce = tuning().custom_all_reduce;
   co.exchange_done = [this] {  // the rendezvous' exchanges are over: watch the peers from now on
     if (!rendezvous_) return;
     const int me = env_.rank;
@@ -174,6 +170,9 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     CudaRunnerOptions ro;
     ro.max_batch = opts.max_batch;
     ro.max_seq_len = max_seq_len;
+    ro.use_cuda_graphs = tuning().cuda_graphs;
+    ro.lookahead = tuning().lookahead;
+    ro.pdl = tuning().pdl;
     std::unique_ptr<ModelRunner> runner =
         make_cuda_runner(manifest, rank, worker.tp_size(), arena, worker.comm(), ro);
 

@@ -16,6 +16,7 @@
 #include "kernels/common.cuh"
 #include "kernels/pdl.cuh"
 #include "runtime/cuda/check.h"
+#include "runtime/tuning.h"
 #include "runtime/cuda/custom_all_reduce_protocol.cuh"
 
 namespace tpshard::cuda {
@@ -190,19 +191,12 @@ cudaError_t fill_empty(uint8_t* p, size_t bytes, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-bool disabled_by_env() {
-  const char* v = std::getenv("TPSHARD_NO_CUSTOM_ALL_REDUCE");
-  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-}
-
-uint64_t timeout_from_env() {
-  const char* v = std::getenv("TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S");
-  double s = 300.0;  // like the NCCL timeout (TPRUN_NCCL_TIMEOUT default)
-  if (v != nullptr && v[0] != '\0') s = std::atof(v);
-  return s <= 0.0 ? 0 : uint64_t(s * 1e9);
-}
-
 }  // namespace
+
+CustomAllReduceSettings& custom_all_reduce_settings() {
+  static CustomAllReduceSettings s{tuning().custom_all_reduce, tuning().custom_all_reduce_timeout_s};
+  return s;
+}
 
 CustomAllReduce::CustomAllReduce(HostExchange& exchange, cudaStream_t stream, size_t max_bytes) {
   std::string why;
@@ -267,8 +261,8 @@ bool CustomAllReduce::init(HostExchange& exchange, cudaStream_t stream, size_t m
   rank_ = exchange.rank();
   size_ = exchange.size();
   max_bytes_ = max_bytes;
-  timeout_ns_ = timeout_from_env();
-  lamport_ = std::getenv("TPSHARD_NO_LAMPORT_ALL_REDUCE") == nullptr;
+  const CustomAllReduceSettings settings = custom_all_reduce_settings();
+  timeout_ns_ = settings.timeout_s <= 0.0 ? 0 : uint64_t(settings.timeout_s * 1e9);
   auto fail = [&](const std::string& why) {
     release();
     if (why_not) *why_not = why;
@@ -291,7 +285,7 @@ bool CustomAllReduce::init(HostExchange& exchange, cudaStream_t stream, size_t m
     mine.process_id = process_id();
     mine.max_bytes = max_bytes;
     std::string local_why;
-    if (disabled_by_env()) local_why = "disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE";
+    if (!settings.enabled) local_why = "disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE";
     cudaError_t e = cudaSuccess;
     if (local_why.empty() && (e = cudaGetDevice(&device_)) != cudaSuccess)
       local_why = cuda_why("cudaGetDevice", e);

@@ -39,6 +39,16 @@ struct PeerRegions;
 /// A kernel that waits longer than TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S seconds (default 300; 0 = forever)
 /// for a peer prints "custom all_reduce: rank r block b waited ..." and traps (the stream reports
 /// cudaErrorLaunchFailure) instead of hanging when a peer rank died.
+/// What CustomAllReduce::init reads: from the environment by default (runtime/tuning.h:
+/// TPSHARD_NO_CUSTOM_ALL_REDUCE, TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S); tests and tools may change it
+/// before creating a CustomAllReduce.
+struct CustomAllReduceSettings {
+  bool enabled = true;       ///< false: every rank refuses (why_not "disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE")
+  double timeout_s = 300.0;  ///< spin limit of the kernels; 0 = none
+};
+/// The process-wide settings, initialized from tuning() on the first call.
+CustomAllReduceSettings& custom_all_reduce_settings();
+
 class CustomAllReduce {
  public:
   static constexpr int kMaxRanks = 8;   ///< largest tp_size supported
@@ -52,7 +62,7 @@ class CustomAllReduce {
   /// and maps every peer's region: cudaIpcOpenMemHandle for peers in other processes,
   /// cudaDeviceEnablePeerAccess + the raw pointer for peers in this process (ranks as threads, as in
   /// tools/bench_generate). Throws Error (the same decision on every rank, so no rank is left waiting) when
-  /// it cannot work: disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE, tp_size not in 2..8, max_bytes 0, ranks on
+  /// it cannot work: disabled (CustomAllReduceSettings::enabled false), tp_size not in 2..8, max_bytes 0, ranks on
   /// different hosts, no peer access between the devices, an allocation or IPC call failed on some rank.
   CustomAllReduce(HostExchange& exchange, cudaStream_t stream, size_t max_bytes);
   /// The same with the exchange done through comm.all_gather_host and comm.stream() (the NCCL path).
@@ -63,7 +73,7 @@ class CustomAllReduce {
   CustomAllReduce& operator=(const CustomAllReduce&) = delete;
 
   /// Same as the constructor, but returns nullptr and sets *why_not (when non-null) instead of throwing for
-  /// the reasons listed there; all ranks return nullptr together. TPSHARD_NO_CUSTOM_ALL_REDUCE=1 gives
+  /// the reasons listed there; all ranks return nullptr together. Disabled gives
   /// why_not "disabled by TPSHARD_NO_CUSTOM_ALL_REDUCE" (for A/B benchmarks). Errors of the communicator
   /// itself (a peer died during the exchange) still throw.
   static std::unique_ptr<CustomAllReduce> try_create(HostExchange& exchange, cudaStream_t stream, size_t max_bytes,
@@ -100,8 +110,8 @@ class CustomAllReduce {
   void all_reduce_add_norm(const AddNormParams& p, cudaStream_t stream);
   /// True when all_reduce_add_norm(p) takes the lamport path (eligible, lamport on, 16-bit, <= 128 KiB).
   bool lamport_eligible(const AddNormParams& p) const;
-  /// Switch the lamport path of all_reduce_add_norm on or off on this rank (default: on, off with
-  /// TPSHARD_NO_LAMPORT_ALL_REDUCE=1). Every rank must make the same choice before the same call.
+  /// Switch the lamport path of all_reduce_add_norm on or off on this rank (default: on; tests compare
+  /// it with the flag path). Every rank must make the same choice before the same call.
   void set_lamport(bool on) { lamport_ = on; }
 
   int tp_rank() const { return rank_; }

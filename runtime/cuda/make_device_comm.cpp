@@ -24,8 +24,10 @@ std::string bus_id_of(int device) {
 
 }  // namespace
 
-RankCommInfo local_comm_info() {
+RankCommInfo local_comm_info(const DeviceCommOptions& opts) {
   RankCommInfo info;
+  info.force_nccl = opts.force_nccl;
+  info.no_peer_kernels = !opts.custom_all_reduce;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   info.host = host;
@@ -42,7 +44,6 @@ RankCommInfo local_comm_info() {
     }
     if (can) info.peer_bus_ids.push_back(bus_id_of(d));
   }
-  read_comm_env(&info);
   return info;
 }
 
@@ -54,7 +55,7 @@ std::unique_ptr<DeviceCommunicator> make_device_comm(HostExchange& exchange, con
     if (opts.exchange_done) opts.exchange_done();
   };
   CommChoice choice;
-  RankCommInfo mine = local_comm_info();
+  RankCommInfo mine = local_comm_info(opts);
   if (size == 1) {
     choice = choose_comm({mine});  // no exchange: one rank
   } else {

@@ -18,6 +18,8 @@ struct DeviceCommOptions {
   std::function<void()> exchange_done;
   /// Print the note when a one-host job falls back to NCCL (on rank 0, stderr).
   bool note_fallback = true;
+  bool force_nccl = false;         ///< NCCL at any tp_size (TPSHARD_COMM=nccl, Tuning::force_nccl)
+  bool custom_all_reduce = true;   ///< false: NCCL when tp_size > 1 (TPSHARD_NO_CUSTOM_ALL_REDUCE=1)
 };
 
 /// Collective over `exchange` (rank / size from it), on the current device (cudaSetDevice first).
@@ -30,7 +32,7 @@ std::unique_ptr<DeviceCommunicator> make_device_comm(HostExchange& exchange, con
                                                      CommChoice* choice = nullptr);
 
 /// This rank's report for choose_comm: hostname, PCI bus id of the current device, the bus ids of the
-/// visible devices it can access as peers, and the TPSHARD_COMM / TPSHARD_NO_CUSTOM_ALL_REDUCE flags.
-RankCommInfo local_comm_info();
+/// visible devices it can access as peers, and opts.force_nccl / opts.custom_all_reduce.
+RankCommInfo local_comm_info(const DeviceCommOptions& opts = {});
 
 }  // namespace tpshard::cuda

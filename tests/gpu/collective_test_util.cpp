@@ -8,6 +8,7 @@
 
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/cuda_session.h"
+#include "runtime/cuda/custom_all_reduce.h"
 
 namespace tpshard::test {
 
@@ -44,7 +45,7 @@ std::vector<int> rank_counts(bool peers_only) {
   return out;
 }
 
-void short_spin_timeout() { setenv("TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S", "30", 0); }
+void short_spin_timeout() { cuda::custom_all_reduce_settings().timeout_s = 30.0; }
 
 float input_value(size_t i, int rank, int salt) {
   const long v = long((i * 7919 + size_t(rank) * 104729 + size_t(salt) * 31337) % 2001) - 1000;

@@ -31,6 +31,8 @@
 using namespace tpshard;
 using namespace tpshard::test;
 using tpshard::cuda::CustomAllReduce;
+using tpshard::cuda::CustomAllReduceSettings;
+using tpshard::cuda::custom_all_reduce_settings;
 using tpshard::cuda::NcclCommunicator;
 
 namespace {
@@ -328,22 +330,10 @@ TEST_CASE("CustomAllReduce: eligible() bounds and alignment; ineligible calls th
 
 TEST_CASE("CustomAllReduce: TPSHARD_NO_CUSTOM_ALL_REDUCE=1 makes every rank refuse") {
   if (!have_peer_gpus(2)) return;
-  struct EnvGuard {  // sets the variable, restores the previous state on every exit
-    const char* name = "TPSHARD_NO_CUSTOM_ALL_REDUCE";
-    bool had = false;
-    std::string old;
-    EnvGuard() {
-      const char* v = std::getenv(name);
-      had = v != nullptr;
-      old = had ? v : "";
-      setenv(name, "1", 1);
-    }
-    ~EnvGuard() {
-      if (had)
-        setenv(name, old.c_str(), 1);
-      else
-        unsetenv(name);
-    }
+  struct Guard {  // what TPSHARD_NO_CUSTOM_ALL_REDUCE=1 sets; restored on every exit
+    CustomAllReduceSettings old = custom_all_reduce_settings();
+    Guard() { custom_all_reduce_settings().enabled = false; }
+    ~Guard() { custom_all_reduce_settings() = old; }
   } guard;
   Failures f;
   run_ranks(2, [&](int rank, NcclCommunicator& comm) {

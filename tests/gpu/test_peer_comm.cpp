@@ -376,9 +376,8 @@ TEST_CASE("PeerCommunicator: bits equal NCCL's at tp 2 for a 12 MiB prefill-size
   const size_t count = (size_t(12) << 20) / 2;
   std::vector<std::vector<uint8_t>> results(2);
   for (const char* mode : {"auto", "nccl"}) {
-    const char* old = std::getenv("TPSHARD_COMM");
-    const std::string saved = old ? old : "";
-    setenv("TPSHARD_COMM", mode, 1);
+    cuda::DeviceCommOptions co;  // what TPSHARD_COMM sets in a tprun job
+    co.force_nccl = std::string(mode) == "nccl";
     auto group = std::make_shared<ThreadExchangeGroup>(2, 60.0);
     std::vector<std::exception_ptr> errors(2);
     std::vector<std::string> names(2);
@@ -388,7 +387,7 @@ TEST_CASE("PeerCommunicator: bits equal NCCL's at tp 2 for a 12 MiB prefill-size
         try {
           TPS_CUDA_CHECK(cudaSetDevice(r));
           ThreadExchange ex(group, r);
-          auto comm = cuda::make_device_comm(ex);
+          auto comm = cuda::make_device_comm(ex, co);
           names[size_t(r)] = comm->name();
           DeviceMem mem(count * 2);
           upload(mem.ptr, make_input(count, DType::BF16, r, 4242), comm->stream());
@@ -403,10 +402,6 @@ TEST_CASE("PeerCommunicator: bits equal NCCL's at tp 2 for a 12 MiB prefill-size
         }
       });
     for (auto& t : threads) t.join();
-    if (old)
-      setenv("TPSHARD_COMM", saved.c_str(), 1);
-    else
-      unsetenv("TPSHARD_COMM");
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
     CHECK(names[0] == std::string(std::string(mode) == "nccl" ? "nccl" : "peer"));
@@ -443,22 +438,6 @@ TEST_CASE("LocalCommunicator: all_reduce and broadcast leave data alone, all_gat
 }
 
 TEST_CASE("make_device_comm: local for 1 rank, peer for 2 peer GPUs, NCCL when TPSHARD_COMM=nccl") {
-  struct EnvGuard {
-    bool had = false;
-    std::string old;
-    EnvGuard() {
-      const char* v = std::getenv("TPSHARD_COMM");
-      had = v != nullptr;
-      old = had ? v : "";
-      unsetenv("TPSHARD_COMM");
-    }
-    ~EnvGuard() {
-      if (had)
-        setenv("TPSHARD_COMM", old.c_str(), 1);
-      else
-        unsetenv("TPSHARD_COMM");
-    }
-  } guard;
   TPS_CUDA_CHECK(cudaSetDevice(0));
   {
     SingleExchange one;
@@ -468,17 +447,18 @@ TEST_CASE("make_device_comm: local for 1 rank, peer for 2 peer GPUs, NCCL when T
     CHECK(c.kind == CommKind::CommKind_Local);
   }
   {
-    setenv("TPSHARD_COMM", "nccl", 1);
+    cuda::DeviceCommOptions nccl_opts;  // TPSHARD_COMM=nccl
+    nccl_opts.force_nccl = true;
     SingleExchange one;
-    auto comm = cuda::make_device_comm(one);
+    auto comm = cuda::make_device_comm(one, nccl_opts);
     CHECK(std::string(comm->name()) == "nccl");
     comm->barrier();
-    unsetenv("TPSHARD_COMM");
   }
   if (!have_peer_gpus()) return;
   short_spin_timeout();
   for (const char* mode : {"", "nccl"}) {
-    if (*mode) setenv("TPSHARD_COMM", mode, 1);
+    cuda::DeviceCommOptions co;  // TPSHARD_COMM=nccl for "nccl"
+    co.force_nccl = *mode != 0;
     auto group = std::make_shared<ThreadExchangeGroup>(2, 60.0);
     std::vector<std::string> names(2), reasons(2);
     std::vector<std::exception_ptr> errors(2);
@@ -489,7 +469,7 @@ TEST_CASE("make_device_comm: local for 1 rank, peer for 2 peer GPUs, NCCL when T
           TPS_CUDA_CHECK(cudaSetDevice(r));
           ThreadExchange ex(group, r);
           CommChoice c;
-          auto comm = cuda::make_device_comm(ex, {}, &c);
+          auto comm = cuda::make_device_comm(ex, co, &c);
           names[size_t(r)] = comm->name();
           reasons[size_t(r)] = c.reason;
           comm->barrier();
@@ -499,7 +479,6 @@ TEST_CASE("make_device_comm: local for 1 rank, peer for 2 peer GPUs, NCCL when T
         }
       });
     for (auto& t : threads) t.join();
-    unsetenv("TPSHARD_COMM");
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
     INFO("TPSHARD_COMM='" << mode << "', reason: " << reasons[0]);

@@ -10,6 +10,7 @@
 #include "kernels/kv_cache.cuh"
 #include "kernels/rotary.cuh"
 #include "model/model_config.h"
+#include "runtime/rope.h"
 #include "tests/kernels/test_util.h"
 #include "tests/reference/reference.h"
 
@@ -136,8 +137,9 @@ TEST_CASE("decode attention with fused rotary + kv_cache append equals rotary, a
       const Vec k0 = random_vec(cache_elems, -2, 2, t, rng), v0 = random_vec(cache_elems, -2, 2, t, rng);
       ModelConfig mc;
       mc.rotary_ndims = c.rot;
+      mc.head_dim = 256;  // rope_inv_freq checks rotary_ndims <= head_dim
       mc.rope_theta = 10000.0;
-      const std::vector<float> inv = c.rot > 0 ? cuda::rope_inv_freq(mc) : std::vector<float>{0.f};
+      const std::vector<float> inv = c.rot > 0 ? rope_inv_freq(mc) : std::vector<float>{0.f};
       Buf d_inv = upload(Vec(inv.begin(), inv.end()), DType::F32);
       Buf d_slot = upload_i32(tok_slot), d_pos = upload_i32(tok_pos);
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));

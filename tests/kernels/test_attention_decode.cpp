@@ -16,6 +16,7 @@
 #include "kernels/attention_decode.cuh"
 #include "kernels/kv_cache.cuh"
 #include "kernels/rotary.cuh"
+#include "runtime/rope.h"
 #include "tests/kernels/test_util.h"
 #include "tests/reference/reference.h"
 
@@ -97,8 +98,9 @@ struct DecodeCase {
     v0 = random_vec(cache_elems, -2, 2, t, rng);
     ModelConfig mc;
     mc.rotary_ndims = s.rot;
+    mc.head_dim = 256;  // rope_inv_freq checks rotary_ndims <= head_dim
     mc.rope_theta = 10000.0;
-    inv = rotary && s.rot > 0 ? cuda::rope_inv_freq(mc) : std::vector<float>{0.f};
+    inv = rotary && s.rot > 0 ? rope_inv_freq(mc) : std::vector<float>{0.f};
     what = std::string(name_of(t)) + " hd " + std::to_string(s.hd) + " heads " + std::to_string(s.heads) + "/" +
            std::to_string(s.kv) + (rotary ? " rotary " + std::to_string(s.rot) + " fused" : " unfused") + ", " + b->name;
     expect();
@@ -265,10 +267,8 @@ void check_case(const DecodeCase& c) {
     check_close("kv_cache k vs tiled kernel: " + w, r.k, tiled.k, exact);
     check_close("kv_cache v vs tiled kernel: " + w, r.v, tiled.v, exact);
     if (splits == 1) {
-      // attention() sends decode steps here (unless TPSHARD_ATTN_V1 asks for the tiled kernel)
-      const char* v1 = std::getenv("TPSHARD_ATTN_V1");
-      if (v1 == nullptr || std::string(v1) == "0")
-        check_close("attention() dispatch: " + w, run(c, Kernel::Dispatch, 1, nullptr, false).out, r.out, exact);
+      // attention() sends decode steps here
+      check_close("attention() dispatch: " + w, run(c, Kernel::Dispatch, 1, nullptr, false).out, r.out, exact);
       if (c.rotary) {
         const RunResult u = run_unfused(c, 1);
         check_close("fused vs unfused output: " + w, r.out, u.out, tol_for(c.t));

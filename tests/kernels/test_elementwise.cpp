@@ -9,6 +9,7 @@
 #include "kernels/embedding.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rotary.cuh"
+#include "runtime/rope.h"
 #include "tests/kernels/test_util.h"
 #include "tests/reference/reference.h"
 
@@ -99,8 +100,9 @@ TEST_CASE("rotary: full and partial rotary, head_dim 64/80/128, GQA rows") {
       const std::vector<int32_t> pos = {0, 1, 2, 17, 511, 1000, 2047};
       ModelConfig mc;
       mc.rotary_ndims = c.rot;
+      mc.head_dim = 256;  // rope_inv_freq checks rotary_ndims <= head_dim
       mc.rope_theta = 10000.0;
-      const std::vector<float> inv = cuda::rope_inv_freq(mc);
+      const std::vector<float> inv = rope_inv_freq(mc);
       const std::vector<double> inv_ref = ref::inv_freq_default(10000.0, c.rot);
       for (size_t i = 0; i < inv.size(); ++i) CHECK(std::fabs(inv[i] - inv_ref[i]) <= 1e-7 * inv_ref[i]);
       Buf d_qkv = upload(qkv, t), d_pos = upload_i32(pos);
@@ -139,7 +141,8 @@ TEST_CASE("rope_inv_freq: llama3 scaling matches transformers' _compute_llama3_p
   c.rope_low_freq_factor = 1.0;
   c.rope_high_freq_factor = 4.0;
   c.rope_original_max_position_embeddings = 8192;
-  const std::vector<float> f = cuda::rope_inv_freq(c);
+  c.head_dim = 128;
+  const std::vector<float> f = rope_inv_freq(c);
   REQUIRE(f.size() == 64);
   const std::pair<int, double> expected[] = {{0, 1.000000000e+00}, {20, 1.656044088e-02}, {40, 3.428102355e-05}, {63, 3.068925878e-07}};
   for (auto [i, v] : expected) CHECK(std::fabs(f[i] - v) <= 2e-6 * v);
@@ -149,14 +152,15 @@ TEST_CASE("rope_inv_freq: default and linear scaling" * doctest::test_suite("hos
   ModelConfig c;
   c.rotary_ndims = 32;  // e.g. GPT-NeoX head_dim 128 with rotary_pct 0.25
   c.rope_theta = 10000.0;
-  const std::vector<float> f = cuda::rope_inv_freq(c);
+  c.head_dim = 128;
+  const std::vector<float> f = rope_inv_freq(c);
   const std::vector<double> r = ref::inv_freq_default(10000.0, 32);
   REQUIRE(f.size() == 16);
-  for (size_t i = 0; i < f.size(); ++i) CHECK(std::fabs(f[i] - r[i]) <= 1e-7 * r[i]);
+  for (size_t i = 0; i < f.size(); ++i) CHECK(std::fabs(f[i] - r[i]) <= 5e-7 * r[i]);  // f32, like transformers: a few ulps
   c.rope_type = RopeType::Linear;
   c.rope_factor = 4.0;  // linear: positions / factor, i.e. inv_freq / factor
-  const std::vector<float> g = cuda::rope_inv_freq(c);
-  for (size_t i = 0; i < g.size(); ++i) CHECK(std::fabs(g[i] - r[i] / 4.0) <= 1e-7 * r[i]);
+  const std::vector<float> g = rope_inv_freq(c);
+  for (size_t i = 0; i < g.size(); ++i) CHECK(std::fabs(g[i] - r[i] / 4.0) <= 5e-7 * r[i]);
 }
 
 TEST_CASE("activation: gelu, gelu_tanh, silu, relu; gated and plain; with bias") {

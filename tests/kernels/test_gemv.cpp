@@ -772,14 +772,14 @@ TEST_CASE("gemv_supported: tuning values" * doctest::test_suite("host")) {
   CHECK(cuda::gemv_supported(a));
   a.n = 1;
   a.tuning = {};
-  // the transformer's policy (no TPSHARD_GEMV_* in the test environment): FIFO 4x4 at tp > 1 only
-  if (!std::getenv("TPSHARD_GEMV_POLICY") && !std::getenv("TPSHARD_GEMV_FIFO")) {
-    const cuda::GemvTuning multi = cuda::gemv_tuning_for(2), single = cuda::gemv_tuning_for(1);
-    CHECK(multi.fifo_depth == 4);
-    CHECK(multi.warps_per_block == 4);
-    CHECK(single.fifo_depth == 0);
-    if (!std::getenv("TPSHARD_GEMV_ROW_WARPS")) CHECK(single.warps_per_row == 0);  // auto
-  }
+  // the transformer's policy: FIFO 4x4 at tp > 1 only, register batches of 4 warps at tp 1, rows auto
+  const cuda::GemvTuning multi = cuda::gemv_tuning_for(2), single = cuda::gemv_tuning_for(1);
+  CHECK(multi.fifo_depth == 4);
+  CHECK(multi.warps_per_block == 4);
+  CHECK(multi.warps_per_row == 0);
+  CHECK(single.fifo_depth == 0);
+  CHECK(single.warps_per_block == 4);
+  CHECK(single.warps_per_row == 0);
 }
 
 TEST_CASE("gemv_auto_warps_per_row: 2 warps per row for register batches, 1 for the FIFO, more when the launch "

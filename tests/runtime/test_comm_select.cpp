@@ -195,21 +195,3 @@ TEST_CASE("[cpu] RankCommInfo wire form round-trips; malformed reports are refus
   }
   CHECK_THROWS_AS(decode_rank_comm_info("tpshard-comm-info 1\nh\nb\n2x\n", 1), Error);
 }
-
-TEST_CASE("[cpu] read_comm_env: TPSHARD_COMM values") {
-  const char* old = std::getenv("TPSHARD_COMM");
-  const std::string saved = old ? old : "";
-  RankCommInfo i;
-  setenv("TPSHARD_COMM", "nccl", 1);
-  read_comm_env(&i);
-  CHECK(i.force_nccl);
-  setenv("TPSHARD_COMM", "auto", 1);
-  read_comm_env(&i);
-  CHECK_FALSE(i.force_nccl);
-  setenv("TPSHARD_COMM", "mpi", 1);
-  CHECK_THROWS_AS(read_comm_env(&i), Error);
-  if (old)
-    setenv("TPSHARD_COMM", saved.c_str(), 1);
-  else
-    unsetenv("TPSHARD_COMM");
-}

@@ -36,6 +36,7 @@
 #include "runtime/cuda/make_device_comm.h"
 #include "runtime/cuda/weight_arena.h"
 #include "runtime/host_exchange.h"
+#include "runtime/tuning.h"
 #include "tools/bench_generate/check_lookahead.h"
 #include "tools/copy_bandwidth.h"
 
@@ -54,6 +55,7 @@ struct Args {
   bool copy_bw = true;  ///< measure the device-to-device copy bandwidth first (2 GiB for a moment on GPU 0)
   bool greedy = true;  ///< --check-reference also compares greedy tokens (off for reduced-precision copies)
   std::string check_reference, check_greedy;
+  bool force_nccl = false;       ///< --comm nccl (or TPSHARD_COMM=nccl): NCCL on every rank thread
   bool check_lookahead = false;  ///< --check-lookahead: the decode lookahead changes no result (check_lookahead.h)
   double atol = 1e-3, rtol = 1e-3;  ///< last_logits: |gpu - ref| <= atol + rtol * max|ref| per prompt
 };
@@ -80,12 +82,17 @@ int run_rank(const Args& a, const Manifest& m, const std::shared_ptr<ThreadExcha
   cuda::WeightArena arena(reader, cuda::LoadOptions{}, &rep);
   mem["after_weights"] = used_mib();
   ThreadExchange exchange(group, rank);
-  const std::unique_ptr<cuda::DeviceCommunicator> comm_owner = cuda::make_device_comm(exchange);
+  cuda::DeviceCommOptions co;
+  co.force_nccl = a.force_nccl || tuning().force_nccl;
+  co.custom_all_reduce = tuning().custom_all_reduce;
+  const std::unique_ptr<cuda::DeviceCommunicator> comm_owner = cuda::make_device_comm(exchange, co);
   cuda::DeviceCommunicator& comm = *comm_owner;
   comm.barrier();  // NCCL allocates its buffers at the first collective
   mem["after_comm"] = used_mib();
   cuda::CudaRunnerOptions o;
-  o.use_cuda_graphs = a.graphs;
+  o.use_cuda_graphs = a.graphs && tuning().cuda_graphs;
+  o.lookahead = tuning().lookahead;
+  o.pdl = tuning().pdl;
   if (a.max_step_tokens > 0) o.max_step_tokens = a.max_step_tokens;
   int fails = 0;
   auto say = [&](const std::string& s) {
@@ -255,7 +262,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: --comm %s: expected auto or nccl\n", c.c_str());
         return 2;
       }
-      setenv("TPSHARD_COMM", c.c_str(), 1);  // read by make_device_comm on every rank thread
+      a.force_nccl = c == "nccl";
     }
     else if (a.model.empty()) a.model = k;
     else {

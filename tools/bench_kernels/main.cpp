@@ -7,7 +7,7 @@
 //      graph back to back, as in a decode step;
 //   2. the other kernels of a batch-1 decode layer (add_norm, argmax), each in a graph of 64 back-to-back
 //      calls; then decode attention with fused rotary + kv_cache append and in-kernel split merge, the
-//      tiled kernel (TPSHARD_ATTN_V1) next to the decode kernel, batch 1 and 48, contexts 32..4096;
+//      tiled kernel next to the decode kernel, batch 1 and 48, contexts 32..4096;
 //   3. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
 //      graph, both ranks replaying together.
 // Usage: bench_kernels [--only linear|gemv_sweep|pieces|all_reduce]. Prints markdown tables; the copy bandwidth it
@@ -139,12 +139,12 @@ void bench_linear() {
 }
 
 /// Decode attention with rotary + kv_cache append + split merge fused, as the transformer launches it:
-/// the tiled kernel (what TPSHARD_ATTN_V1=1 selects) next to the decode kernel, same inputs. All tokens
+/// the tiled kernel (attention_tiled) next to the decode kernel, same inputs. All tokens
 /// of a batch at the same context, each in its own kv_cache slot; num_splits as attention_num_splits
 /// picks it for max_seq_len = max(160, context) (the decode kernel may use fewer, see
 /// attention_decode_splits).
 void bench_attention_decode(cudaStream_t s) {
-  std::printf("\n## Decode attention: tiled kernel (TPSHARD_ATTN_V1=1) vs decode kernel (us per call, 64 calls per graph)\n\n");
+  std::printf("\n## Decode attention: tiled kernel vs decode kernel (us per call, 64 calls per graph)\n\n");
   std::printf("| model shape | batch | context | splits (decode kernel uses) | tiled us | decode us | speedup |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   auto zeros = [](size_t bytes) {

@@ -12,12 +12,12 @@
 #include "kernels/linear.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rotary.cuh"
+#include "model/activation_plan.h"
+#include "runtime/rope.h"
 #include "runtime/cuda/check.h"
 
 namespace tpshard::cuda {
 namespace {
-
-constexpr int kMaxSplits = 16;
 
 template <typename P>
 void alloc(P*& p, size_t bytes, size_t& total) {
@@ -44,47 +44,37 @@ Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int
       max_seq_len_(max_seq_len),
       kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(mine_.kv_heads.size()), max_seq_len,
           static_cast<int>(c.head_dim), w.dtype) {
-  use_gemv_ = std::getenv("TPSHARD_NO_GEMV") == nullptr;
-  use_grouped_ = std::getenv("TPSHARD_NO_GROUPED_GEMV") == nullptr;
-  use_fused_norm_ = std::getenv("TPSHARD_NO_FUSED_ALL_REDUCE_NORM") == nullptr;
-  use_x2_early_ = std::getenv("TPSHARD_NO_X2_EARLY") == nullptr;
-  use_argmax_split_ = std::getenv("TPSHARD_NO_ARGMAX_SPLIT") == nullptr;
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
-  const size_t T = max_tokens_, H = c_.hidden_size, hd = c_.head_dim;
-  const size_t heads = mine_.heads.size(), kvh = mine_.kv_heads.size();
-  const size_t ipr = mine_.mlp_columns.size();
+  // Every buffer's size comes from the plan `tpshard plan` adds up (model/activation_plan.h).
+  const ActivationPlan ap = plan_activations(c_, mine_, layout_.tp_size, es, max_tokens_, max_rows_);
   size_t& total = workspace_bytes_;
-  inv_freq_host_ = rope_inv_freq(c_);
+  inv_freq_host_ = ::tpshard::rope_inv_freq(c_);  // runtime/rope.h: the table the CPU backend uses
   alloc(inv_freq_, inv_freq_host_.size() * sizeof(float), total);
   if (!inv_freq_host_.empty())
     TPS_CUDA_CHECK(cudaMemcpy(inv_freq_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float),
                               cudaMemcpyHostToDevice));
-  alloc(meta_dev_, 4 * T * sizeof(int32_t), total);
-  TPS_CUDA_CHECK(cudaMallocHost(&meta_host_, 4 * T * sizeof(int32_t)));
-  alloc(residual_, T * H * sizeof(float), total);
-  alloc(h1_, T * H * es, total);
-  alloc(h2_, T * H * es, total);
-  alloc(qkv_, T * (heads + 2 * kvh) * hd * es, total);
-  alloc(attn_, T * heads * hd * es, total);
-  alloc(ffn_, T * (c_.gated_mlp ? 2 : 1) * ipr * es, total);
-  alloc(act_, T * ipr * es, total);
-  alloc(out_, T * H * es, total);
-  alloc(last_, static_cast<size_t>(max_rows_) * H * es, total);
-  alloc(logits_, static_cast<size_t>(max_rows_) * mine_.vocab_rows.size() * sizeof(float), total);
-  alloc(argmax_, static_cast<size_t>(max_rows_) * sizeof(ArgmaxPair), total);
-  alloc(argmax_partial_, static_cast<size_t>(max_rows_) * kArgmaxMaxSplits * sizeof(ArgmaxPair), total);
-  alloc(argmax_counters_, static_cast<size_t>(max_rows_) * sizeof(int32_t), total);
-  TPS_CUDA_CHECK(cudaMemset(argmax_counters_, 0, static_cast<size_t>(max_rows_) * sizeof(int32_t)));
+  alloc(meta_dev_, ap.meta, total);
+  TPS_CUDA_CHECK(cudaMallocHost(&meta_host_, ap.meta));
+  alloc(residual_, ap.residual, total);
+  alloc(h1_, ap.h1, total);
+  alloc(h2_, ap.h2, total);
+  alloc(qkv_, ap.qkv, total);
+  alloc(attn_, ap.attn, total);
+  alloc(ffn_, ap.ffn, total);
+  alloc(act_, ap.act, total);
+  alloc(out_, ap.out, total);
+  alloc(last_, ap.last, total);
+  alloc(logits_, ap.logits, total);
+  alloc(argmax_, ap.argmax, total);
+  alloc(argmax_partial_, ap.argmax_partial, total);
+  alloc(argmax_counters_, ap.argmax_counters, total);
+  TPS_CUDA_CHECK(cudaMemset(argmax_counters_, 0, ap.argmax_counters));
   // split-K is used only for steps of at most max_rows tokens (decode); prefill steps use one split
-  max_splits_ = kMaxSplits;
-  alloc(partial_, static_cast<size_t>(max_rows_) * heads * kMaxSplits * (hd + 2) * sizeof(float), total);
-  alloc(split_counters_, static_cast<size_t>(max_rows_) * heads * sizeof(int32_t), total);
-  TPS_CUDA_CHECK(cudaMemset(split_counters_, 0, static_cast<size_t>(max_rows_) * heads * sizeof(int32_t)));
-  if (std::getenv("TPSHARD_NO_FUSED_SPLIT_MERGE")) {  // A/B timing: the separate combine kernel
-    cudaFree(split_counters_);
-    split_counters_ = nullptr;
-  }
+  max_splits_ = kAttentionMaxSplits;
+  alloc(partial_, ap.attention_partial, total);
+  alloc(split_counters_, ap.attention_counters, total);
+  TPS_CUDA_CHECK(cudaMemset(split_counters_, 0, ap.attention_counters));
 }
 
 Transformer::~Transformer() {
@@ -124,7 +114,7 @@ void Transformer::all_reduce(void* buf, size_t count, DType dtype) {
 
 void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce) {
   if (reduce && layout_.tp_size > 1) {
-    if (use_fused_norm_ && car_ && car_->add_norm_eligible(p)) {
+    if (car_ && car_->add_norm_eligible(p)) {
       car_->all_reduce_add_norm(p, stream_);
       return;
     }
@@ -133,7 +123,7 @@ void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce) {
   add_norm(p, stream_);
 }
 
-void Transformer::linear(const GemvArgs& a, void* scratch) { cuda::linear(a, gemm_, scratch, use_gemv_, stream_); }
+void Transformer::linear(const GemvArgs& a, void* scratch) { cuda::linear(a, gemm_, scratch, /*use_gemv=*/true, stream_); }
 
 void Transformer::run(const StepMeta& m) {
   const int H = static_cast<int>(c_.hidden_size);
@@ -186,7 +176,7 @@ void Transformer::run(const StepMeta& m) {
   a.vocab_per_rank = mine_.vocab_rows.size();
   a.vocab_begin = mine_.vocab_rows.begin;
   a.vocab_size = c_.vocab_size;
-  a.splits = use_argmax_split_ ? argmax_splits(a.n, a.vocab_per_rank) : 1;  // decode: rows split over blocks
+  a.splits = argmax_splits(a.n, a.vocab_per_rank);  // decode: rows split over blocks
   a.partial = argmax_partial_;
   a.counters = argmax_counters_;
   vocab_argmax(a, stream_);
@@ -225,8 +215,8 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
     od.in2 = d.in;
     // act comes from gemv_pair, two launches back (attention waits before it triggers): the MLP down half
     // streams while attention runs
-    od.x2_early = use_x2_early_;
-    if (use_grouped_ && use_gemv_ && m.n <= kLinearGemvMaxTokens && !gemv_pair_unsupported_reason(q, u) &&
+    od.x2_early = true;
+    if (m.n <= kLinearGemvMaxTokens && !gemv_pair_unsupported_reason(q, u) &&
         gemv_supported(od)) {  // decode: 3 launches for the layer's 4 products
       gemv_pair(q, u, stream_);
       attention_core(i, m);

@@ -98,11 +98,8 @@ class Transformer {
   int max_tokens_ = 0, max_rows_ = 0, max_seq_len_ = 0, max_splits_ = 1;
   KvCache kv_;
   Gemm gemm_;
-  bool use_gemv_ = true;             ///< false when TPSHARD_NO_GEMV is set (A/B timing)
-  bool use_grouped_ = true;          ///< false when TPSHARD_NO_GROUPED_GEMV is set (A/B timing)
-  bool use_fused_norm_ = true;       ///< false when TPSHARD_NO_FUSED_ALL_REDUCE_NORM is set (A/B timing)
-  bool use_argmax_split_ = true;     ///< false when TPSHARD_NO_ARGMAX_SPLIT is set (A/B timing; ArgmaxParams::splits)
-  bool use_x2_early_ = true;         ///< false when TPSHARD_NO_X2_EARLY is set (A/B timing; GemvArgs::x2_early)
+  // The decode fast paths, always on where the shape allows them (docs/TUNING.md "Retired switches");
+  // the other branches serve the shapes the fast paths do not support.
   GemvTuning gemv_tuning_;           ///< how every decode GEMV streams its weights (gemv_tuning_for(tp_size))
   CustomAllReduce* car_ = nullptr;
   std::vector<float> inv_freq_host_;

@@ -1,0 +1,98 @@
+// tuning.cpp: the one reader of TPSHARD_* / TPRUN_* runtime switches (see tuning.h, docs/TUNING.md).
+#include "runtime/tuning.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "format/error.h"
+
+namespace tpshard {
+namespace {
+
+constexpr const char* kComm = "TPSHARD_COMM";
+constexpr const char* kNoCustomAllReduce = "TPSHARD_NO_CUSTOM_ALL_REDUCE";
+constexpr const char* kCustomAllReduceTimeout = "TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S";
+constexpr const char* kNcclTimeout = "TPRUN_NCCL_TIMEOUT";
+constexpr const char* kNoCudaGraphs = "TPSHARD_NO_CUDA_GRAPHS";
+constexpr const char* kNoLookahead = "TPSHARD_NO_LOOKAHEAD";
+constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
+constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
+
+[[noreturn]] void illegal(const char* name, const std::string& value, const std::string& legal) {
+  throw Error("environment variable " + std::string(name) + "='" + value + "' is not legal (legal: " + legal + ")",
+              "fix or unset " + std::string(name) + " (docs/TUNING.md lists every variable)");
+}
+
+/// The value of `name`, or nullptr when unset or empty.
+const char* value_of(const EnvLookup& lookup, const char* name) {
+  const char* v = lookup(name);
+  return (v && *v) ? v : nullptr;
+}
+
+/// "1" switches the variable on, "0" / unset / empty leave it off.
+bool flag(const EnvLookup& lookup, const char* name) {
+  const char* v = value_of(lookup, name);
+  if (!v) return false;
+  if (std::strcmp(v, "0") == 0) return false;
+  if (std::strcmp(v, "1") == 0) return true;
+  illegal(name, v, "0 or 1");
+}
+
+/// A decimal number in [lo, hi]; `fallback` when unset or empty.
+double number(const EnvLookup& lookup, const char* name, double fallback, double lo, double hi, const char* legal) {
+  const char* v = value_of(lookup, name);
+  if (!v) return fallback;
+  const size_t len = std::strlen(v);
+  if (std::strspn(v, "0123456789.") != len || std::strchr(v, '.') != std::strrchr(v, '.') || v[0] == '.')
+    illegal(name, v, legal);
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (errno != 0 || end != v + len || x < lo || x > hi) illegal(name, v, legal);
+  return x;
+}
+
+}  // namespace
+
+const std::vector<TuningVariable>& tuning_variables() {
+  static const std::vector<TuningVariable> vars = {
+      {kComm, "auto, nccl", "auto"},
+      {kNoCustomAllReduce, "0, 1", "0"},
+      {kCustomAllReduceTimeout, "seconds, 0 (no limit) .. 1e6", "300"},
+      {kNcclTimeout, "seconds, > 0 .. 1e6", "300"},
+      {kNoCudaGraphs, "0, 1", "0"},
+      {kNoLookahead, "0, 1", "0"},
+      {kNoPdl, "0, 1", "0"},
+      {kSyncCheck, "0, 1", "0"},
+  };
+  return vars;
+}
+
+Tuning parse_tuning(const EnvLookup& lookup) {
+  Tuning t;
+  if (const char* c = value_of(lookup, kComm)) {
+    if (std::strcmp(c, "nccl") == 0)
+      t.force_nccl = true;
+    else if (std::strcmp(c, "auto") != 0)
+      illegal(kComm, c, "auto (local for tp 1, peer on one NVLink host, else NCCL) or nccl (force NCCL)");
+  }
+  t.custom_all_reduce = !flag(lookup, kNoCustomAllReduce);
+  t.custom_all_reduce_timeout_s =
+      number(lookup, kCustomAllReduceTimeout, t.custom_all_reduce_timeout_s, 0.0, 1e6, "seconds, 0 (no limit) to 1e6");
+  t.nccl_timeout_s = number(lookup, kNcclTimeout, t.nccl_timeout_s, 0.0, 1e6, "seconds, more than 0 and at most 1e6");
+  if (t.nccl_timeout_s <= 0.0) illegal(kNcclTimeout, value_of(lookup, kNcclTimeout), "seconds, more than 0 and at most 1e6");
+  t.cuda_graphs = !flag(lookup, kNoCudaGraphs);
+  t.lookahead = !flag(lookup, kNoLookahead);
+  t.pdl = !flag(lookup, kNoPdl);
+  t.sync_check = flag(lookup, kSyncCheck);
+  return t;
+}
+
+const Tuning& tuning() {
+  // A throwing initializer leaves the static uninitialized: the next call parses (and throws) again.
+  static const Tuning t = parse_tuning([](const char* name) -> const char* { return std::getenv(name); });
+  return t;
+}
+
+}  // namespace tpshard

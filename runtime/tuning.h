@@ -1,0 +1,49 @@
+// tuning.h: every runtime switch of tpshard read from the process environment (TPSHARD_* and TPRUN_*
+// variables), in one place and with one strict parser. The table of variables is docs/TUNING.md; a test
+// (tests/runtime/test_tuning.cpp) fails when the source reads a variable that the table does not list.
+//
+// Booleans take exactly "0" or "1"; unset or empty means the default, "0" means the default too, and any
+// other value is an Error naming the variable, the value and the legal values. Numbers must be plain
+// decimal numbers in the documented range.
+//
+// Launch-protocol variables (TPRUN_RANK, TPRUN_WORLD_SIZE, ..., RANK, SLURM_*, OMPI_*) are not tuning:
+// runtime/launcher.cpp reads them (docs/TUNING.md lists them too).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tpshard {
+
+struct Tuning {
+  bool force_nccl = false;          ///< TPSHARD_COMM=nccl: NCCL at any tp_size
+  bool custom_all_reduce = true;    ///< TPSHARD_NO_CUSTOM_ALL_REDUCE=1: false (NCCL for every all_reduce at tp > 1)
+  double custom_all_reduce_timeout_s = 300.0;  ///< TPSHARD_CUSTOM_ALL_REDUCE_TIMEOUT_S; 0 = spin without limit
+  double nccl_timeout_s = 300.0;    ///< TPRUN_NCCL_TIMEOUT: rendezvous, NCCL init and collectives, > 0
+  bool cuda_graphs = true;          ///< TPSHARD_NO_CUDA_GRAPHS=1: false (eager decode steps)
+  bool lookahead = true;            ///< TPSHARD_NO_LOOKAHEAD=1: false (no greedy decode lookahead)
+  bool pdl = true;                  ///< TPSHARD_NO_PDL=1: false (ordinary launches instead of PDL)
+  bool sync_check = false;          ///< TPSHARD_SYNC_CHECK=1: synchronize after every checked kernel launch
+};
+
+/// One variable of Tuning: its name, legal values, default and effect (docs/TUNING.md has the same rows).
+struct TuningVariable {
+  const char* name;
+  const char* legal;
+  const char* default_value;
+};
+
+/// Every variable parse_tuning reads, in the order of docs/TUNING.md.
+const std::vector<TuningVariable>& tuning_variables();
+
+/// Looks a variable up: returns its value or nullptr when unset.
+using EnvLookup = std::function<const char*(const char* name)>;
+
+/// Parses every variable of tuning_variables() through `lookup`. Throws Error on the first illegal value.
+Tuning parse_tuning(const EnvLookup& lookup);
+
+/// The process environment parsed once (the first call; thread-safe); later calls return the same values.
+/// Throws Error (every call) when a value is illegal.
+const Tuning& tuning();
+
+}  // namespace tpshard
