@@ -36,7 +36,7 @@ Range even_part(int64_t n, int64_t parts, int64_t r) {
 
 }  // namespace
 
-RankCoord ParallelLayout::coord(int world_rank) const {
+RankCoord RankGrid::coord(int world_rank) const {
   TPS_CHECK(world_rank >= 0 && world_rank < world_size(),
             "world rank " + s(world_rank) + " is outside the job's " + s(world_size()) + " ranks",
             "start as many ranks as dp_size x pp_size x tp_size");
@@ -47,7 +47,7 @@ RankCoord ParallelLayout::coord(int world_rank) const {
   return c;
 }
 
-int ParallelLayout::world_rank(const RankCoord& c) const {
+int RankGrid::world_rank(const RankCoord& c) const {
   TPS_CHECK(c.dp_rank >= 0 && c.dp_rank < dp_size && c.pp_stage >= 0 && c.pp_stage < pp_size && c.tp_rank >= 0 &&
                 c.tp_rank < tp_size,
             "rank (dp " + s(c.dp_rank) + ", pp " + s(c.pp_stage) + ", tp " + s(c.tp_rank) + ") is outside the layout (" +
@@ -56,7 +56,7 @@ int ParallelLayout::world_rank(const RankCoord& c) const {
   return (c.dp_rank * pp_size + c.pp_stage) * tp_size + c.tp_rank;
 }
 
-std::vector<int> ParallelLayout::tp_group(int dp_rank, int pp_stage) const {
+std::vector<int> RankGrid::tp_group(int dp_rank, int pp_stage) const {
   std::vector<int> g;
   for (int t = 0; t < tp_size; ++t) g.push_back(world_rank({dp_rank, pp_stage, t}));
   return g;

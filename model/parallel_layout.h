@@ -36,17 +36,14 @@ struct RankCoord {
   int tp_rank = 0;
 };
 
-/// The layout of one job. world_rank = (dp_rank * pp_size + pp_stage) * tp_size + tp_rank: the ranks of a
-/// tp group are consecutive (on one host for the launchers' usual placement), stages of one replica next.
-struct ParallelLayout {
+/// The ranks of one job, without the model: dp_size data-parallel replicas x pp_size pipeline stages x
+/// tp_size tensor-parallel ranks. world_rank = (dp_rank * pp_size + pp_stage) * tp_size + tp_rank: the
+/// ranks of a tp group are consecutive (on one host for the launchers' usual placement), stages of one
+/// replica next. Launchers and communicators use this before any model is read.
+struct RankGrid {
   int dp_size = 1;
   int pp_size = 1;
   int tp_size = 1;
-  int64_t vocab_size = 0;               ///< unpadded (logits of rows >= vocab_size are masked)
-  int64_t vocab_size_padded = 0;        ///< sum of every tp_rank's vocab_rows
-  bool kv_heads_replicated = false;     ///< tp_size > num_key_value_heads: each KV head lives on several ranks
-  std::vector<Range> stage_layers;      ///< [pp_size]: the layers of each pp_stage, consecutive, covering all
-  std::vector<TpRankRanges> tp_ranks;   ///< [tp_size]
 
   int world_size() const { return dp_size * pp_size * tp_size; }
   /// Throws Error when world_rank is outside [0, world_size).
@@ -55,6 +52,16 @@ struct ParallelLayout {
   int world_rank(const RankCoord& c) const;
   /// World ranks of the tensor-parallel group of (dp_rank, pp_stage), ordered by tp_rank.
   std::vector<int> tp_group(int dp_rank, int pp_stage) const;
+};
+
+/// The layout of one job on one model: the grid, each stage's layers and each tp_rank's ranges.
+struct ParallelLayout : RankGrid {
+  int64_t vocab_size = 0;               ///< unpadded (logits of rows >= vocab_size are masked)
+  int64_t vocab_size_padded = 0;        ///< sum of every tp_rank's vocab_rows
+  bool kv_heads_replicated = false;     ///< tp_size > num_key_value_heads: each KV head lives on several ranks
+  std::vector<Range> stage_layers;      ///< [pp_size]: the layers of each pp_stage, consecutive, covering all
+  std::vector<TpRankRanges> tp_ranks;   ///< [tp_size]
+
   /// The ranges of tp_rank (Error when outside [0, tp_size)).
   const TpRankRanges& tp(int tp_rank) const;
   /// The largest per-rank count of each range over the tp ranks (what a buffer sized for any rank needs).

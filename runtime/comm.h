@@ -9,13 +9,14 @@
 
 namespace tpshard {
 
-/// A group of tp_size ranks. All ranks must make the same calls in the same order (SPMD).
+/// One group of ranks: the tensor-parallel group of a pipeline stage of a replica (RankGrid::tp_group,
+/// model/parallel_layout.h). All ranks of the group must make the same calls in the same order (SPMD).
 /// Buffers live in the backend's memory (host for CPU, device for CUDA).
 class Communicator {
  public:
   virtual ~Communicator() = default;
-  virtual int rank() const = 0;  ///< tp_rank of the caller
-  virtual int size() const = 0;  ///< tp_size (== world_size while we are TP-only)
+  virtual int rank() const = 0;  ///< the caller's rank in the group (its tp_rank)
+  virtual int size() const = 0;  ///< ranks in the group (tp_size), not the job's world_size
   /// In-place element-wise sum over ranks of count elements.
   virtual void all_reduce_sum(void* buf, size_t count, DType dtype) = 0;
   /// recv[r * count + i] = send_of_rank_r[i]; recv holds size() * count elements.

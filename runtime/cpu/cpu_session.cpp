@@ -27,7 +27,9 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
   const Manifest manifest = load_manifest(opts.model_dir);
   shards_for(manifest, opts.tp_size, opts.model_dir);  // names the converted tp sizes before any thread starts
   const ModelConfig& config = manifest.model;
-  make_parallel_layout(config, opts.tp_size);  // a tp_size the model cannot take: named before loading
+  // A tp_size the model cannot take is named before loading. One thread per world rank; the ranks of
+  // one tp group share one ThreadGroup (today the job is one group).
+  const ParallelLayout layout = make_parallel_layout(config, opts.tp_size);
   const int max_seq_len = effective_max_seq_len(opts, config);
   const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(opts.model_dir, config);
   const int threads = opts.cpu_threads > 0 ? opts.cpu_threads : ThreadPool::default_threads_per_rank(opts.tp_size);
@@ -35,12 +37,13 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
     std::fprintf(stderr, "tprun: backend cpu (fp32), tp_size %d, %d thread%s per rank\n", opts.tp_size, threads,
                  threads == 1 ? "" : "s");
 
-  auto group = std::make_shared<ThreadGroup>(opts.tp_size);
+  auto group = std::make_shared<ThreadGroup>(layout.tp_size);
   std::mutex error_mutex;
   std::exception_ptr first_error;
-  auto rank_main = [&](int rank) {
+  auto rank_main = [&](int world_rank) {
+    const int rank = layout.coord(world_rank).tp_rank;
     try {
-      const std::unique_ptr<ShardReader> reader = open_rank_shard(manifest, opts.model_dir, opts.tp_size, rank);
+      const std::unique_ptr<ShardReader> reader = open_rank_shard(manifest, opts.model_dir, layout.tp_size, rank);
       ThreadComm comm(group, rank);
       ThreadPool pool(threads);
       cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes);
@@ -50,7 +53,7 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       std::unique_ptr<ModelRunner> runner = cpu::make_cpu_runner(config, std::move(weights), comm, pool, ro);
       RankContext ctx;
       ctx.tp_rank = rank;
-      ctx.tp_size = opts.tp_size;
+      ctx.tp_size = layout.tp_size;
       ctx.device = Device::Cpu;
       ctx.manifest = &manifest;
       ctx.model_dir = opts.model_dir;
@@ -70,7 +73,7 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
     }
   };
   std::vector<std::thread> ranks;
-  for (int r = 1; r < opts.tp_size; ++r) ranks.emplace_back(rank_main, r);
+  for (int r = 1; r < layout.world_size(); ++r) ranks.emplace_back(rank_main, r);
   rank_main(0);
   for (auto& t : ranks) t.join();
   if (first_error) std::rethrow_exception(first_error);

@@ -49,11 +49,18 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
     env_.local_world_size = 1;
   }
   check_tp_rank() = env_.rank;
-  TPS_CHECK(env_.world_size == opts.tp_size,
+  grid_.tp_size = opts.tp_size;
+  TPS_CHECK(env_.world_size == grid_.world_size(),
             "rank " + std::to_string(env_.rank) + ": the launcher (" + (env_.source.empty() ? "none" : env_.source) +
                 ") started " + std::to_string(env_.world_size) + " processes but --tp is " + std::to_string(opts.tp_size),
             "start exactly one process per tp rank (e.g. mpirun -np " + std::to_string(opts.tp_size) +
                 "), or let tprun start them: tprun MODEL --tp N ...");
+  coord_ = grid_.coord(env_.rank);
+  // The communicator below spans the exchange's ranks: with one tp group per job that is the tp group of
+  // this rank's (dp_rank, pp_stage). Jobs of several groups build one exchange per group.
+  TPS_CHECK(static_cast<int>(grid_.tp_group(coord_.dp_rank, coord_.pp_stage).size()) == env_.world_size,
+            "rank " + std::to_string(env_.rank) + ": a job of several tp groups needs one communicator per group",
+            "run one tp group per job");
   if (env_.rank != 0) {  // only rank 0 writes to stdout
     fflush(stdout);
     int devnull = open("/dev/null", O_WRONLY);

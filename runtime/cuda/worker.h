@@ -11,6 +11,7 @@
 #include <string>
 
 #include "model/manifest.h"
+#include "model/parallel_layout.h"
 #include "runtime/comm_select.h"
 #include "runtime/cuda/device_comm.h"
 #include "runtime/launcher.h"
@@ -29,8 +30,9 @@ struct DeviceMemoryMarks {
 };
 
 /// One worker process of a CUDA job. The constructor does, in order: read_worker_env (or rank 0 of 1 when
-/// no launcher is involved), check world size == opts.tp_size, cudaSetDevice(local_rank), create the
-/// context, rendezvous on the master address, choose and create the communicator (make_device_comm.h;
+/// no launcher is involved), check world size == the grid's (RankGrid of opts), cudaSetDevice(local_rank),
+/// create the context, rendezvous on the master address, create the communicator of this rank's tp group
+/// (make_device_comm.h;
 /// NCCL only when needed, its unique id sent over the rendezvous), and start watching the peers: when another rank fails this process prints its message and exits with
 /// kExitPeerFailed within about a second. Ranks != 0 get stdout on /dev/null. Throws Error naming the rank.
 class CudaWorker {
@@ -40,8 +42,12 @@ class CudaWorker {
   CudaWorker(const CudaWorker&) = delete;
   CudaWorker& operator=(const CudaWorker&) = delete;
 
-  int tp_rank() const { return env_.rank; }
-  int tp_size() const { return env_.world_size; }
+  int world_rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  const RankGrid& grid() const { return grid_; }
+  const RankCoord& coord() const { return coord_; }  ///< this process's (dp_rank, pp_stage, tp_rank)
+  int tp_rank() const { return coord_.tp_rank; }
+  int tp_size() const { return grid_.tp_size; }
   int device() const { return env_.local_rank; }
   const WorkerEnv& env() const { return env_; }
   DeviceCommunicator& comm() { return *comm_; }
@@ -52,6 +58,8 @@ class CudaWorker {
 
  private:
   WorkerEnv env_;
+  RankGrid grid_;    ///< the job's ranks: one tensor-parallel group of opts.tp_size today
+  RankCoord coord_;
   DeviceMemoryMarks marks_;
   std::unique_ptr<Rendezvous> rendezvous_;
   std::unique_ptr<DeviceCommunicator> comm_;
