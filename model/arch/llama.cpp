@@ -51,20 +51,21 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
   return v;
 }
 
+void parse_llama_biases(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
+  c.attention_bias = opt_bool(j, "attention_bias", false, path);
+  c.attention_out_bias = c.attention_bias;
+  c.mlp_bias = opt_bool(j, "mlp_bias", false, path);
+}
+
 bool no_ignorable(const std::string&) { return false; }
 
 }  // namespace llama_family
 
 namespace {
 
-using namespace config_fields;
-
-/// LlamaConfig: attention_bias applies to q, k, v and o_proj; mlp_bias to all three MLP projections.
 double parse(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   const double partial = llama_family::parse_common(j, c, path);
-  c.attention_bias = opt_bool(j, "attention_bias", false, path);
-  c.attention_out_bias = c.attention_bias;
-  c.mlp_bias = opt_bool(j, "mlp_bias", false, path);
+  llama_family::parse_llama_biases(j, c, path);
   return partial;
 }
 

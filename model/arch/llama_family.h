@@ -16,6 +16,10 @@ namespace tpshard::llama_family {
 /// left to the architecture. Returns partial_rotary_factor (default 1).
 double parse_common(const nlohmann::json& j, ModelConfig& c, const std::string& path);
 
+/// LlamaConfig's biases: attention_bias on q, k, v and o_proj; mlp_bias on the three MLP projections
+/// (both default false).
+void parse_llama_biases(const nlohmann::json& j, ModelConfig& c, const std::string& path);
+
 /// Tensors under model.* and lm_head.weight (HF LlamaForCausalLM names).
 std::vector<OutputTensor> plan(const ModelConfig& c);
 

@@ -12,9 +12,7 @@ using namespace config_fields;
 
 double parse(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   const double partial = llama_family::parse_common(j, c, path);
-  c.attention_bias = opt_bool(j, "attention_bias", false, path);
-  c.attention_out_bias = c.attention_bias;
-  c.mlp_bias = opt_bool(j, "mlp_bias", false, path);
+  llama_family::parse_llama_biases(j, c, path);
   c.sliding_window = opt_int(j, "sliding_window", 0, path);
   return partial;
 }
