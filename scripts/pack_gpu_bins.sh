@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pack_gpu_bins.sh BUILD_DIR DEST [BINARY...]: the binaries a GPU run needs, stripped and zstd-compressed,
+# pack_gpu_bins.sh BUILD_DIR DEST [BINARY...]: the binaries a GPU run needs, stripped and xz-compressed (xz is on the GPU machines, zstd is not),
 # with the shared libraries the GPU machine lacks (libsentencepiece), into DEST (a folder ignored by git that
 # the device call carries). unpack_gpu_bins.sh reverses it there. Default binaries: tpshard tprun
 # test_gpu_runtime test_kernels.
@@ -12,10 +12,10 @@ BINS=("$@")
 rm -rf "$DEST"; mkdir -p "$DEST"
 for b in "${BINS[@]}"; do
   strip -o "$DEST/$b" "$BUILD/bin/$b"
-  zstd -q -19 -T0 --rm "$DEST/$b" -o "$DEST/$b.zst"
+  xz -6 -T0 "$DEST/$b"
 done
 for lib in libsentencepiece.so.0; do
   src=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
-  [ -n "$src" ] && zstd -q -19 "$(readlink -f "$src")" -o "$DEST/$lib.zst"
+  [ -n "$src" ] && xz -6 -c "$(readlink -f "$src")" > "$DEST/$lib.xz"
 done
 du -sh "$DEST"

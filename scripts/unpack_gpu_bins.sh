@@ -5,10 +5,10 @@ set -euo pipefail
 SRC=${1:?usage: unpack_gpu_bins.sh SRC BUILD_DIR}
 BUILD=${2:?usage: unpack_gpu_bins.sh SRC BUILD_DIR}
 mkdir -p "$BUILD/bin" "$BUILD/lib"
-for f in "$SRC"/*.zst; do
-  name=$(basename "$f" .zst)
+for f in "$SRC"/*.xz; do
+  name=$(basename "$f" .xz)
   case "$name" in
-    lib*) zstd -q -d -f "$f" -o "$BUILD/lib/$name" ;;
-    *) zstd -q -d -f "$f" -o "$BUILD/bin/$name"; chmod +x "$BUILD/bin/$name" ;;
+    lib*) xz -d -c "$f" > "$BUILD/lib/$name" ;;
+    *) xz -d -c "$f" > "$BUILD/bin/$name"; chmod +x "$BUILD/bin/$name" ;;
   esac
 done

@@ -104,7 +104,8 @@ TEST_CASE("rotary: full and partial rotary, head_dim 64/80/128, GQA rows") {
       mc.rope_theta = 10000.0;
       const std::vector<float> inv = rope_inv_freq(mc);
       const std::vector<double> inv_ref = ref::inv_freq_default(10000.0, c.rot);
-      for (size_t i = 0; i < inv.size(); ++i) CHECK(std::fabs(inv[i] - inv_ref[i]) <= 1e-7 * inv_ref[i]);
+      // the table is f32, computed as transformers does (float32 powers): within a few f32 ulps of exact
+      for (size_t i = 0; i < inv.size(); ++i) CHECK(std::fabs(inv[i] - inv_ref[i]) <= 5e-7 * inv_ref[i]);
       Buf d_qkv = upload(qkv, t), d_pos = upload_i32(pos);
       Buf d_inv = upload(Vec(inv.begin(), inv.end()), DType::F32);
       cuda::RotaryParams p;
