@@ -72,8 +72,8 @@ std::string skipped_line(size_t count, const std::vector<std::string>& groups, c
   for (size_t i = 0; i < groups.size() && i < 8; ++i) list += (i ? ", " : "") + groups[i];
   if (groups.size() > 8) list += ", ... (" + std::to_string(groups.size()) + " groups)";
   return "skipped " + std::to_string(count) + (count == 1 ? " tensor of " : " tensors of ") + list +
-         " (outside the language model: vision / audio tower and projector of " + outer +
-         "; tpshard runs the language model)";
+         " (outside the language model of " + outer +
+         ": vision tower and projector; tpshard runs the language model)";
 }
 
 }  // namespace tpshard::multimodal

@@ -38,8 +38,8 @@ std::string language_model_tensor(const std::string& source_name);
 std::string skipped_group(const std::string& source_name);
 
 /// The line `tpshard convert` prints for the skipped tensors, e.g. "skipped 123 tensors of
-/// vision_model.*, mlp1.* (outside the language model: vision tower / projector of NVLM_D; tpshard runs
-/// the language model)". `groups` in first-seen order.
+/// mlp1.*, vision_model.* (outside the language model of NVLM_D: vision tower and projector; tpshard runs
+/// the language model)". `groups` in the order given (the converter's: sorted by name).
 std::string skipped_line(size_t count, const std::vector<std::string>& groups, const std::string& outer_architecture);
 
 }  // namespace tpshard::multimodal
