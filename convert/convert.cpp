@@ -18,6 +18,7 @@
 #include "convert/fs_util.h"
 #include "convert/progress.h"
 #include "convert/temp_owner.h"
+#include "model/multimodal.h"
 #include "model/parallel_layout.h"
 #include "model/tensor_plan.h"
 #include "format/error.h"
@@ -190,13 +191,36 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
   const Checkpoint ck(o.hf_dir);
   const std::vector<OutputTensor> plan = plan_tensors(cfg);
 
-  std::map<std::string, bool> used;
-  for (const auto& n : ck.names()) used[n] = false;
+  // Checkpoint names as the language model's tensor names (the plan's): the same, except in a
+  // multimodal checkpoint (model/multimodal.h), whose tensors outside the language model are skipped.
+  std::map<std::string, std::string> lm_names;  // language model name -> checkpoint name
+  std::vector<std::string> skipped_groups;
+  for (const auto& n : ck.names()) {
+    std::string lm = n;
+    if (!cfg.multimodal_architecture.empty()) {
+      lm = multimodal::language_model_tensor(n);
+      if (lm.empty()) {
+        ++res.outside_language_model;
+        const std::string g = multimodal::skipped_group(n);
+        if (std::find(skipped_groups.begin(), skipped_groups.end(), g) == skipped_groups.end()) skipped_groups.push_back(g);
+        continue;
+      }
+    }
+    auto [it, fresh] = lm_names.emplace(lm, n);
+    if (!fresh)
+      throw Error(o.hf_dir + ": tensors " + it->second + " and " + n + " are both the language model's " + lm,
+                  "remove one of them from the checkpoint");
+  }
+  if (res.outside_language_model)
+    res.skipped_line = multimodal::skipped_line(res.outside_language_model, skipped_groups, cfg.multimodal_architecture);
+  std::map<std::string, bool> used;  // by language model name
+  for (const auto& [lm, n] : lm_names) used[lm] = false;
   std::vector<std::vector<const StTensor*>> sources(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const OutputTensor& t = plan[i];
     for (size_t k = 0; k < t.sources.size(); ++k) {
-      const StTensor* st = ck.find(t.sources[k]);
+      const auto found = lm_names.find(t.sources[k]);
+      const StTensor* st = found == lm_names.end() ? nullptr : ck.find(found->second);
       if (!st)
         throw Error(o.hf_dir + ": tensor " + t.sources[k] + " (needed for " + t.name + ") is missing from the checkpoint",
                     "check that config.json belongs to these weights (architecture " + cfg.architecture + ", " +
@@ -208,15 +232,15 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
         throw Error(st->file + ": tensor " + st->name + " has shape " + shape_str(st->shape) + ", config.json implies " +
                         shape_str(t.source_shapes[k]),
                     "check that config.json belongs to these weights");
-      used[st->name] = true;
+      used[t.sources[k]] = true;
       sources[i].push_back(st);
     }
   }
   std::vector<std::string> unknown;
   for (const auto& [name, u] : used) {
     if (u) continue;
-    if (is_ignorable_source(name, cfg)) res.ignored.push_back(name);
-    else unknown.push_back(name);
+    if (is_ignorable_source(name, cfg)) res.ignored.push_back(lm_names[name]);
+    else unknown.push_back(lm_names[name]);
   }
   if (!unknown.empty() && !o.allow_unused) {
     std::string list;

@@ -38,6 +38,8 @@ struct ConvertResult {
   Manifest manifest;
   std::vector<ShardStats> shards;
   std::vector<std::string> ignored;   ///< source tensors skipped (known buffers, tied lm_head, --allow-unused)
+  size_t outside_language_model = 0;  ///< tensors of a multimodal checkpoint outside its language model, skipped
+  std::string skipped_line;           ///< names their groups and why (model/multimodal.h); empty when none
   uint64_t source_bytes = 0;
   uint64_t output_bytes = 0;          ///< raw bytes streamed into shard files (all tp sizes, all passes)
   double seconds = 0;                 ///< the conversion phase (without source/shard hashing)

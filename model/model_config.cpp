@@ -12,6 +12,7 @@
 #include "format/json_error.h"
 #include "model/arch/registry.h"
 #include "model/config_fields.h"
+#include "model/multimodal.h"
 
 namespace tpshard {
 
@@ -63,6 +64,9 @@ void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, 
   } else if (type == "linear") {
     c.rope_type = RopeType::Linear;
     c.rope_factor = opt_num(rs, "factor", 1.0, path);
+  } else if (type == "dynamic") {
+    c.rope_type = RopeType::Dynamic;
+    c.rope_factor = opt_num(rs, "factor", 1.0, path);
   } else if (type == "llama3") {
     c.rope_type = RopeType::Llama3;
     c.rope_factor = opt_num(rs, "factor", 8.0, path);
@@ -71,7 +75,7 @@ void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, 
     c.rope_original_max_position_embeddings = opt_int(rs, "original_max_position_embeddings", 8192, path);
   } else {
     throw Error(path + ": unsupported rope scaling type \"" + type + "\" (" + key + ")",
-                "supported rope_scaling types: default (null), linear, llama3");
+                "supported rope_scaling types: default (null), linear, dynamic, llama3");
   }
   if (c.rope_factor <= 0) throw Error(path + ": " + key + ".factor must be positive", "fix config.json");
 }
@@ -128,9 +132,18 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   c.architecture = j["architectures"][0].get<std::string>();
   c.model_type = has(j, "model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
   const ArchSpec* spec = find_arch(c.architecture);
-  if (!spec)
+  if (!spec) {
+    // A multimodal checkpoint nesting a supported language model (model/multimodal.h): parse that.
+    std::string key;
+    if (auto lm = multimodal::language_model_config(j, &key)) {
+      ModelConfig inner = parse_hf_config_impl(*lm, path + " (" + key + ")");
+      inner.multimodal_architecture = c.architecture;
+      return inner;
+    }
     throw Error(path + ": unsupported architecture \"" + c.architecture + "\"",
-                "supported architectures: " + supported_architectures());
+                "supported architectures: " + supported_architectures() +
+                    " (also as the language model of a multimodal config, under llm_config / text_config)");
+  }
   c.arch = spec->arch;
 
   c.hidden_size = req_int(j, "hidden_size", path);
@@ -244,6 +257,8 @@ json model_config_to_json(const ModelConfig& c) {
     j["rope_scaling"] = nullptr;
   } else if (c.rope_type == RopeType::Linear) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_factor}};
+  } else if (c.rope_type == RopeType::Dynamic) {
+    j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", c.rope_factor}};
   } else {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", c.rope_factor},

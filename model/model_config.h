@@ -12,17 +12,22 @@
 namespace tpshard {
 
 /// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
-/// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
-enum class Arch { GptNeoX, Llama, Mistral, Qwen2 };
+/// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+/// InternLM2ForCausalLM).
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2 };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
-enum class RopeType { Default, Linear, Llama3 };  ///< rope_scaling type; any other type is an error
+/// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'
+/// _compute_dynamic_ntk_parameters) equals Default for sequences within max_position_embeddings, the
+/// only lengths a session runs (session_types.h refuses a longer max_seq_len); rope_dynamic_ntk_inv_freq
+/// (runtime/rope.h) gives the frequencies past it.
+enum class RopeType { Default, Linear, Llama3, Dynamic };
 
 /// Normalized model configuration. Shapes are global (not per rank).
 struct ModelConfig {
   Arch arch = Arch::Llama;          ///< the registry entry that parsed the config and plans its tensors
   std::string architecture;         ///< the config's architectures[0], e.g. "GPTNeoXForCausalLM"
-  std::string model_type;           ///< "gpt_neox", "llama", "mistral", "qwen2"
+  std::string model_type;           ///< "gpt_neox", "llama", "mistral", "qwen2", "internlm2"
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
@@ -39,7 +44,7 @@ struct ModelConfig {
   int64_t rotary_ndims = 0;         ///< leading dims of each head that rotate: head_dim * rotary_pct (partial_rotary_factor)
   double rope_theta = 10000.0;      ///< rotary_emb_base (GPT-NeoX) / rope_theta / rope_parameters.rope_theta
   RopeType rope_type = RopeType::Default;
-  double rope_factor = 1.0;                       ///< rope_scaling.factor (Linear, Llama3)
+  double rope_factor = 1.0;                       ///< rope_scaling.factor (Linear, Llama3, Dynamic)
   double rope_low_freq_factor = 1.0;              ///< Llama3 only
   double rope_high_freq_factor = 4.0;             ///< Llama3 only
   int64_t rope_original_max_position_embeddings = 8192;  ///< Llama3 only
@@ -51,11 +56,17 @@ struct ModelConfig {
   std::string torch_dtype;          ///< "float16" / "bfloat16" / "float32" from torch_dtype or dtype; may be empty
   std::vector<int64_t> bos_token_ids;  ///< from config / generation_config (may be empty)
   std::vector<int64_t> eos_token_ids;  ///< all EOS ids (eos_token_id can be an int or a list)
+  /// The outer architecture (e.g. "NVLM_D") when config.json nests this language model's config in a
+  /// multimodal one (model/multimodal.h); empty otherwise. The converter then maps the checkpoint's
+  /// tensor names to the language model's; not stored in the manifest (a converted model is the LM).
+  std::string multimodal_architecture;
 };
 
 /// Parse a Hugging Face config.json object. `path` is only used in error messages.
 /// Reads old and new field spellings (rotary_pct / partial_rotary_factor, rotary_emb_base / rope_theta /
 /// rope_parameters, torch_dtype / dtype, rope_scaling.type / rope_type).
+/// A multimodal config whose architecture is not in the registry but which nests a supported language
+/// model's config (llm_config / text_config, model/multimodal.h) parses as that language model.
 /// Throws Error for: unsupported architecture (message lists the supported ones), a missing required field
 /// (named), an unknown rope type, an unknown hidden_act.
 ModelConfig parse_hf_config(const nlohmann::json& config, const std::string& path);

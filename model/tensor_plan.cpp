@@ -140,6 +140,20 @@ RankSlice slice_for_rank(const OutputTensor& t, const ModelConfig& c, const Para
       local_rows = (heads.size() + 2 * kv.size()) * hd;
       break;
     }
+    case Transform::GroupedQkv: {
+      // KV group g holds rows [g (G + 2) hd, (g + 1) (G + 2) hd): its G = heads / kv_heads query heads
+      // (query head h = g G + j at (g (G + 2) + j) hd), then its key head, then its value head.
+      const int64_t G = c.num_attention_heads / c.num_key_value_heads, group_rows = (G + 2) * hd;
+      for (int64_t h = heads.begin; h < heads.end;) {
+        const int64_t g = h / G, end = std::min(heads.end, (g + 1) * G);  // the rank's heads of group g
+        s.spans.push_back({0, g * group_rows + (h - g * G) * hd, (end - h) * hd, 0});
+        h = end;
+      }
+      for (int64_t part = 0; part < 2; ++part)
+        for (int64_t g = kv.begin; g < kv.end; ++g) s.spans.push_back({0, g * group_rows + (G + part) * hd, hd, 0});
+      local_rows = (heads.size() + 2 * kv.size()) * hd;
+      break;
+    }
     case Transform::GateUp: {
       s.spans.push_back({0, mlp.begin, mlp.size(), 0});
       s.spans.push_back({1, mlp.begin, mlp.size(), 0});

@@ -56,6 +56,10 @@ enum class Transform {
   NeoxQkv,    ///< GPT-NeoX query_key_value [heads*3*head_dim, hidden], per head (q,k,v) -> this rank's Q|K|V
   LlamaQkv,   ///< q_proj, k_proj, v_proj -> this rank's Q heads | K heads | V heads (KV heads replicated if needed)
   GateUp,     ///< gate_proj, up_proj -> this rank's gate rows | up rows
+  /// One packed qkv [(heads + 2 kv_heads) head_dim, hidden] per KV group (InternLM2 wqkv): for each KV
+  /// head g, its heads/kv_heads query heads, then its key head, then its value head -> this rank's
+  /// Q heads | K heads | V heads (KV heads replicated if needed, like LlamaQkv).
+  GroupedQkv,
 };
 
 /// One output tensor of every shard, in arena order.

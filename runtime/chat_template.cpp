@@ -113,14 +113,21 @@ NormalisedTemplate normalise_template(const std::string& t, const std::string& s
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+const std::string kBosPrefix = "{{bos_token}}";
+
+/// The ChatML template starts with {{ bos_token }} (InternLM2: BOS once, before the first message).
+bool chatml_bos_prefix(const NormalisedTemplate& nt) { return nt.code.compare(0, kBosPrefix.size(), kBosPrefix) == 0; }
+
 bool is_chatml(const NormalisedTemplate& nt) {
   const std::string message = "'<|im_start|>'+message.role+'\n'+message.content+'<|im_end|>";
   const bool has_message = contains(nt.code, message + "'+'\n'") || contains(nt.code, message + "\n'");
   const bool has_generation_prompt =
       contains(nt.code, "{%ifadd_generation_prompt%}") && contains(nt.code, "'<|im_start|>assistant\n'");
-  // Forms that add or trim text we would not reproduce (BOS/EOS around turns, trimmed content).
-  const bool has_extras = contains(nt.code, "bos_token") || contains(nt.code, "eos_token") ||
-                          contains(nt.code, "|trim") || contains(nt.code, ".strip(");
+  // Forms that add or trim text we would not reproduce (BOS/EOS around turns, trimmed content); a single
+  // leading {{bos_token}} (InternLM2) is the one BOS use rendered (chatml_bos_prefix).
+  const std::string code = chatml_bos_prefix(nt) ? nt.code.substr(kBosPrefix.size()) : nt.code;
+  const bool has_extras = contains(code, "bos_token") || contains(code, "eos_token") || contains(code, "|trim") ||
+                          contains(code, ".strip(");
   return has_message && has_generation_prompt && !has_extras && !nt.found_raw_text;
 }
 
@@ -188,7 +195,7 @@ std::string python_strip(const std::string& s) {
 
 std::string render_chatml(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
                           bool add_generation_prompt) {
-  std::string out;
+  std::string out = tmpl.bos_token;  // empty unless the template starts with {{ bos_token }}
   if (!tmpl.default_system.empty() && messages.front().role != "system")
     out += "<|im_start|>system\n" + tmpl.default_system + "<|im_end|>\n";
   for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
@@ -248,6 +255,12 @@ ChatTemplate parse_chat_template(const std::string& template_text, const std::st
   if (is_chatml(nt)) {
     tmpl.kind = ChatTemplateKind::ChatML;
     tmpl.default_system = chatml_default_system(nt);
+    if (chatml_bos_prefix(nt)) {
+      if (bos_token.empty())
+        throw Error(source + ": the ChatML chat template starts with bos_token, which is missing",
+                    "add \"bos_token\": \"<s>\" to tokenizer_config.json");
+      tmpl.bos_token = bos_token;
+    }
     return tmpl;
   }
   if (is_llama2(nt)) {

@@ -16,7 +16,7 @@ struct ChatMessage {
 
 /// The template forms we can render.
 enum class ChatTemplateKind {
-  ChatML,  ///< "<|im_start|>{role}\n{content}<|im_end|>\n" per message; SmolLM2, Qwen2
+  ChatML,  ///< "<|im_start|>{role}\n{content}<|im_end|>\n" per message; SmolLM2, Qwen2; InternLM2 with BOS first
   Llama2,  ///< "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>"; Llama-2-chat
 };
 
@@ -26,7 +26,9 @@ struct ChatTemplate {
   /// ChatML only: system prompt the template injects when messages[0] is not a system message
   /// (SmolLM2: "You are a helpful AI assistant named SmolLM, trained by Hugging Face"); empty when none.
   std::string default_system;
-  std::string bos_token;  ///< Llama2 only: tokenizer_config.json bos_token (e.g. "<s>")
+  /// Llama2: tokenizer_config.json bos_token (e.g. "<s>"); ChatML: the same when the template starts with
+  /// {{ bos_token }} (InternLM2), rendered once before the first message; empty otherwise.
+  std::string bos_token;
   std::string eos_token;  ///< Llama2 only: tokenizer_config.json eos_token (e.g. "</s>")
 };
 

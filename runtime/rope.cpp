@@ -44,6 +44,16 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return inv;
 }
 
+std::vector<float> rope_dynamic_ntk_inv_freq(const ModelConfig& c, int64_t seq_len) {
+  ModelConfig d = c;
+  d.rope_type = RopeType::Default;
+  if (seq_len <= c.max_position_embeddings) return rope_inv_freq(d);
+  const float dim = static_cast<float>(c.rotary_ndims), factor = static_cast<float>(c.rope_factor);
+  const float ratio = factor * static_cast<float>(seq_len) / static_cast<float>(c.max_position_embeddings) - (factor - 1.0f);
+  d.rope_theta = static_cast<float>(c.rope_theta) * std::pow(ratio, dim / (dim - 2.0f));
+  return rope_inv_freq(d);
+}
+
 void apply_rotary(float* x, int pos, const std::vector<float>& inv_freq) {
   const size_t half = inv_freq.size();
   for (size_t i = 0; i < half; ++i) {

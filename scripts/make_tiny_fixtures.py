@@ -2,10 +2,13 @@
 """Make the tiny random-weight Hugging Face checkpoints used as test fixtures, each with a
 reference.json of transformers outputs (last-position logits and greedy continuations).
 
-Usage: make_tiny_fixtures.py OUT_ROOT      (the repository uses OUT_ROOT = tests/fixtures)
+Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OUT_ROOT = tests/fixtures)
 
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
-tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2. Deterministic for a given torch version
+tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, and the repacked fixtures tiny-internlm2
+(a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
+multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
+writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
 (torch.manual_seed per fixture). Every parameter, including norm weights and biases, is
 perturbed with normal noise after init, so a wrong tensor mapping cannot pass a test.
 reference.json: {"prompts": [[ids] x4, lengths 1, 5, 11, 23],
@@ -131,12 +134,119 @@ def save(model, out_dir, ref=None, **save_kw):
     print(f"wrote {out_dir}: {sorted(os.listdir(out_dir))}, {size / 1024:.0f} KiB")
 
 
+def pick_seed(name, config, first_seed):
+    """The first seed whose greedy decoding has no near-tie; returns (model, reference)."""
+    for seed in range(first_seed, first_seed + MAX_SEED_TRIES):
+        model = make_model(config, seed)
+        ref = reference(model, config.vocab_size, seed)
+        if ref["greedy_min_margin"] >= MIN_MARGIN:
+            ref["seed"] = seed
+            print(f"{name}: seed {seed}, greedy_min_margin {ref['greedy_min_margin']:.4g}")
+            return model, ref
+    raise SystemExit(f"{name}: no seed in {MAX_SEED_TRIES} tries gives margin >= {MIN_MARGIN}")
+
+
+def save_tensors(out_dir, tensors, config, ref):
+    """A checkpoint directory written without transformers' classes: config.json, model.safetensors
+    and reference.json."""
+    from safetensors.torch import save_file
+    if os.path.isdir(out_dir):
+        shutil.rmtree(out_dir)
+    os.makedirs(out_dir)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out_dir, "model.safetensors"),
+              metadata={"format": "pt"})
+    for name, obj in (("config.json", config), ("reference.json", ref)):
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(obj, f, indent=2 if name == "config.json" else None)
+    for name in os.listdir(out_dir):
+        os.chmod(os.path.join(out_dir, name), 0o644)
+    size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in os.listdir(out_dir))
+    print(f"wrote {out_dir}: {sorted(os.listdir(out_dir))}, {size / 1024:.0f} KiB")
+
+
+def internlm2_fixture(out_dir):
+    """A GQA Llama (8 heads, 2 KV heads, q/k/v/o biases) repacked into InternLM2's layout: the inverse of
+    the published InternLM2 -> Llama conversion. wqkv holds, per KV group g, its 4 query heads, then its
+    key head, then its value head. The reference is the Llama's (transformers has no InternLM2 class);
+    reference.json also holds transformers' dynamic NTK inv_freq past and within max_position_embeddings."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    nh, nkv, hidden, inter, layers, max_pos = 8, 2, 64, 160, 2, 128
+    config = LlamaConfig(hidden_size=hidden, num_attention_heads=nh, num_key_value_heads=nkv,
+                         num_hidden_layers=layers, intermediate_size=inter, vocab_size=VOCAB,
+                         rms_norm_eps=1e-5, max_position_embeddings=max_pos, rope_theta=10000.0,
+                         attention_bias=True, mlp_bias=False, tie_word_embeddings=False)
+    model, ref = pick_seed("tiny-internlm2", config, 600)
+    hd, groups = hidden // nh, nh // nkv
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    t = {"model.tok_embeddings.weight": sd["model.embed_tokens.weight"],
+         "model.norm.weight": sd["model.norm.weight"], "output.weight": sd["lm_head.weight"]}
+    for l in range(layers):
+        s, d = f"model.layers.{l}.", f"model.layers.{l}."
+        for kind in ("weight", "bias"):
+            q, k, v = (sd[s + f"self_attn.{x}_proj.{kind}"] for x in "qkv")
+            rows = []
+            for g in range(nkv):
+                rows += [q[g * groups * hd:(g + 1) * groups * hd], k[g * hd:(g + 1) * hd], v[g * hd:(g + 1) * hd]]
+            t[d + f"attention.wqkv.{kind}"] = torch.cat(rows, dim=0)
+            t[d + f"attention.wo.{kind}"] = sd[s + f"self_attn.o_proj.{kind}"]
+        t[d + "attention_norm.weight"] = sd[s + "input_layernorm.weight"]
+        t[d + "ffn_norm.weight"] = sd[s + "post_attention_layernorm.weight"]
+        for ours, theirs in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+            t[d + f"feed_forward.{ours}.weight"] = sd[s + f"mlp.{theirs}.weight"]
+    cfg = {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "bias": True,
+           "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": nh,
+           "num_key_value_heads": nkv, "num_hidden_layers": layers, "vocab_size": VOCAB,
+           "max_position_embeddings": max_pos, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "rope_scaling": {"type": "dynamic", "factor": 2.0}, "hidden_act": "silu",
+           "tie_word_embeddings": False, "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2,
+           "pad_token_id": 2}
+    dyn = LlamaConfig(hidden_size=hidden, num_attention_heads=nh, max_position_embeddings=max_pos,
+                      rope_theta=10000.0, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    ref["dynamic_ntk"] = []
+    for seq_len in (100, 128, 129, 200, 1000):
+        inv, _ = ROPE_INIT_FUNCTIONS["dynamic"](dyn, None, seq_len=torch.tensor(seq_len))
+        ref["dynamic_ntk"].append({"seq_len": seq_len, "inv_freq": [float(x) for x in inv.tolist()]})
+    save_tensors(out_dir, t, cfg, ref)
+
+
+def nvlm_d_fixture(out_dir):
+    """A tiny Qwen2 in NVLM-D's layout: config.json architectures ["NVLM_D"] with the Qwen2 config under
+    llm_config (its dtype only at the top level), tensors under language_model.model.* and
+    language_model.lm_head.*, plus a dummy vision tower (vision_model.*) and projector (mlp1.*). The
+    reference is the plain Qwen2ForCausalLM on the same weights."""
+    config = qwen2_config()
+    model, ref = pick_seed("tiny-nvlm-d", config, 700)
+    t = {"language_model." + k: v.detach().clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(7)
+    for name, shape in (("vision_model.embeddings.patch_embedding.weight", (32, 3, 4, 4)),
+                        ("vision_model.encoder.layers.0.mlp.fc1.weight", (64, 32)),
+                        ("vision_model.encoder.layers.0.mlp.fc1.bias", (64,)),
+                        ("mlp1.0.weight", (128,)), ("mlp1.1.weight", (64, 128)), ("mlp1.1.bias", (64,))):
+        t[name] = torch.randn(shape, generator=g)
+    llm = config.to_dict()
+    llm["architectures"] = ["Qwen2ForCausalLM"]
+    for key in ("dtype", "torch_dtype", "transformers_version"):
+        llm.pop(key, None)
+    cfg = {"architectures": ["NVLM_D"], "model_type": "NVLM_D", "torch_dtype": "float32",
+           "downsample_ratio": 0.5, "select_layer": -1, "template": "chatml",
+           "llm_config": llm,
+           "vision_config": {"architectures": ["InternVisionModel"], "hidden_size": 32, "num_hidden_layers": 1,
+                             "image_size": 16, "patch_size": 4}}
+    save_tensors(out_dir, t, cfg, ref)
+
+
+REPACKED = {"tiny-internlm2": internlm2_fixture, "tiny-nvlm-d": nvlm_d_fixture}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_root")
+    ap.add_argument("--only", default="", help="comma-separated fixture names to write (default: all)")
     args = ap.parse_args()
     os.makedirs(args.out_root, exist_ok=True)
     path = lambda name: os.path.join(args.out_root, name)
+    only = [n for n in args.only.split(",") if n]
 
     fixtures = [
         ("tiny-gpt-neox-par", neox_config(parallel=True), 100),
@@ -145,7 +255,13 @@ def main():
         ("tiny-llama3-rope", llama_config(llama3_rope=True), 400),
         ("tiny-qwen2", qwen2_config(), 500),
     ]
+    known = [f[0] for f in fixtures] + list(REPACKED)
+    for n in only:
+        if n not in known:
+            raise SystemExit(f"--only: unknown fixture {n!r}; known: {', '.join(known)}")
     for name, config, first_seed in fixtures:
+        if only and name not in only:
+            continue
         # Take the first seed whose greedy decoding has no near-tie (top1 - top2 logit gap
         # >= MIN_MARGIN at every step), so a correct fp32 runtime reproduces it exactly.
         for seed in range(first_seed, first_seed + MAX_SEED_TRIES):
@@ -176,6 +292,10 @@ def main():
             ref_bf16["seed"] = seed
             print(f"tiny-llama-bf16: seed {seed}, greedy_min_margin {ref_bf16['greedy_min_margin']:.4g}")
             save(model_bf16, path("tiny-llama-bf16"), ref_bf16)
+
+    for name, make in REPACKED.items():
+        if not only or name in only:
+            make(path(name))
 
 if __name__ == "__main__":
     main()

@@ -69,6 +69,25 @@ TokenizerSideConfig read_side_config(const std::string& dir) {
       if (m > 0 && m < 1e18) c.model_max_length = static_cast<int64_t>(m);
     }
   }
+  if (tc.is_object() && tc.contains("added_tokens_decoder") && tc.at("added_tokens_decoder").is_object()) {
+    for (const auto& [key, v] : tc.at("added_tokens_decoder").items()) {
+      if (!v.is_object() || !v.contains("content") || !v.at("content").is_string()) continue;
+      AddedToken t;
+      try {
+        t.id = static_cast<int32_t>(std::stol(key));
+      } catch (const std::exception&) {
+        continue;
+      }
+      t.content = v.at("content").get<std::string>();
+      auto flag = [&](const char* k) { return v.contains(k) && v.at(k).is_boolean() && v.at(k).get<bool>(); };
+      t.special = flag("special");
+      t.lstrip = flag("lstrip");
+      t.rstrip = flag("rstrip");
+      t.normalized = flag("normalized");
+      t.single_word = flag("single_word");
+      if (t.id >= 0 && !t.content.empty()) c.added_tokens.push_back(t);
+    }
+  }
   c.bos_token = token_content(tc, "bos_token");
   if (c.bos_token.empty()) c.bos_token = token_content(stm, "bos_token");
   c.eos_token = token_content(tc, "eos_token");

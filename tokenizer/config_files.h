@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/added_tokens.h"
+
 namespace tpshard {
 
 struct TokenizerSideConfig {
@@ -17,6 +19,10 @@ struct TokenizerSideConfig {
   std::vector<int32_t> eos_token_ids;  ///< generation_config.json, then config.json (int or list)
   int32_t bos_token_id = -1;           ///< generation_config.json, then config.json
   int64_t model_max_length = 0;        ///< 0 when absent or HF's "unset" sentinel (>= 1e18)
+  /// tokenizer_config.json "added_tokens_decoder" ({"ID": {content, special, lstrip, rstrip, ...}}): the
+  /// tokens transformers' slow (SentencePiece) tokenizers match in text before the model, e.g.
+  /// InternLM2's <|im_start|> / <|im_end|>. Used by the SentencePiece tokenizer (spm_tokenizer.h).
+  std::vector<AddedToken> added_tokens;
 };
 
 /// Read the optional files of dir. Throws Error naming a file that exists but is not valid JSON.

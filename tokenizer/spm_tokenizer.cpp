@@ -29,6 +29,14 @@ std::unique_ptr<SpmTokenizer> SpmTokenizer::from_file(const std::string& model_p
     tok.special = true;
     t->specials_.add(tok, tok.content);
   }
+  // tokenizer_config.json's added tokens that are normal pieces of the model (InternLM2's <|im_start|>):
+  // matched in text like the control pieces, as transformers' slow tokenizers do.
+  for (const AddedToken& tok : side.added_tokens) {
+    if (tok.id >= n || t->sp_->IsControl(tok.id) || t->sp_->IsUnknown(tok.id) || t->sp_->IdToPiece(tok.id) != tok.content)
+      continue;
+    t->specials_.add(tok, tok.content);
+    if (tok.special) t->added_special_.insert(tok.id);
+  }
   t->add_bos_ = side.add_bos_token.value_or(true);
   t->add_eos_ = side.add_eos_token.value_or(false);
   t->bos_id_ = side.bos_token.empty() ? t->sp_->bos_id() : t->token_to_id(side.bos_token);
@@ -81,7 +89,7 @@ std::string SpmTokenizer::decode(const std::vector<int32_t>& ids, bool skip_spec
 int64_t SpmTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
 bool SpmTokenizer::is_special(int32_t id) const {
-  return id >= 0 && id < sp_->GetPieceSize() && (sp_->IsControl(id) || sp_->IsUnknown(id));
+  return id >= 0 && id < sp_->GetPieceSize() && (sp_->IsControl(id) || sp_->IsUnknown(id) || added_special_.count(id));
 }
 
 std::string SpmTokenizer::id_to_token(int32_t id) const {

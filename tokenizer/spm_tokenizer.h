@@ -1,9 +1,11 @@
 // spm_tokenizer.h: a Tokenizer over a SentencePiece tokenizer.model through libsentencepiece, for
-// model dirs that have no tokenizer.json. Control and unknown pieces ("<s>", "</s>", "<unk>")
-// written in the text are matched as special tokens (as transformers' LlamaTokenizer does);
-// everything else is spm's own.
+// model dirs that have no tokenizer.json. Control and unknown pieces ("<s>", "</s>", "<unk>") and the
+// tokenizer_config.json added_tokens_decoder entries that are pieces of the model (InternLM2's
+// <|im_start|>, <|im_end|>) written in the text are matched as tokens first (as transformers'
+// LlamaTokenizer / InternLM2Tokenizer do); everything else is spm's own.
 #pragma once
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,7 @@ class SpmTokenizer : public Tokenizer {
   SpmTokenizer();
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   AddedTokenMatcher specials_;
+  std::set<int32_t> added_special_;  ///< added_tokens_decoder entries marked special (skipped by decode)
   bool add_bos_ = true, add_eos_ = false;
   int32_t bos_id_ = -1;
   std::vector<int32_t> eos_ids_;

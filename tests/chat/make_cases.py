@@ -28,6 +28,11 @@ LLAMA2 = (
     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
 )
 
+# ChatML after one BOS, as published in internlm/internlm2-chat-7b tokenizer_config.json.
+CHATML_WITH_BOS = ("{{ bos_token }}{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                   "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
 # Plain ChatML with no default system prompt, written with {%- -%} trimming and double quotes.
 CHATML_PLAIN = (
     "{%- for message in messages %}\n"
@@ -44,15 +49,16 @@ LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{
           "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
           "{{ content }}{% endfor %}{% if add_generation_prompt %}"
           "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
-CHATML_WITH_BOS = ("{{ bos_token }}{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-                   "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 TEMPLATES = {
     "llama2": {"template": LLAMA2, "bos_token": "<s>", "eos_token": "</s>"},
     "chatml_plain": {"template": CHATML_PLAIN, "bos_token": "", "eos_token": ""},
+    "chatml_with_bos": {"template": CHATML_WITH_BOS, "bos_token": "<s>", "eos_token": "</s>"},
 }
-UNSUPPORTED = {"llama3": LLAMA3, "chatml_with_bos": CHATML_WITH_BOS}
+CHATML_WITH_EOS = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                   "'<|im_end|>' + eos_token + '\\n'}}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+UNSUPPORTED = {"llama3": LLAMA3, "chatml_with_eos": CHATML_WITH_EOS}
 
 CONVERSATIONS = [
     ("user_only", [{"role": "user", "content": "What is the capital of France?"}]),

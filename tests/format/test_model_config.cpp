@@ -143,7 +143,7 @@ TEST_CASE("GPT-NeoX defaults and new spellings (partial_rotary_factor, rope_thet
   CHECK(c.hidden_act == Activation::GeluTanh);
 }
 
-TEST_CASE("rope_scaling: linear, llama3 (type and rope_type keys); unknown types are errors") {
+TEST_CASE("rope_scaling: linear, llama3, dynamic (type and rope_type keys); unknown types are errors") {
   json j = llama_base();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   ModelConfig c = parse_hf_config(j, "c");
@@ -158,7 +158,14 @@ TEST_CASE("rope_scaling: linear, llama3 (type and rope_type keys); unknown types
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   CHECK(error_of(j).find("unsupported rope scaling type \"yarn\"") != std::string::npos);
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};
-  CHECK(error_of(j).find("\"dynamic\"") != std::string::npos);
+  c = parse_hf_config(j, "c");
+  CHECK(c.rope_type == RopeType::Dynamic);
+  CHECK(c.rope_factor == 4.0);
+  const json m = model_config_to_json(c);
+  CHECK(m["rope_scaling"] == json{{"rope_type", "dynamic"}, {"factor", 4.0}});
+  CHECK(model_config_from_json(m, "manifest.json").rope_type == RopeType::Dynamic);
+  j["rope_scaling"] = {{"type", "su"}, {"factor", 4.0}};
+  CHECK(error_of(j).find("\"su\"") != std::string::npos);
 }
 
 TEST_CASE("rope_parameters and rope_scaling in one config: used when they agree, an error naming both when not") {

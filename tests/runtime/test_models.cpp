@@ -15,16 +15,18 @@
 
 #include "fakes.h"
 #include "runtime/generate.h"
+#include "runtime/rope.h"
 #include "runtime/session.h"
 
 using namespace tpshard;
 
 namespace {
 
-const char* kTpSizes[] = {"1", "2", "4"};
+const std::vector<int> kTpSizes = {1, 2, 4};
 
-/// Convert tests/fixtures/NAME into the build dir once per test run; returns the model dir.
-std::string converted(const std::string& name) {
+/// Convert tests/fixtures/NAME (at tp 1, 2, 4 and those of tps) into the build dir once per test run;
+/// returns the model dir.
+std::string converted(const std::string& name, const std::vector<int>& tps = kTpSizes) {
   static std::map<std::string, std::string> done;
   static std::mutex m;
   std::lock_guard<std::mutex> lock(m);
@@ -32,8 +34,11 @@ std::string converted(const std::string& name) {
   if (it != done.end()) return it->second;
   std::filesystem::create_directories(TPSHARD_TEST_OUT_DIR);
   const std::string out = std::string(TPSHARD_TEST_OUT_DIR) + "/" + name;
+  std::string tp_list = "1,2,4";
+  for (int tp : tps)
+    if (tp != 1 && tp != 2 && tp != 4) tp_list += "," + std::to_string(tp);
   const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR + "/" + name +
-                          " -o " + out + " --tp 1,2,4 --force -q";
+                          " -o " + out + " --tp " + tp_list + " --force -q";
   INFO("command: " << cmd);
   REQUIRE(std::system(cmd.c_str()) == 0);
   done[name] = out;
@@ -115,16 +120,15 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-void check_against_hf(const std::string& name) {
+void check_against_hf(const std::string& name, const std::vector<int>& tps = kTpSizes) {
   const nlohmann::json ref = reference(name);
   const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
   const auto hf_logits = ref["last_logits"].get<std::vector<std::vector<float>>>();
   const auto hf_greedy = ref["greedy"].get<std::vector<std::vector<int32_t>>>();
-  const std::string dir = converted(name);
+  const std::string dir = converted(name, tps);
   std::vector<std::vector<float>> tp1;
   double worst = 0;
-  for (const char* tps : kTpSizes) {
-    const int tp = std::atoi(tps);
+  for (const int tp : tps) {
     CAPTURE(name);
     CAPTURE(tp);
     const auto logits = batch_logits(dir, tp, prompts);
@@ -141,7 +145,7 @@ void check_against_hf(const std::string& name) {
     const int n_new = static_cast<int>(hf_greedy[0].size());
     CHECK(greedy(dir, tp, prompts, n_new, 2) == hf_greedy);  // 4 prompts through 2 slots
   }
-  MESSAGE(name << ": worst max rel err of last logits vs HF over tp 1, 2, 4: " << worst);
+  MESSAGE(name << ": worst max rel err of last logits vs HF over tp " << tps.size() << " sizes: " << worst);
 }
 
 }  // namespace
@@ -156,6 +160,12 @@ TEST_CASE("Llama, GQA 8/2 (KV heads replicated at tp 4), tied embeddings: vs tra
   check_against_hf("tiny-llama");
 }
 TEST_CASE("Qwen2, q/k/v bias, untied: vs transformers at tp 1, 2, 4") { check_against_hf("tiny-qwen2"); }
+TEST_CASE("InternLM2 (wqkv packed per KV group, q/k/v/o bias, dynamic rope) vs the Llama it was repacked from at tp 1, 2, 4, 8 (KV heads replicated at 4, 8)") {
+  check_against_hf("tiny-internlm2", {1, 2, 4, 8});
+}
+TEST_CASE("NVLM-D layout (Qwen2 under llm_config / language_model.*, vision tower skipped) vs the plain Qwen2 at tp 1, 2, 4") {
+  check_against_hf("tiny-nvlm-d");
+}
 TEST_CASE("Llama 3 rope scaling: vs transformers at tp 1, 2, 4") { check_against_hf("tiny-llama3-rope"); }
 TEST_CASE("stories260K prompts: vs transformers at tp 1, 2, 4") { check_against_hf("stories260K"); }
 TEST_CASE("bf16 weights (widened to f32 when loaded): vs transformers at tp 1, 2, 4") {
@@ -189,5 +199,29 @@ TEST_CASE("stories260K: greedy 200 tokens from BOS reproduce llama2.c's publishe
     const auto out = greedy(dir, tp, {{1}}, 199, 1);
     REQUIRE(out.size() == 1);
     CHECK(out[0] == std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  }
+}
+
+TEST_CASE("dynamic NTK rope: the default frequencies within max_position_embeddings, transformers' past it") {
+  const nlohmann::json ref = reference("tiny-internlm2");
+  ModelConfig c;
+  c.head_dim = 8;
+  c.rotary_ndims = 8;
+  c.rope_theta = 10000.0;
+  c.max_position_embeddings = 128;
+  c.rope_type = RopeType::Dynamic;
+  c.rope_factor = 2.0;
+  ModelConfig plain = c;
+  plain.rope_type = RopeType::Default;
+  CHECK(rope_inv_freq(c) == rope_inv_freq(plain));  // what the backends use: sessions stay within 128
+  REQUIRE(ref["dynamic_ntk"].size() == 5);
+  for (const auto& e : ref["dynamic_ntk"]) {
+    const int64_t len = e["seq_len"].get<int64_t>();
+    CAPTURE(len);
+    const auto hf = e["inv_freq"].get<std::vector<float>>();
+    const auto ours = rope_dynamic_ntk_inv_freq(c, len);
+    REQUIRE(ours.size() == hf.size());
+    for (size_t i = 0; i < hf.size(); ++i) CHECK(std::abs(ours[i] - hf[i]) <= 1e-6f * std::abs(hf[i]));
+    if (len <= 128) CHECK(ours == rope_inv_freq(plain));
   }
 }

@@ -354,3 +354,38 @@ TEST_CASE("a tokenizer_config.json that is valid JSON but not an object is refus
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("SentencePiece: tokenizer_config added_tokens_decoder pieces are matched in text (InternLM2's <|im_start|>)") {
+  // A normal piece of the Llama 2 model without "▁", declared as an added special token the way
+  // InternLM2's tokenizer_config.json declares <|im_start|>: matched whole, wherever it appears.
+  const auto& plain = llama_spm();
+  int32_t id = -1;
+  std::string piece;
+  for (int32_t i = 300; i < 2000 && id < 0; ++i) {
+    const std::string p = plain.id_to_token(i);
+    if (p.size() >= 3 && p.find("\xe2\x96\x81") == std::string::npos && p.find('<') == std::string::npos) {
+      id = i;
+      piece = p;
+    }
+  }
+  REQUIRE(id >= 0);
+  tpshard::TokenizerSideConfig side;
+  tpshard::AddedToken tok;
+  tok.id = id;
+  tok.content = piece;
+  tok.special = true;
+  side.added_tokens.push_back(tok);
+  const auto t = tpshard::SpmTokenizer::from_file(fixture("llama2/tokenizer.model"), side);
+  const std::string text = "zq" + piece + "zq";
+  const Ids ids = t->encode(text, false);
+  CAPTURE(piece);
+  // the text before it, the piece as one token, the text after it (each segment encoded alone)
+  Ids expected = plain.encode("zq", false);
+  expected.push_back(id);
+  const Ids after = plain.encode("zq", false);
+  expected.insert(expected.end(), after.begin(), after.end());
+  CHECK(ids == expected);
+  CHECK(t->is_special(id));
+  CHECK_FALSE(plain.is_special(id));
+  CHECK(t->decode(ids, true).find(piece) == std::string::npos);
+}

@@ -76,6 +76,7 @@ int run_convert(const ConvertOptions& opt) {
       std::printf(r.ignored.size() > 6 ? " ...\n" : "\n");
     }
   }
+  if (!r.skipped_line.empty()) std::fprintf(stderr, "tpshard convert: %s\n", r.skipped_line.c_str());
   std::string tps;
   for (const auto& [size, _] : r.manifest.shards) tps += (tps.empty() ? "" : ",") + std::to_string(size);
   std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, tp %s: %s source -> %s of shards in %.1fs (convert %.1fs, %.2f GB/s)\n",
