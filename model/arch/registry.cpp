@@ -12,6 +12,7 @@ const ArchSpec& arch_spec(Arch arch) {
     case Arch::Llama: return kLlamaArch;
     case Arch::Mistral: return kMistralArch;
     case Arch::Qwen2: return kQwen2Arch;
+    case Arch::GptNeo: return kGptNeoArch;
   }
   throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
 }
@@ -19,7 +20,7 @@ const ArchSpec& arch_spec(Arch arch) {
 namespace {
 
 /// Every Arch value, in the order error messages list them.
-constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2};
+constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::GptNeo};
 
 }  // namespace
 

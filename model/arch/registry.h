@@ -42,5 +42,6 @@ extern const ArchSpec kGptNeoXArch;
 extern const ArchSpec kLlamaArch;
 extern const ArchSpec kMistralArch;
 extern const ArchSpec kQwen2Arch;
+extern const ArchSpec kGptNeoArch;
 
 }  // namespace tpshard
