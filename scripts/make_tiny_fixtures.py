@@ -2,10 +2,11 @@
 """Make the tiny random-weight Hugging Face checkpoints used as test fixtures, each with a
 reference.json of transformers outputs (last-position logits and greedy continuations).
 
-Usage: make_tiny_fixtures.py OUT_ROOT      (the repository uses OUT_ROOT = tests/fixtures)
+Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME ...]   (the repository uses OUT_ROOT = tests/fixtures)
 
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
-tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2. Deterministic for a given torch version
+tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo (--only: just the named ones;
+tiny-llama also writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
 (torch.manual_seed per fixture). Every parameter, including norm weights and biases, is
 perturbed with normal noise after init, so a wrong tensor mapping cannot pass a test.
 reference.json: {"prompts": [[ids] x4, lengths 1, 5, 11, 23],
@@ -59,6 +60,18 @@ def qwen2_config():
                        rms_norm_eps=1e-6, rope_theta=1000000.0)
 
 
+def gpt_neo_config():
+    # 20 heads (tp 1, 2, 4, 5, 10), head_dim 4; layers global, local, global, local with a window of 4
+    # positions, shorter than the prompts, so the local mask changes the result; intermediate_size None
+    # (4 * hidden); bos/eos inside the tiny vocabulary.
+    from transformers import GPTNeoConfig
+    return GPTNeoConfig(hidden_size=80, num_heads=20, num_layers=4,
+                        attention_types=[[["global", "local"], 2]], window_size=4,
+                        intermediate_size=None, vocab_size=VOCAB, max_position_embeddings=128,
+                        activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                        bos_token_id=0, eos_token_id=0)
+
+
 def make_model(config, seed):
     """Random init, then every parameter += normal noise: 1-D (norm weights, biases) std 0.1,
     so norm weights are ~1 +- 0.1 and biases are non-zero; matrices std 1/sqrt(fan_in), so each
@@ -71,7 +84,7 @@ def make_model(config, seed):
         for name, p in sorted(model.named_parameters()):
             if p.dim() == 1:
                 std = 0.1
-            elif "embed" in name or "lm_head" in name:
+            elif "embed" in name or "lm_head" in name or name.endswith(".wte.weight"):
                 std = 3.0 / p.shape[1] ** 0.5
             else:
                 std = 1.0 / p.shape[1] ** 0.5
@@ -134,6 +147,8 @@ def save(model, out_dir, ref=None, **save_kw):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_root")
+    ap.add_argument("--only", nargs="+", metavar="NAME",
+                    help="write only these fixtures (the others already in OUT_ROOT are left as they are)")
     args = ap.parse_args()
     os.makedirs(args.out_root, exist_ok=True)
     path = lambda name: os.path.join(args.out_root, name)
@@ -144,7 +159,13 @@ def main():
         ("tiny-llama", llama_config(llama3_rope=False), 300),
         ("tiny-llama3-rope", llama_config(llama3_rope=True), 400),
         ("tiny-qwen2", qwen2_config(), 500),
+        ("tiny-gpt-neo", gpt_neo_config(), 600),
     ]
+    if args.only:
+        unknown = set(args.only) - {name for name, _, _ in fixtures}
+        if unknown:
+            raise SystemExit(f"--only: unknown fixture(s) {sorted(unknown)}")
+        fixtures = [f for f in fixtures if f[0] in args.only]
     for name, config, first_seed in fixtures:
         # Take the first seed whose greedy decoding has no near-tie (top1 - top2 logit gap
         # >= MIN_MARGIN at every step), so a correct fp32 runtime reproduces it exactly.
