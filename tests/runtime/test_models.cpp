@@ -21,10 +21,11 @@ using namespace tpshard;
 
 namespace {
 
-const char* kTpSizes[] = {"1", "2", "4"};
+const std::vector<int> kTpSizes = {1, 2, 4};
 
-/// Convert tests/fixtures/NAME into the build dir once per test run; returns the model dir.
-std::string converted(const std::string& name) {
+/// Convert tests/fixtures/NAME into the build dir once per test run (shards for tp sizes `tps`, given
+/// the same for every call of one fixture); returns the model dir.
+std::string converted(const std::string& name, const std::string& tps = "1,2,4") {
   static std::map<std::string, std::string> done;
   static std::mutex m;
   std::lock_guard<std::mutex> lock(m);
@@ -33,7 +34,7 @@ std::string converted(const std::string& name) {
   std::filesystem::create_directories(TPSHARD_TEST_OUT_DIR);
   const std::string out = std::string(TPSHARD_TEST_OUT_DIR) + "/" + name;
   const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR + "/" + name +
-                          " -o " + out + " --tp 1,2,4 --force -q";
+                          " -o " + out + " --tp " + tps + " --force -q";
   INFO("command: " << cmd);
   REQUIRE(std::system(cmd.c_str()) == 0);
   done[name] = out;
@@ -115,16 +116,17 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-void check_against_hf(const std::string& name) {
+void check_against_hf(const std::string& name, const std::vector<int>& tp_sizes = kTpSizes) {
   const nlohmann::json ref = reference(name);
   const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
   const auto hf_logits = ref["last_logits"].get<std::vector<std::vector<float>>>();
   const auto hf_greedy = ref["greedy"].get<std::vector<std::vector<int32_t>>>();
-  const std::string dir = converted(name);
+  std::string tps;
+  for (int tp : tp_sizes) tps += (tps.empty() ? "" : ",") + std::to_string(tp);
+  const std::string dir = converted(name, tps);
   std::vector<std::vector<float>> tp1;
   double worst = 0;
-  for (const char* tps : kTpSizes) {
-    const int tp = std::atoi(tps);
+  for (const int tp : tp_sizes) {
     CAPTURE(name);
     CAPTURE(tp);
     const auto logits = batch_logits(dir, tp, prompts);
@@ -141,7 +143,7 @@ void check_against_hf(const std::string& name) {
     const int n_new = static_cast<int>(hf_greedy[0].size());
     CHECK(greedy(dir, tp, prompts, n_new, 2) == hf_greedy);  // 4 prompts through 2 slots
   }
-  MESSAGE(name << ": worst max rel err of last logits vs HF over tp 1, 2, 4: " << worst);
+  MESSAGE(name << ": worst max rel err of last logits vs HF over tp " << tps << ": " << worst);
 }
 
 }  // namespace
@@ -163,6 +165,10 @@ TEST_CASE("bf16 weights (widened to f32 when loaded): vs transformers at tp 1, 2
 }
 TEST_CASE("checkpoint in several safetensors files: vs transformers at tp 1, 2, 4") {
   check_against_hf("tiny-llama-sharded");
+}
+
+TEST_CASE("GPT-Neo, learned positions, global/local attention (window 4), unscaled scores: vs transformers at tp 1, 2, 4, 5, 10") {
+  check_against_hf("tiny-gpt-neo", {1, 2, 4, 5, 10});
 }
 
 TEST_CASE("a prompt gives the same logits alone and in a batch") {
