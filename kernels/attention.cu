@@ -34,8 +34,9 @@ __global__ void attention_kernel(AttentionParams p) {
   const int group_size = p.num_heads / p.num_kv_heads;
   const int kvh = h / group_size;
   const int len = p.positions[t] + 1;
-  const int per_split = (len + p.num_splits - 1) / p.num_splits;
-  const int key_begin = split * per_split;
+  const int first = attention_first_key(len - 1, p.window);  // keys [first, len)
+  const int per_split = (len - first + p.num_splits - 1) / p.num_splits;
+  const int key_begin = first + split * per_split;
   const int key_end = min(len, key_begin + per_split);
 
   const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(h) * hd;
@@ -204,6 +205,8 @@ void attention_validate(const AttentionParams& p) {
             "kernels/attention: unsupported head_dim " + std::to_string(p.head_dim) + " or heads " +
                 std::to_string(p.num_heads) + "/" + std::to_string(p.num_kv_heads),
             "head_dim must be <= 256 and heads a multiple of kv_heads");
+  TPS_CHECK(p.window >= 0, "kernels/attention: negative window " + std::to_string(p.window),
+            "pass AttentionParams::window 0 (all positions) or the local window");
   TPS_CHECK(p.num_splits == 1 || p.partial, "kernels/attention: num_splits > 1 needs the partial workspace",
             "pass AttentionParams::partial");
   TPS_CHECK(!p.rotary_append || p.rotary_ndims == 0 || (p.inv_freq && p.rotary_ndims % 2 == 0 && p.rotary_ndims <= p.head_dim),

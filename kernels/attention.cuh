@@ -1,7 +1,8 @@
 // attention.cuh: causal multi-head attention of new tokens over the kv_cache, for prefill and decode
 // in one kernel. Tokens of different sequences are packed without padding: token t belongs to kv_cache
 // slot slots[t] at position positions[t] and attends to positions 0..positions[t] of that slot (its
-// own K/V must be appended first, see kv_cache.cuh). GQA: Q head h reads KV head h / (heads / kv_heads).
+// own K/V must be appended first, see kv_cache.cuh), or with a local window w only to the positions
+// positions[t] - w < j <= positions[t] (GPT-Neo local layers). GQA: Q head h reads KV head h / (heads / kv_heads).
 // Softmax in fp32 with the online (running max) formulation of FlashAttention (arXiv:2205.14135);
 // split-K over the key range (flash-decoding) when there are too few (token, head) pairs to fill the GPU.
 #pragma once
@@ -33,7 +34,8 @@ struct AttentionParams {
   int head_dim = 0;                 ///< <= 256
   int max_seq_len = 0;
   int num_splits = 1;               ///< key-range pieces per (token, head); each covers ceil(len / num_splits) keys
-  float scale = 0.f;                ///< softmax scale, normally 1/sqrt(head_dim)
+  float scale = 0.f;                ///< softmax scale, normally 1/sqrt(head_dim) (GPT-Neo: 1)
+  int window = 0;                   ///< > 0: local attention over the last `window` positions; 0: all
   // Decode fusion (rotary_append = true): q is the UNROTATED QKV row, K and V of token t are read from
   // the same row (K heads at num_heads*head_dim, V heads after them), rotated like apply_rotary
   // (rotary.cuh) and written to the kv_cache at positions[t] by the blocks whose key range holds that
@@ -49,7 +51,8 @@ struct AttentionParams {
   bool decode = false;
 };
 
-/// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t].
+/// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t]
+/// (and j > positions[t] - window when window > 0).
 /// Launched with programmatic dependent launch (kernels/pdl.cuh). Decode steps (decode or rotary_append)
 /// go to attention_decode() when it supports the shape; everything else to attention_tiled().
 void attention(const AttentionParams& p, cudaStream_t stream);
@@ -57,6 +60,11 @@ void attention(const AttentionParams& p, cudaStream_t stream);
 /// The general kernel (prefill and decode): one block per (token, head, split), keys in tiles of 128
 /// with block-wide max / sum per tile.
 void attention_tiled(const AttentionParams& p, cudaStream_t stream);
+
+/// First key attended by a query at position pos: 0, or pos + 1 - window on a local layer.
+__host__ __device__ inline int attention_first_key(int pos, int window) {
+  return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
 
 /// Throws Error when p breaks the contract above (head_dim, heads / kv_heads, partial, rotary_append).
 void attention_validate(const AttentionParams& p);

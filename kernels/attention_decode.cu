@@ -107,10 +107,11 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
   const int hd = p.head_dim;
   const int len = p.positions[t] + 1;
   const int slot = p.slots[t];  // loaded together with the position
-  const int splits = attention_decode_splits(len, p.num_splits);
+  const int first = attention_first_key(len - 1, p.window);  // keys [first, len)
+  const int splits = attention_decode_splits(len - first, p.num_splits);
   if (split >= splits) return;  // uniform over the block: before any __syncthreads
-  const int key_begin = split_begin(len, splits, split);
-  const int cnt = split_begin(len, splits, split + 1) - key_begin;
+  const int key_begin = first + split_begin(len - first, splits, split);
+  const int cnt = first + split_begin(len - first, splits, split + 1) - key_begin;
   const int wb = key_begin + split_begin(cnt, kWarps, warp);
   const int we = key_begin + split_begin(cnt, kWarps, warp + 1);
   const int pos = len - 1;
@@ -303,7 +304,8 @@ __global__ void attention_decode_combine_kernel(AttentionParams p) {
   griddep_wait();
   griddep_launch_dependents();
   const int t = blockIdx.x, h = blockIdx.y;
-  const int splits = attention_decode_splits(p.positions[t] + 1, p.num_splits);
+  const int len = p.positions[t] + 1;
+  const int splits = attention_decode_splits(len - attention_first_key(len - 1, p.window), p.num_splits);
   if (splits > 1) merge_partials<T>(p, t, h, splits);
 }
 

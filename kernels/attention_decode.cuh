@@ -17,7 +17,8 @@ constexpr int kDecodeMinSplitKeys = 32;
 /// num_splits: min(num_splits, ceil(len / kDecodeMinSplitKeys)), at least 1. The host picks num_splits
 /// from the longest possible context; the kernel knows the real one and drops the splits it does not
 /// need (those blocks exit at once, and the split merge counts only the splits used). Split s covers
-/// keys [s * len / splits, (s + 1) * len / splits), never empty.
+/// keys [s * len / splits, (s + 1) * len / splits), never empty. With a local window, len is the
+/// number of keys in the window and the ranges start at attention_first_key().
 __host__ __device__ inline int attention_decode_splits(int len, int num_splits) {
   const int by_keys = (len + kDecodeMinSplitKeys - 1) / kDecodeMinSplitKeys;
   const int s = num_splits < by_keys ? num_splits : by_keys;

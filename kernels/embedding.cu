@@ -15,7 +15,11 @@ __global__ void embedding_kernel(EmbeddingParams p) {
   const bool here = row >= 0 && row < p.vocab_per_rank;
   const T* src = static_cast<const T*>(p.table) + (here ? row : 0) * p.hidden;
   float* dst = p.out + static_cast<int64_t>(t) * p.hidden;
-  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) dst[i] = here ? to_f32(src[i]) : 0.f;
+  const T* pos = p.pos_table ? static_cast<const T*>(p.pos_table) + static_cast<int64_t>(p.positions[t]) * p.hidden : nullptr;
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    const float e = here ? to_f32(src[i]) : 0.f;
+    dst[i] = pos ? e + to_f32(pos[i]) : e;
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // embedding.cuh: vocab-parallel token embedding lookup into the fp32 residual stream.
 // Rank r holds rows [vocab_begin, vocab_begin + vocab_per_rank) of token_embd; tokens outside that
 // range give zero rows, so an all_reduce (sum) over ranks afterwards yields the full lookup
-// (Megatron-LM VocabParallelEmbedding).
+// (Megatron-LM VocabParallelEmbedding). With a learned position table (GPT-Neo wpe), the rows of
+// positions[t] are added too: by one rank only, so the sum over ranks adds them once.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -20,9 +21,12 @@ struct EmbeddingParams {
   int hidden = 0;
   int64_t vocab_begin = 0;          ///< first global id this rank holds
   int64_t vocab_per_rank = 0;
+  const void* pos_table = nullptr;     ///< optional [max_positions, hidden] of `dtype`, device; nullptr: none
+  const int32_t* positions = nullptr;  ///< [n] device (with pos_table)
 };
 
-/// out[t, :] = table[tokens[t] - vocab_begin, :] when that row is on this rank, else 0.
+/// out[t, :] = table[tokens[t] - vocab_begin, :] when that row is on this rank, else 0; then
+/// + pos_table[positions[t], :] (f32 sum) when pos_table is given.
 void embedding_lookup(const EmbeddingParams& p, cudaStream_t stream);
 
 }  // namespace tpshard::cuda

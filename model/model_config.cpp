@@ -147,8 +147,10 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   c.arch = spec->arch;
 
   c.hidden_size = req_int(j, "hidden_size", path);
-  c.num_hidden_layers = req_int(j, "num_hidden_layers", path);
-  c.num_attention_heads = req_int(j, "num_attention_heads", path);
+  // GPT-Neo spells these num_layers / num_heads (its config class maps the standard names onto them)
+  c.num_hidden_layers = req_int(j, !has(j, "num_hidden_layers") && has(j, "num_layers") ? "num_layers" : "num_hidden_layers", path);
+  c.num_attention_heads =
+      req_int(j, !has(j, "num_attention_heads") && has(j, "num_heads") ? "num_heads" : "num_attention_heads", path);
   c.vocab_size = req_int(j, "vocab_size", path);
   c.max_position_embeddings = req_int(j, "max_position_embeddings", path);
   c.num_key_value_heads = opt_int(j, "num_key_value_heads", c.num_attention_heads, path);
@@ -180,14 +182,26 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   c.eos_token_ids = token_ids(j, "eos_token_id", path);
 
   const double partial = spec->parse_config(j, c, path);
-  if (partial <= 0.0 || partial > 1.0)
-    throw Error(path + ": rotary_pct / partial_rotary_factor must be in (0, 1], got " + std::to_string(partial), "fix config.json");
-  c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
-  parse_rope(j, c, path);
-  if (c.rotary_ndims <= 0 || c.rotary_ndims % 2 != 0 || c.rotary_ndims > c.head_dim)
-    throw Error(path + ": rotary dims " + std::to_string(c.rotary_ndims) + " (head_dim " + std::to_string(c.head_dim) +
-                    " * rotary_pct) must be even and in [2, head_dim]",
-                "fix rotary_pct / partial_rotary_factor in config.json");
+  if (c.position_embedding == PositionKind::Learned) {
+    c.rotary_ndims = 0;  // no rotary: positions come from the learned table
+  } else {
+    if (partial <= 0.0 || partial > 1.0)
+      throw Error(path + ": rotary_pct / partial_rotary_factor must be in (0, 1], got " + std::to_string(partial), "fix config.json");
+    c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
+    parse_rope(j, c, path);
+    if (c.rotary_ndims <= 0 || c.rotary_ndims % 2 != 0 || c.rotary_ndims > c.head_dim)
+      throw Error(path + ": rotary dims " + std::to_string(c.rotary_ndims) + " (head_dim " + std::to_string(c.head_dim) +
+                      " * rotary_pct) must be even and in [2, head_dim]",
+                  "fix rotary_pct / partial_rotary_factor in config.json");
+  }
+  if (!c.layer_windows.empty() && static_cast<int64_t>(c.layer_windows.size()) != c.num_hidden_layers)
+    throw Error(path + ": " + std::to_string(c.layer_windows.size()) + " per-layer attention types for " +
+                    std::to_string(c.num_hidden_layers) + " layers",
+                "fix attention_types in config.json (one entry per layer once expanded)");
+  for (int64_t w : c.layer_windows)
+    if (w < 0) throw Error(path + ": a local attention window is negative", "fix window_size in config.json");
+  if (c.attention_scale < 0 || !std::isfinite(c.attention_scale))
+    throw Error(path + ": attention_scale must be positive (or 0 for 1/sqrt(head_dim))", "fix the file");
   if (c.rope_theta <= 0) throw Error(path + ": rope_theta must be positive", "fix config.json");
   if (c.intermediate_size <= 0) throw Error(path + ": intermediate_size must be positive", "fix config.json");
   if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
@@ -250,8 +264,10 @@ json model_config_to_json(const ModelConfig& c) {
   j["hidden_act"] = act_name(c.hidden_act);
   j["gated_mlp"] = c.gated_mlp;
   j["use_parallel_residual"] = c.use_parallel_residual;
+  j["position_embedding"] = c.position_embedding == PositionKind::Learned ? "learned" : "rotary";
   j["rotary_ndims"] = c.rotary_ndims;
-  j["partial_rotary_factor"] = static_cast<double>(c.rotary_ndims) / static_cast<double>(c.head_dim);
+  if (c.position_embedding == PositionKind::Rotary)
+    j["partial_rotary_factor"] = static_cast<double>(c.rotary_ndims) / static_cast<double>(c.head_dim);
   j["rope_theta"] = c.rope_theta;
   if (c.rope_type == RopeType::Default) {
     j["rope_scaling"] = nullptr;
@@ -271,6 +287,8 @@ json model_config_to_json(const ModelConfig& c) {
   j["mlp_bias"] = c.mlp_bias;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["sliding_window"] = c.sliding_window;
+  j["layer_windows"] = c.layer_windows;
+  j["attention_scale"] = c.attention_scale;
   j["torch_dtype"] = c.torch_dtype;
   j["bos_token_id"] = c.bos_token_ids;
   j["eos_token_id"] = c.eos_token_ids;
@@ -286,11 +304,15 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
   ModelConfig c = parse_hf_config(hf, where);
   c.num_key_value_heads = req_int(j, "num_key_value_heads", where);
   c.head_dim = req_int(j, "head_dim", where);
-  c.rotary_ndims = req_int(j, "rotary_ndims", where);
+  const bool learned = c.position_embedding == PositionKind::Learned;
+  c.rotary_ndims = learned ? opt_int(j, "rotary_ndims", 0, where) : req_int(j, "rotary_ndims", where);
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
     throw Error(where + ": num_key_value_heads " + std::to_string(c.num_key_value_heads) + " does not divide num_attention_heads " +
                     std::to_string(c.num_attention_heads), "re-run tpshard convert");
-  if (c.head_dim <= 0 || c.rotary_ndims <= 0 || c.rotary_ndims % 2 != 0 || c.rotary_ndims > c.head_dim)
+  if (learned && c.rotary_ndims != 0)
+    throw Error(where + ": rotary_ndims " + std::to_string(c.rotary_ndims) + " with learned position embeddings",
+                "re-run tpshard convert");
+  if (!learned && (c.head_dim <= 0 || c.rotary_ndims <= 0 || c.rotary_ndims % 2 != 0 || c.rotary_ndims > c.head_dim))
     throw Error(where + ": rotary_ndims " + std::to_string(c.rotary_ndims) + " must be even and in [2, head_dim " +
                     std::to_string(c.head_dim) + "]", "re-run tpshard convert");
   c.rope_theta = opt_num(j, "rope_theta", c.rope_theta, where);
@@ -309,6 +331,16 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
   c.mlp_bias = opt_bool(j, "mlp_bias", c.mlp_bias, where);
   c.gated_mlp = opt_bool(j, "gated_mlp", c.gated_mlp, where);
   c.sliding_window = opt_int(j, "sliding_window", 0, where);
+  // layer_windows and attention_scale: the architecture's parse (above) reads the manifest's fields of
+  // the same name; a manifest written before they existed has neither (all global, 1/sqrt(head_dim)).
+  // "position_embedding" follows from the architecture; an edit of it alone is refused.
+  if (has(j, "position_embedding")) {
+    const std::string want = c.position_embedding == PositionKind::Learned ? "learned" : "rotary";
+    if (!j["position_embedding"].is_string() || j["position_embedding"].get<std::string>() != want)
+      throw Error(where + ": \"position_embedding\" is " + j["position_embedding"].dump() + " but " +
+                      j["architectures"].dump() + " uses " + want + " positions",
+                  "restore manifest.json from the conversion, or re-run tpshard convert");
+  }
   // "arch" is derived from "architectures" (model_config_to_json): an edit of one alone is refused
   const std::string arch = arch_spec(c.arch).family;
   if (has(j, "arch") && (!j["arch"].is_string() || j["arch"].get<std::string>() != arch))

@@ -13,8 +13,8 @@ namespace tpshard {
 
 /// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
 /// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-/// InternLM2ForCausalLM).
-enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2 };
+/// InternLM2ForCausalLM, GPTNeoForCausalLM).
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
 /// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'
@@ -22,6 +22,9 @@ enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_
 /// only lengths a session runs (session_types.h refuses a longer max_seq_len); rope_dynamic_ntk_inv_freq
 /// (runtime/rope.h) gives the frequencies past it.
 enum class RopeType { Default, Linear, Llama3, Dynamic };
+/// How positions enter the model: rotary on Q/K (GPT-NeoX, Llama), or a learned absolute position
+/// embedding table added to the token embeddings (GPT-Neo: wpe; no rotary at all, rotary_ndims 0).
+enum class PositionKind { Rotary, Learned };
 
 /// Normalized model configuration. Shapes are global (not per rank).
 struct ModelConfig {
@@ -41,7 +44,8 @@ struct ModelConfig {
   Activation hidden_act = Activation::Silu;
   bool gated_mlp = true;            ///< Llama: down(act(gate(x)) * up(x)); GPT-NeoX: down(act(up(x)))
   bool use_parallel_residual = false;  ///< GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
-  int64_t rotary_ndims = 0;         ///< leading dims of each head that rotate: head_dim * rotary_pct (partial_rotary_factor)
+  PositionKind position_embedding = PositionKind::Rotary;  ///< manifest "position_embedding": "rotary" / "learned"
+  int64_t rotary_ndims = 0;         ///< 0 with learned positions; else leading dims of each head that rotate: head_dim * rotary_pct (partial_rotary_factor)
   double rope_theta = 10000.0;      ///< rotary_emb_base (GPT-NeoX) / rope_theta / rope_parameters.rope_theta
   RopeType rope_type = RopeType::Default;
   double rope_factor = 1.0;                       ///< rope_scaling.factor (Linear, Llama3, Dynamic)
@@ -53,6 +57,11 @@ struct ModelConfig {
   bool mlp_bias = false;            ///< MLP projections have biases (GPT-NeoX: true)
   bool tie_word_embeddings = false; ///< lm_head shares token_embd
   int64_t sliding_window = 0;       ///< Mistral/Qwen2 sliding-window attention span when enabled; 0 = full attention
+  /// Per-layer local attention window (GPT-Neo attention_types / window_size): layer l's query at
+  /// position p attends to keys p - layer_windows[l] < j <= p; 0 = global (causal over all positions).
+  /// Empty = every layer global. Unlike sliding_window it does not limit the sequence length.
+  std::vector<int64_t> layer_windows;
+  double attention_scale = 0.0;     ///< score multiplier q.k * scale; 0 = 1/sqrt(head_dim) (GPT-Neo: 1, unscaled)
   std::string torch_dtype;          ///< "float16" / "bfloat16" / "float32" from torch_dtype or dtype; may be empty
   std::vector<int64_t> bos_token_ids;  ///< from config / generation_config (may be empty)
   std::vector<int64_t> eos_token_ids;  ///< all EOS ids (eos_token_id can be an int or a list)

@@ -25,6 +25,7 @@ struct LayerTensors {
 template <typename T>
 struct ModelTensors {
   T token_embd{};
+  T position_embd{};  ///< learned position embeddings (PositionKind::Learned); T{} with rotary
   std::vector<LayerTensors<T>> layers;
   T output_norm_weight{}, output_norm_bias{};
   T output{};
@@ -35,6 +36,7 @@ template <typename T>
 T& tensor_slot(ModelTensors<T>& m, TensorRole role, int layer) {
   switch (role) {
     case TensorRole::TokenEmbd: return m.token_embd;
+    case TensorRole::PosEmbd: return m.position_embd;
     case TensorRole::OutputNormWeight: return m.output_norm_weight;
     case TensorRole::OutputNormBias: return m.output_norm_bias;
     case TensorRole::Output: return m.output;

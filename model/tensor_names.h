@@ -3,6 +3,7 @@
 // nn.Linear uses, so both y = x W^T GEMMs (cuBLAS "TN") and CPU dot products read contiguous rows.
 //
 //   token_embd.weight              [vocab_per_rank, hidden]                         vocab
+//   position_embd.weight           [max_position_embeddings, hidden]  (learned positions)  replicated
 //   blk.N.attn_norm.weight / .bias [hidden]                                          replicated (bias: LayerNorm only)
 //   blk.N.attn_qkv.weight          [(heads_per_rank + 2*kv_heads_per_rank)*head_dim, hidden]  column
 //                                  rows: this rank's Q heads, then its K heads, then its V heads
@@ -26,6 +27,7 @@ namespace tpshard::names {
 
 inline std::string blk(int layer, const char* suffix) { return "blk." + std::to_string(layer) + "." + suffix; }
 inline const char* kTokenEmbd = "token_embd.weight";
+inline const char* kPosEmbd = "position_embd.weight";
 inline const char* kOutputNormWeight = "output_norm.weight";
 inline const char* kOutputNormBias = "output_norm.bias";
 inline const char* kOutput = "output.weight";

@@ -25,6 +25,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 std::string canonical_name(TensorRole role, int layer) {
   switch (role) {
     case TensorRole::TokenEmbd: return names::kTokenEmbd;
+    case TensorRole::PosEmbd: return names::kPosEmbd;
     case TensorRole::AttnNormWeight: return names::blk(layer, "attn_norm.weight");
     case TensorRole::AttnNormBias: return names::blk(layer, "attn_norm.bias");
     case TensorRole::AttnQkvWeight: return names::blk(layer, "attn_qkv.weight");
@@ -58,6 +59,7 @@ SplitKind role_split(TensorRole role) {
     case TensorRole::FfnUpBias: return SplitKind::Column;
     case TensorRole::AttnOutputWeight:
     case TensorRole::FfnDownWeight: return SplitKind::Row;
+    case TensorRole::PosEmbd:
     case TensorRole::AttnNormWeight:
     case TensorRole::AttnNormBias:
     case TensorRole::AttnOutputBias:
@@ -71,7 +73,7 @@ SplitKind role_split(TensorRole role) {
 }
 
 bool is_layer_role(TensorRole role) {
-  return !(role == TensorRole::TokenEmbd || role == TensorRole::OutputNormWeight ||
+  return !(role == TensorRole::TokenEmbd || role == TensorRole::PosEmbd || role == TensorRole::OutputNormWeight ||
            role == TensorRole::OutputNormBias || role == TensorRole::Output);
 }
 

@@ -20,6 +20,7 @@ namespace tpshard {
 /// its split kind (role_split). One role per member of LayerTensors / ModelTensors (model_tensors.h).
 enum class TensorRole {
   TokenEmbd,         ///< token_embd.weight      [vocab_rows, hidden]
+  PosEmbd,           ///< position_embd.weight   [max_position_embeddings, hidden] (learned positions), replicated
   AttnNormWeight,    ///< blk.N.attn_norm.weight [hidden]
   AttnNormBias,      ///< blk.N.attn_norm.bias   [hidden] (LayerNorm)
   AttnQkvWeight,     ///< blk.N.attn_qkv.weight  [(heads + 2 kv_heads) head_dim, hidden]: Q | K | V rows
@@ -95,7 +96,7 @@ struct RankSlice {
   std::vector<Span> spans;            ///< in output order; rows add up to the local row count
 };
 
-/// All output tensors of the model, in arena order (token_embd, blocks 0..L-1, output_norm, output), from
+/// All output tensors of the model, in arena order (token_embd, position_embd, blocks 0..L-1, output_norm, output), from
 /// the architecture's table (arch_spec(c.arch).plan_tensors).
 std::vector<OutputTensor> plan_tensors(const ModelConfig& c);
 

@@ -9,6 +9,7 @@
 namespace tpshard {
 
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  if (c.position_embedding == PositionKind::Learned) return {};  // no rotary
   const int64_t dim = c.rotary_ndims;
   TPS_CHECK(dim > 0 && dim <= c.head_dim && dim % 2 == 0,
             "model config: rotary_ndims " + std::to_string(dim) + " must be even and in (0, head_dim=" +

@@ -10,7 +10,7 @@ namespace tpshard {
 
 /// inv_freq[i] for i in [0, rotary_ndims / 2): 1 / rope_theta^(2i / rotary_ndims), then scaled per
 /// rope_type (Linear: / factor; Llama3: wavelength-dependent smoothing). f32, like transformers.
-/// Throws Error when rotary_ndims is odd or not in (0, head_dim].
+/// Empty with learned positions (PositionKind::Learned: no rotary). Throws Error when rotary_ndims is odd or not in (0, head_dim].
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 /// RopeType::Dynamic (transformers' _compute_dynamic_ntk_parameters, as dynamic_rope_update calls it

@@ -254,7 +254,7 @@ if [ ! -x "$BG" ]; then
   result FAIL "bench_generate" "$BG missing (tools/CMakeLists.txt needs add_subdirectory(bench_generate) when TPSHARD_HAVE_CUDA)"
 else
   FIX=$REPO/tests/fixtures
-  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 stories260K; do
+  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo stories260K; do
     MD=$WORK/k_$m
     if ! run_logged "convert $m" "$BIN/tpshard" convert "$FIX/$m" -o "$MD" --tp 1,2 -q; then
       k_result FAIL "convert $m"; continue
@@ -271,18 +271,21 @@ else
       fi
     done
   done
-  # prompts split across several GPU steps of at most 4 tokens (prefill continuing a slot's kv_cache)
-  for TP in 1 2; do
-    [ "$TP" -le "$NGPU" ] || continue
-    if run_logged "cuda runner steps tp $TP" timeout 120 "$BG" "$WORK/k_tiny-llama3-rope" --tp $TP --max-step-tokens 3 \
-         --check-reference "$FIX/tiny-llama3-rope/reference.json" && ! grep -q FAIL "$WORK/out.txt"; then
-      k_result PASS "cuda runner tiny-llama3-rope tp $TP, prompts in 4-token steps: logits + greedy vs HF"
-    else
-      k_result FAIL "cuda runner tiny-llama3-rope tp $TP, 4-token steps" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
-    fi
+  # prompts split across several GPU steps of at most 4 tokens (prefill continuing a slot's kv_cache;
+  # tiny-gpt-neo: local layers' window of 4 spans the steps)
+  for m in tiny-llama3-rope tiny-gpt-neo; do
+    for TP in 1 2; do
+      [ "$TP" -le "$NGPU" ] || continue
+      if run_logged "cuda runner steps $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --max-step-tokens 3 \
+           --check-reference "$FIX/$m/reference.json" && ! grep -q FAIL "$WORK/out.txt"; then
+        k_result PASS "cuda runner $m tp $TP, prompts in 4-token steps: logits + greedy vs HF"
+      else
+        k_result FAIL "cuda runner $m tp $TP, 4-token steps" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
+      fi
+    done
   done
   # reduced-precision copies of f32 fixtures: logits within fp16 / bf16 tolerance (greedy may differ by design)
-  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02"; do
+  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02" "tiny-gpt-neo bf16 0.1 0.02"; do
     set -- $spec
     MD=$WORK/k_$1_$2
     run_logged "convert $1 $2" "$BIN/tpshard" convert "$FIX/$1" -o "$MD" --tp 1,2 --dtype $2 -q || { k_result FAIL "convert $1 --dtype $2"; continue; }

@@ -5,7 +5,7 @@ reference.json of transformers outputs (last-position logits and greedy continua
 Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OUT_ROOT = tests/fixtures)
 
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
-tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, and the repacked fixtures tiny-internlm2
+tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -62,6 +62,18 @@ def qwen2_config():
                        rms_norm_eps=1e-6, rope_theta=1000000.0)
 
 
+def gpt_neo_config():
+    # 20 heads (tp 1, 2, 4, 5, 10), head_dim 4; layers global, local, global, local with a window of 4
+    # positions, shorter than the prompts, so the local mask changes the result; intermediate_size None
+    # (4 * hidden); bos/eos inside the tiny vocabulary.
+    from transformers import GPTNeoConfig
+    return GPTNeoConfig(hidden_size=80, num_heads=20, num_layers=4,
+                        attention_types=[[["global", "local"], 2]], window_size=4,
+                        intermediate_size=None, vocab_size=VOCAB, max_position_embeddings=128,
+                        activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                        bos_token_id=0, eos_token_id=0)
+
+
 def make_model(config, seed):
     """Random init, then every parameter += normal noise: 1-D (norm weights, biases) std 0.1,
     so norm weights are ~1 +- 0.1 and biases are non-zero; matrices std 1/sqrt(fan_in), so each
@@ -74,7 +86,7 @@ def make_model(config, seed):
         for name, p in sorted(model.named_parameters()):
             if p.dim() == 1:
                 std = 0.1
-            elif "embed" in name or "lm_head" in name:
+            elif "embed" in name or "lm_head" in name or name.endswith(".wte.weight"):
                 std = 3.0 / p.shape[1] ** 0.5
             else:
                 std = 1.0 / p.shape[1] ** 0.5
@@ -254,6 +266,7 @@ def main():
         ("tiny-llama", llama_config(llama3_rope=False), 300),
         ("tiny-llama3-rope", llama_config(llama3_rope=True), 400),
         ("tiny-qwen2", qwen2_config(), 500),
+        ("tiny-gpt-neo", gpt_neo_config(), 600),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

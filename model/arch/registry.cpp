@@ -13,6 +13,7 @@ const ArchSpec& arch_spec(Arch arch) {
     case Arch::Mistral: return kMistralArch;
     case Arch::Qwen2: return kQwen2Arch;
     case Arch::InternLM2: return kInternLM2Arch;
+    case Arch::GptNeo: return kGptNeoArch;
   }
   throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
 }
@@ -20,7 +21,7 @@ const ArchSpec& arch_spec(Arch arch) {
 namespace {
 
 /// Every Arch value, in the order error messages list them.
-constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::InternLM2};
+constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::InternLM2, Arch::GptNeo};
 
 }  // namespace
 

@@ -43,5 +43,6 @@ extern const ArchSpec kLlamaArch;
 extern const ArchSpec kMistralArch;
 extern const ArchSpec kQwen2Arch;
 extern const ArchSpec kInternLM2Arch;
+extern const ArchSpec kGptNeoArch;
 
 }  // namespace tpshard

@@ -1,8 +1,9 @@
 // cpu_runner.cpp: the fp32 transformer forward pass of the CPU backend (Megatron tensor parallelism):
-// vocab-parallel embedding (+ all_reduce), per block: norm -> column-parallel QKV -> rotary -> causal
-// attention over the kv_cache -> row-parallel output (+ all_reduce, bias once) and the MLP likewise,
+// vocab-parallel embedding (+ all_reduce, + learned position embedding), per block: norm -> column-parallel
+// QKV -> rotary (unless learned positions) -> causal attention over the kv_cache (windowed on local layers) -> row-parallel output (+ all_reduce, bias once) and the MLP likewise,
 // GPT-NeoX parallel or sequential residual; final norm -> vocab-parallel logits -> all_gather.
-// References: transformers' modeling_gpt_neox.py and modeling_llama.py.
+// References: transformers' modeling_gpt_neox.py, modeling_llama.py and modeling_gpt_neo.py.
+// kv_cache: every layer keeps max_seq_len positions, local (windowed) layers too.
 #include "runtime/cpu/cpu_runner.h"
 
 #include <algorithm>
@@ -118,6 +119,11 @@ void CpuRunner::embed(const std::vector<TokenInfo>& toks, float* x) {
   }
   // Exactly one rank holds each row: the sum is exact.
   comm_.all_reduce_sum(x, toks.size() * H, DType::F32);
+  if (!w_.position_embd.empty())  // learned positions (replicated table): inputs_embeds + position_embeds
+    for (size_t t = 0; t < toks.size(); ++t) {
+      const float* pe = w_.position_embd.data() + static_cast<int64_t>(toks[t].pos) * H;
+      for (int64_t i = 0; i < H; ++i) x[t * H + i] += pe[i];
+    }
 }
 
 void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, const float* h, float* out) {
@@ -139,10 +145,13 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
     }
   }
 
-  // Causal attention: the query at position p sees positions 0..p of its own slot.
+  // Causal attention: the query at position p sees positions 0..p of its own slot; on a local layer of
+  // window w only p - w < j <= p (transformers' GPT-Neo local mask).
   const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
   const int64_t first_head = mine_.heads.begin;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t window = config_.layer_windows.empty() ? 0 : config_.layer_windows[layer];
+  const float scale = config_.attention_scale > 0 ? static_cast<float>(config_.attention_scale)
+                                                  : 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attn(n * hpr * hd);
   pool_.parallel_for(n * hpr, [&](int64_t b, int64_t e) {
     std::vector<float> scores(max_seq_len_);
@@ -150,8 +159,9 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
       const int64_t t = i / hpr, j = i % hpr;
       const int64_t kvh = (first_head + j) / group - first_kv_head_;
       const float* q = qkv.data() + t * qkv_cols + j * hd;
-      attention_head(q, k_at(layer, toks[t].slot, kvh, 0), v_at(layer, toks[t].slot, kvh, 0), toks[t].pos + 1, hd,
-                     scale, attn.data() + (t * hpr + j) * hd, scores.data());
+      const int first = window > 0 ? static_cast<int>(std::max<int64_t>(0, toks[t].pos + 1 - window)) : 0;
+      attention_head(q, k_at(layer, toks[t].slot, kvh, first), v_at(layer, toks[t].slot, kvh, first),
+                     toks[t].pos + 1 - first, hd, scale, attn.data() + (t * hpr + j) * hd, scores.data());
     }
   });
 

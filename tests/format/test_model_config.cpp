@@ -275,3 +275,96 @@ TEST_CASE("make_parallel_layout: KV heads not evenly replicable and intermediate
   k["intermediate_size"] = 90;
   CHECK_THROWS_WITH_AS(make_parallel_layout(parse_hf_config(k, "c"), 4), doctest::Contains("intermediate_size 90"), Error);
 }
+
+namespace {
+
+/// A config.json with GPT-Neo-2.7B's dimensions (hidden 2560, 20 heads, 32 layers alternating global /
+/// local with window 256, 2048 positions, vocab 50257) in transformers' GPTNeoConfig spelling, written
+/// by hand: not a copy of the published file.
+json gpt_neo_2_7b() {
+  return json::parse(R"({
+    "architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "activation_function": "gelu_new",
+    "attention_types": [[["global", "local"], 16]], "window_size": 256, "hidden_size": 2560,
+    "num_heads": 20, "num_layers": 32, "intermediate_size": null, "layer_norm_epsilon": 1e-05,
+    "max_position_embeddings": 2048, "vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256,
+    "torch_dtype": "float32"})");
+}
+
+}  // namespace
+
+TEST_CASE("GPT-Neo-2.7B: num_layers / num_heads, learned positions, global/local windows, unscaled scores") {
+  const ModelConfig c = parse_hf_config(gpt_neo_2_7b(), "neo");
+  CHECK(c.arch == Arch::GptNeo);
+  CHECK(c.hidden_size == 2560);
+  CHECK(c.num_hidden_layers == 32);
+  CHECK(c.num_attention_heads == 20);
+  CHECK(c.num_key_value_heads == 20);
+  CHECK(c.head_dim == 128);
+  CHECK(c.intermediate_size == 10240);  // null: 4 * hidden
+  CHECK(c.max_position_embeddings == 2048);
+  CHECK(c.position_embedding == PositionKind::Learned);
+  CHECK(c.rotary_ndims == 0);
+  CHECK(c.attention_scale == 1.0);
+  REQUIRE(c.layer_windows.size() == 32);
+  for (size_t l = 0; l < 32; ++l) CHECK(c.layer_windows[l] == (l % 2 == 0 ? 0 : 256));
+  CHECK(c.norm == NormKind::LayerNorm);
+  CHECK(c.norm_eps == 1e-5);
+  CHECK(c.hidden_act == Activation::GeluTanh);
+  CHECK_FALSE(c.gated_mlp);
+  CHECK_FALSE(c.use_parallel_residual);
+  CHECK_FALSE(c.attention_bias);
+  CHECK(c.attention_out_bias);
+  CHECK(c.mlp_bias);
+  CHECK(c.tie_word_embeddings);  // GPTNeoConfig default
+  CHECK(c.eos_token_ids == std::vector<int64_t>{50256});
+  for (int tp : {1, 2, 4, 5, 10}) {
+    CAPTURE(tp);
+    const ParallelLayout L = make_parallel_layout(c, tp);
+    CHECK(L.tp(0).heads.size() == 20 / tp);
+    CHECK(L.tp(tp - 1).mlp_columns.size() == 10240 / tp);
+    CHECK(L.vocab_size_padded % tp == 0);
+    CHECK(L.vocab_size_padded >= 50257);
+  }
+  // manifest round trip keeps the windows, the scale and the learned positions
+  const ModelConfig b = model_config_from_json(model_config_to_json(c), "manifest.json");
+  CHECK(b.layer_windows == c.layer_windows);
+  CHECK(b.attention_scale == 1.0);
+  CHECK(b.position_embedding == PositionKind::Learned);
+  CHECK(b.rotary_ndims == 0);
+  CHECK(model_config_to_json(b) == model_config_to_json(c));
+}
+
+TEST_CASE("GPT-Neo config errors: an unknown attention type, a count that does not match num_layers") {
+  json j = gpt_neo_2_7b();
+  j["attention_types"] = json::parse(R"([[["global", "sparse"], 16]])");
+  const std::string e = error_of(j);
+  CHECK(e.find("attention_types") != std::string::npos);
+  CHECK(e.find("\"sparse\"") != std::string::npos);
+  j["attention_types"] = json::parse(R"([[["global", "local"], 15]])");
+  CHECK(error_of(j).find("30 per-layer attention types for 32 layers") != std::string::npos);
+  j["attention_types"] = "global";
+  CHECK(error_of(j).find("attention_types") != std::string::npos);
+  json d = gpt_neo_2_7b();  // GPTNeoConfig defaults: [[["global", "local"], 12]] (24 layers), window 256
+  d.erase("attention_types");
+  d.erase("window_size");
+  d["num_layers"] = 24;
+  const ModelConfig c = parse_hf_config(d, "neo");
+  REQUIRE(c.layer_windows.size() == 24);
+  CHECK(c.layer_windows[1] == 256);
+}
+
+TEST_CASE("a manifest written before per-layer windows and learned positions existed loads unchanged") {
+  const ModelConfig n = parse_hf_config(load("redpajama-incite-7b-base.config.json"), "rp");
+  json m = model_config_to_json(n);
+  m.erase("layer_windows");
+  m.erase("attention_scale");
+  m.erase("position_embedding");
+  const ModelConfig b = model_config_from_json(m, "manifest.json");
+  CHECK(b.position_embedding == PositionKind::Rotary);
+  CHECK(b.layer_windows.empty());
+  CHECK(b.attention_scale == 0.0);
+  CHECK(b.rotary_ndims == n.rotary_ndims);
+  json edited = model_config_to_json(n);
+  edited["position_embedding"] = "learned";
+  CHECK_THROWS_WITH_AS(model_config_from_json(edited, "manifest.json"), doctest::Contains("position_embedding"), Error);
+}

@@ -175,6 +175,10 @@ TEST_CASE("checkpoint in several safetensors files: vs transformers at tp 1, 2, 
   check_against_hf("tiny-llama-sharded");
 }
 
+TEST_CASE("GPT-Neo, learned positions, global/local attention (window 4), unscaled scores: vs transformers at tp 1, 2, 4, 5, 10") {
+  check_against_hf("tiny-gpt-neo", {1, 2, 4, 5, 10});
+}
+
 TEST_CASE("a prompt gives the same logits alone and in a batch") {
   const nlohmann::json ref = reference("tiny-llama");
   const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();

@@ -136,6 +136,10 @@ void Transformer::run(const StepMeta& m) {
   e.hidden = H;
   e.vocab_per_rank = mine_.vocab_rows.size();
   e.vocab_begin = mine_.vocab_rows.begin;
+  if (w_.position_embd && tp_rank_ == 0) {  // learned positions: added by one rank, once after the sum
+    e.pos_table = w_.position_embd;
+    e.positions = m.positions;
+  }
   embedding_lookup(e, stream_);
   all_reduce(residual_, static_cast<size_t>(m.n) * H, DType::F32);
 
@@ -301,7 +305,9 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.head_dim = hd;
   a.max_seq_len = max_seq_len_;
   a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
-  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  a.scale = c_.attention_scale > 0 ? static_cast<float>(c_.attention_scale)
+                                   : static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  a.window = c_.layer_windows.empty() ? 0 : static_cast<int>(c_.layer_windows[i]);
   a.decode = m.decode;  // one token per sequence: the decode attention kernel
   if (m.decode) {  // rotary + kv_cache append inside the attention kernel
     a.rotary_append = true;
