@@ -17,7 +17,7 @@ enum class GemvEpilogue {
 };
 
 /// How the decode GEMV streams its weights (kernels/gemv_row.cuh). Every setting gives bit-identical
-/// results; bench_kernels --only gemv_sweep times them (docs/BENCHMARKS.md "GEMV weight streaming").
+/// results; bench_kernels --only gemv_sweep times them (docs/BENCHMARKS.md "Tried and dropped").
 struct GemvTuning {
   int fifo_depth = -1;      ///< 16-byte chunks in flight per lane (shared-memory FIFO): 4, 8 or 16; 0 = register
                             ///< batches (fastest for a GEMV that follows a GEMV); -1 = the default, 0
@@ -32,7 +32,7 @@ struct GemvTuning {
 /// The warps per row that warps_per_row = 0 picks for a launch of `rows` output rows (the pair: both
 /// products' rows) on a GPU of `sms` multiprocessors, streaming with FIFO depth `fifo_depth` (0:
 /// register batches): the fewest of 1, 2, 4 that give at least kGemvTargetWarpsPerSm warps per SM,
-/// else 4; register batches take at least 2. Measured on H200 (docs/BENCHMARKS.md "Session 6: split-K rows"):
+/// else 4; register batches take at least 2. Measured on H200 (docs/BENCHMARKS.md "Tried and dropped"):
 /// - few long rows (GPT-NeoX's combined output GEMV: 2,048 rows of 20 KiB for Pythia-1.4B) leave too
 ///   few loads in flight per SM with one warp per row;
 /// - register batches keep one batch per warp in flight, and 2 warps per row halve each row's chain of
@@ -47,7 +47,7 @@ constexpr int kGemvTargetWarpsPerSm = 24;
 /// 4 warps) when tp_size > 1, register batches of 4 warps at tp_size 1, warps per row auto. With tp > 1
 /// every layer waits twice for the peers in its all_reduces, and the FIFO requests the next GEMV's
 /// weights during those waits; at tp 1 the register batches stream faster (measured end to end,
-/// docs/BENCHMARKS.md "GEMV weight streaming"). The other tunings are timed by bench_kernels --only gemv_sweep.
+/// docs/BENCHMARKS.md "Tried and dropped"). The other tunings are timed by bench_kernels --only gemv_sweep.
 GemvTuning gemv_tuning_for(int tp_size);
 
 struct GemvArgs {

@@ -5,7 +5,7 @@
 //     cp.async (Ampere+ asynchronous copy, no registers held while in flight). All D chunks of a lane
 //     are requested before griddep_wait(), so a warp whose row fits (D x 512 bytes) has its whole row in
 //     flight while the previous kernel still runs; later chunks are requested as earlier ones are used.
-//   - gemv_row_registers (depth 0, the default; session 2's kernel): batches of kLoadsPerLane 16-byte loads into
+//   - gemv_row_registers (depth 0, the default): batches of kLoadsPerLane 16-byte loads into
 //     registers, one batch in flight at a time per warp.
 // Both accumulate in fp32 in the same order per lane (chunk c = 32 k + lane, elements in order) and
 // finish with the same warp reduction and epilogue, so their results are bit-identical for the same P.
@@ -279,7 +279,7 @@ __device__ __forceinline__ void gemv_row_fifo(const GemvArgs& a, int row, int la
   gemv_finish<T, N, E, P>(a, acc, row, lane, p);
 }
 
-/// One output row (this warp's share of it) with register batches of kLoadsPerLane chunks per lane (session 2's kernel, FIFO
+/// One output row (this warp's share of it) with register batches of kLoadsPerLane chunks per lane (the default, FIFO
 /// depth 0). Weights of the first batch are loaded before griddep_wait(); x (and x2, y_old) only after,
 /// except with x2_early: the whole x2 W2^T segment runs before the wait.
 template <typename T, int N, GemvEpilogue E, int P>

@@ -1,4 +1,4 @@
-// custom_all_reduce.h: one-shot all_reduce over NVLink for the small messages of decode (issue 7).
+// custom_all_reduce.h: one-shot all_reduce over NVLink for the small messages of decode.
 // Owns: the per-rank IPC-shared staging region (double-buffered data + flags + call counters), mapping the
 // peers' regions (CUDA IPC across processes, peer access within one process), and the one-kernel
 // in-place sum. Does not own: choosing between it and NCCL (the transformer's all_reduce does that),

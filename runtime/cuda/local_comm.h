@@ -1,4 +1,4 @@
-// local_comm.h: the DeviceCommunicator of a tp 1 job: no NCCL, no peers, no staging memory (issue 7).
+// local_comm.h: the DeviceCommunicator of a tp 1 job: no NCCL, no peers, no staging memory.
 #pragma once
 #include <cuda_runtime.h>
 

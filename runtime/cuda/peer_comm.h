@@ -1,7 +1,7 @@
 // peer_comm.h: the DeviceCommunicator for 2..8 ranks on one host whose GPUs are CUDA peers (NVLink), with
 // no NCCL: every collective is one of our kernels over CustomAllReduce's IPC / peer-mapped regions
 // (custom_all_reduce.cu for the protocol, peer_kernels.h for the kernels). Saves NCCL's ~0.5 GiB per GPU
-// (issue 7). Owns: its stream, the regions (through a CustomAllReduce), chunking of long messages, a
+//. Owns: its stream, the regions (through a CustomAllReduce), chunking of long messages, a
 // device scratch for all_gather_host. Does not own: deciding that it can be used (make_device_comm.h).
 #pragma once
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // bench_kernels: time the decode-path building blocks on H200-class GPUs, so that the generation
-// benchmark's step times can be explained by measurement (issue 7):
+// benchmark's step times can be explained by measurement:
 //   0. (gemv_sweep.cpp) the GEMV's weight-streaming tunings on whole decode layers;
 //   1. every linear layer of Pythia-1.4B (fp16) and Llama-7B (bf16, tp 1 and tp 2 shards) at 1 and 4
 //      tokens, through the decode GEMV and through cuBLASLt + the separate epilogue kernels; weights
