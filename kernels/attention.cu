@@ -46,7 +46,7 @@ __global__ void attention_kernel(AttentionParams p) {
   if (p.rotary_append) {
     const int pos = len - 1, half = p.rotary_ndims / 2;
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
-      q_s[d] = rotated(q, d, half, p.rotary_ndims, static_cast<float>(pos), p.inv_freq) * p.scale;
+      q_s[d] = rotated(q, d, half, p.rotary_ndims, static_cast<float>(pos), p.inv_freq, p.rotary_attention_factor) * p.scale;
     if (key_begin <= pos && pos < key_end) {
       // This block attends over the new key: append it (every Q head of the GQA group writes the same
       // bytes; the __syncthreads below makes them visible to this block's reads).
@@ -56,7 +56,7 @@ __global__ void attention_kernel(AttentionParams p) {
       T* kd = const_cast<T*>(k) + static_cast<int64_t>(pos) * hd;
       T* vd = const_cast<T*>(v) + static_cast<int64_t>(pos) * hd;
       for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        kd[d] = from_f32<T>(rotated(kr, d, half, p.rotary_ndims, static_cast<float>(pos), p.inv_freq));
+        kd[d] = from_f32<T>(rotated(kr, d, half, p.rotary_ndims, static_cast<float>(pos), p.inv_freq, p.rotary_attention_factor));
         vd[d] = vr[d];
       }
     }

@@ -45,6 +45,7 @@ struct AttentionParams {
   bool rotary_append = false;
   const float* inv_freq = nullptr;  ///< [rotary_ndims/2] f32 (rotary_append)
   int rotary_ndims = 0;             ///< even, <= head_dim; 0: no rotary (rotary_append)
+  float rotary_attention_factor = 1.0f;  ///< multiplies cos and sin (rotary_append; RotaryParams::attention_factor)
   /// Every token is the only query token of its sequence in this call (a decode step): attention() uses
   /// the decode kernel (attention_decode.cuh). rotary_append implies it. Results are the same within
   /// fp32 rounding either way.

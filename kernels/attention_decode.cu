@@ -159,14 +159,14 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
   const float fpos = static_cast<float>(pos);
   for (int i = threadIdx.x; i < (block_new_key ? 2 : 1) * hd; i += kThreads) {
     if (i < hd) {
-      q_s[i] = (p.rotary_append ? rotated(qh, i, half, p.rotary_ndims, fpos, p.inv_freq) : to_f32(qh[i])) * p.scale;
+      q_s[i] = (p.rotary_append ? rotated(qh, i, half, p.rotary_ndims, fpos, p.inv_freq, p.rotary_attention_factor) : to_f32(qh[i])) * p.scale;
     } else {
       // Append the new key (every Q head of the GQA group writes the same bytes). Its K/V are used from
       // shared memory below, never read back from the kv_cache.
       const int d = i - hd;
       const T* kh = row + static_cast<int64_t>(p.num_heads + kvh) * hd;
       const T* vh = row + static_cast<int64_t>(p.num_heads + p.num_kv_heads + kvh) * hd;
-      const float kf = rotated(kh, d, half, p.rotary_ndims, fpos, p.inv_freq);
+      const float kf = rotated(kh, d, half, p.rotary_ndims, fpos, p.inv_freq, p.rotary_attention_factor);
       const T vt = vh[d];
       const_cast<T*>(kc)[static_cast<int64_t>(pos) * hd + d] = from_f32<T>(kf);
       const_cast<T*>(vc)[static_cast<int64_t>(pos) * hd + d] = vt;

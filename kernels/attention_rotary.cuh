@@ -17,16 +17,25 @@ __device__ __forceinline__ float rotary_second(float x1, float x2, float c, floa
   return __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
 
+/// cos and sin of angle a, each multiplied by factor (ModelConfig::rope_attention_factor, yarn's
+/// attention scaling; 1 leaves them exact), as every rotating kernel computes them.
+__device__ __forceinline__ void rotary_cos_sin(float a, float factor, float* c, float* s) {
+  sincosf(a, s, c);
+  *s = __fmul_rn(*s, factor);
+  *c = __fmul_rn(*c, factor);
+}
+
 /// Dim d of head x after rotary embedding at position pos, as apply_rotary (rotary.cu) stores it:
 /// computed in fp32, rounded once to T. Dims >= rot are returned unchanged. half = rot / 2;
-/// inv_freq: [half] f32 (not read when d >= rot).
+/// inv_freq: [half] f32 (not read when d >= rot); factor multiplies cos and sin (rotary_cos_sin).
 template <typename T>
-__device__ __forceinline__ float rotated(const T* x, int d, int half, int rot, float pos, const float* inv_freq) {
+__device__ __forceinline__ float rotated(const T* x, int d, int half, int rot, float pos, const float* inv_freq,
+                                         float factor) {
   const float xd = to_f32(x[d]);
   if (d >= rot) return xd;
   const int i = d < half ? d : d - half;
   float s, c;
-  sincosf(pos * inv_freq[i], &s, &c);
+  rotary_cos_sin(pos * inv_freq[i], factor, &c, &s);
   if (d < half) {
     const float x1 = xd, x2 = to_f32(x[d + half]);
     return to_f32(from_f32<T>(rotary_first(x1, x2, c, s)));

@@ -20,7 +20,7 @@ __global__ void rotary_kernel(RotaryParams p) {
     const int head = k / half, i = k % half;
     T* x = row + static_cast<int64_t>(head) * p.head_dim;
     float s, c;
-    sincosf(pos * p.inv_freq[i], &s, &c);
+    rotary_cos_sin(pos * p.inv_freq[i], p.attention_factor, &c, &s);
     const float x1 = to_f32(x[i]), x2 = to_f32(x[i + half]);
     x[i] = from_f32<T>(rotary_first(x1, x2, c, s));  // attention_rotary.cuh: the fused kernels round alike
     x[i + half] = from_f32<T>(rotary_second(x1, x2, c, s));

@@ -24,10 +24,12 @@ struct RotaryParams {
   int num_kv_heads = 0;             ///< K heads in the row, right after the Q heads
   int head_dim = 0;
   int rotary_ndims = 0;             ///< even, <= head_dim
+  float attention_factor = 1.0f;    ///< multiplies cos and sin (ModelConfig::rope_attention_factor)
 };
 
 /// For each token t, each Q and K head, i < rotary_ndims/2, angle a = positions[t] * inv_freq[i] (fp32):
-///   x1' = x1 cos a - x2 sin a,   x2' = x2 cos a + x1 sin a,   x1 = x[i], x2 = x[i + rotary_ndims/2].
+///   x1' = x1 cos a - x2 sin a,   x2' = x2 cos a + x1 sin a,   x1 = x[i], x2 = x[i + rotary_ndims/2],
+/// with cos a and sin a multiplied by attention_factor (exact when 1).
 void apply_rotary(const RotaryParams& p, cudaStream_t stream);
 
 }  // namespace tpshard::cuda

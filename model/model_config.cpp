@@ -50,6 +50,17 @@ void check_special_ids(const ModelConfig& c, const std::string& path) {
                     "fix the file (the model's original config holds the right ids)");
 }
 
+/// Yarn's cos / sin multiplier: attention_factor when given, else transformers' get_mscale(factor) =
+/// 0.1 ln(factor) + 1 (1 for factor <= 1), or get_mscale(factor, mscale) / get_mscale(factor,
+/// mscale_all_dim) when both mscale and mscale_all_dim are set and non-zero.
+double yarn_attention_factor(const json& rs, double factor, const std::string& path) {
+  if (has(rs, "attention_factor")) return opt_num(rs, "attention_factor", 1.0, path);
+  const auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  const double mscale = opt_num(rs, "mscale", 0.0, path), mscale_all_dim = opt_num(rs, "mscale_all_dim", 0.0, path);
+  if (mscale != 0.0 && mscale_all_dim != 0.0) return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim);
+  return get_mscale(factor, 1.0);
+}
+
 /// One rope object (rope_scaling or rope_parameters, named `key` in errors): type / rope_type and factors.
 void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, const std::string& key) {
   if (!rs.is_object()) throw Error(path + ": " + key + " must be an object or null", "fix config.json");
@@ -73,11 +84,28 @@ void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, 
     c.rope_low_freq_factor = opt_num(rs, "low_freq_factor", 1.0, path);
     c.rope_high_freq_factor = opt_num(rs, "high_freq_factor", 4.0, path);
     c.rope_original_max_position_embeddings = opt_int(rs, "original_max_position_embeddings", 8192, path);
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters (modeling_rope_utils.py)
+    c.rope_type = RopeType::Yarn;
+    c.rope_original_max_position_embeddings =
+        opt_int(rs, "original_max_position_embeddings", c.max_position_embeddings, path);
+    if (c.rope_original_max_position_embeddings <= 0)
+      throw Error(path + ": " + key + ".original_max_position_embeddings must be positive", "fix config.json");
+    c.rope_factor = has(rs, "factor") ? opt_num(rs, "factor", 1.0, path)
+                                      : static_cast<double>(c.max_position_embeddings) /
+                                            static_cast<double>(c.rope_original_max_position_embeddings);
+    const double beta_fast = opt_num(rs, "beta_fast", 0.0, path), beta_slow = opt_num(rs, "beta_slow", 0.0, path);
+    c.rope_beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;  // `get("beta_fast") or 32`
+    c.rope_beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
+    c.rope_truncate = opt_bool(rs, "truncate", true, path);
+    c.rope_attention_factor = yarn_attention_factor(rs, c.rope_factor, path);
   } else {
     throw Error(path + ": unsupported rope scaling type \"" + type + "\" (" + key + ")",
-                "supported rope_scaling types: default (null), linear, dynamic, llama3");
+                "supported rope_scaling types: default (null), linear, dynamic, llama3, yarn");
   }
   if (c.rope_factor <= 0) throw Error(path + ": " + key + ".factor must be positive", "fix config.json");
+  if (!(c.rope_attention_factor > 0) || !std::isfinite(c.rope_attention_factor))
+    throw Error(path + ": " + key + ".attention_factor must be positive", "fix config.json");
 }
 
 /// The rope scaling settings of two parses agree (type and factors; rope_theta is usually given outside
@@ -85,7 +113,9 @@ void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, 
 bool same_rope(const ModelConfig& a, const ModelConfig& b) {
   return a.rope_type == b.rope_type && a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
          a.rope_high_freq_factor == b.rope_high_freq_factor &&
-         a.rope_original_max_position_embeddings == b.rope_original_max_position_embeddings;
+         a.rope_original_max_position_embeddings == b.rope_original_max_position_embeddings &&
+         a.rope_beta_fast == b.rope_beta_fast && a.rope_beta_slow == b.rope_beta_slow && a.rope_truncate == b.rope_truncate &&
+         a.rope_attention_factor == b.rope_attention_factor;
 }
 
 /// rope_scaling (transformers < 5) or rope_parameters (transformers >= 5). When a config has both (an
@@ -108,6 +138,17 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
   }
   if (params) parse_rope_object(j["rope_parameters"], c, path, "rope_parameters");
   else if (scaling) parse_rope_object(j["rope_scaling"], c, path, "rope_scaling");
+}
+
+/// parse_rope, then transformers' standardize_rope_params rule for yarn: a top-level
+/// original_max_position_embeddings (Phi-3 style) wins over the one in the rope object. The factor and
+/// attention factor are recomputed from it when the rope object leaves them out.
+void parse_rope_top(const json& j, ModelConfig& c, const std::string& path) {
+  parse_rope(j, c, path);
+  if (c.rope_type != RopeType::Yarn || !has(j, "original_max_position_embeddings")) return;
+  json rs = has(j, "rope_parameters") ? j["rope_parameters"] : j["rope_scaling"];
+  rs["original_max_position_embeddings"] = j["original_max_position_embeddings"];
+  parse_rope_object(rs, c, path, has(j, "rope_parameters") ? "rope_parameters" : "rope_scaling");
 }
 
 }  // namespace
@@ -188,7 +229,7 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
     if (partial <= 0.0 || partial > 1.0)
       throw Error(path + ": rotary_pct / partial_rotary_factor must be in (0, 1], got " + std::to_string(partial), "fix config.json");
     c.rotary_ndims = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);
-    parse_rope(j, c, path);
+    parse_rope_top(j, c, path);
     if (c.rotary_ndims <= 0 || c.rotary_ndims % 2 != 0 || c.rotary_ndims > c.head_dim)
       throw Error(path + ": rotary dims " + std::to_string(c.rotary_ndims) + " (head_dim " + std::to_string(c.head_dim) +
                       " * rotary_pct) must be even and in [2, head_dim]",
@@ -275,6 +316,14 @@ json model_config_to_json(const ModelConfig& c) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_factor}};
   } else if (c.rope_type == RopeType::Dynamic) {
     j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", c.rope_factor}};
+  } else if (c.rope_type == RopeType::Yarn) {
+    j["rope_scaling"] = {{"rope_type", "yarn"},
+                         {"factor", c.rope_factor},
+                         {"original_max_position_embeddings", c.rope_original_max_position_embeddings},
+                         {"beta_fast", c.rope_beta_fast},
+                         {"beta_slow", c.rope_beta_slow},
+                         {"truncate", c.rope_truncate},
+                         {"attention_factor", c.rope_attention_factor}};
   } else {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", c.rope_factor},
@@ -282,6 +331,7 @@ json model_config_to_json(const ModelConfig& c) {
                          {"high_freq_factor", c.rope_high_freq_factor},
                          {"original_max_position_embeddings", c.rope_original_max_position_embeddings}};
   }
+  j["rope_attention_factor"] = c.rope_attention_factor;
   j["attention_bias"] = c.attention_bias;
   j["attention_out_bias"] = c.attention_out_bias;
   j["mlp_bias"] = c.mlp_bias;
@@ -325,12 +375,40 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
     c.rope_low_freq_factor = tmp.rope_low_freq_factor;
     c.rope_high_freq_factor = tmp.rope_high_freq_factor;
     c.rope_original_max_position_embeddings = tmp.rope_original_max_position_embeddings;
+    c.rope_beta_fast = tmp.rope_beta_fast;
+    c.rope_beta_slow = tmp.rope_beta_slow;
+    c.rope_truncate = tmp.rope_truncate;
+    c.rope_attention_factor = tmp.rope_attention_factor;
   }
+  c.rope_attention_factor = opt_num(j, "rope_attention_factor", c.rope_attention_factor, where);  // older manifests: none
+  if (!(c.rope_attention_factor > 0) || !std::isfinite(c.rope_attention_factor))
+    throw Error(where + ": rope_attention_factor must be positive", "re-run tpshard convert");
   c.attention_bias = opt_bool(j, "attention_bias", c.attention_bias, where);
   c.attention_out_bias = opt_bool(j, "attention_out_bias", c.attention_out_bias, where);
   c.mlp_bias = opt_bool(j, "mlp_bias", c.mlp_bias, where);
   c.gated_mlp = opt_bool(j, "gated_mlp", c.gated_mlp, where);
+  // The windows as converted (Qwen2 derives them from config.json fields the manifest does not keep).
+  if (has(j, "layer_windows")) {
+    if (!j["layer_windows"].is_array()) throw Error(where + ": layer_windows is not a list", "re-run tpshard convert");
+    c.layer_windows.clear();
+    for (const json& w : j["layer_windows"]) {
+      if (!w.is_number_integer() || w.get<int64_t>() < 0)
+        throw Error(where + ": layer_windows must hold integers >= 0", "re-run tpshard convert");
+      c.layer_windows.push_back(w.get<int64_t>());
+    }
+    if (!c.layer_windows.empty() && static_cast<int64_t>(c.layer_windows.size()) != c.num_hidden_layers)
+      throw Error(where + ": " + std::to_string(c.layer_windows.size()) + " layer_windows for " +
+                      std::to_string(c.num_hidden_layers) + " layers", "re-run tpshard convert");
+  }
   c.sliding_window = opt_int(j, "sliding_window", 0, where);
+  if (c.sliding_window > 0 && c.layer_windows.empty()) {
+    // A manifest whose sliding_window has no per-layer windows (older converters): Mistral's applies to
+    // every layer; Qwen2's layers depend on max_window_layers / layer_types, which it does not hold.
+    if (c.arch != Arch::Mistral)
+      throw Error(where + ": sliding_window " + std::to_string(c.sliding_window) +
+                      " without layer_windows (the layers that use it)", "re-run tpshard convert");
+    c.layer_windows.assign(static_cast<size_t>(c.num_hidden_layers), c.sliding_window);
+  }
   // layer_windows and attention_scale: the architecture's parse (above) reads the manifest's fields of
   // the same name; a manifest written before they existed has neither (all global, 1/sqrt(head_dim)).
   // "position_embedding" follows from the architecture; an edit of it alone is refused.

@@ -20,8 +20,9 @@ enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_
 /// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'
 /// _compute_dynamic_ntk_parameters) equals Default for sequences within max_position_embeddings, the
 /// only lengths a session runs (session_types.h refuses a longer max_seq_len); rope_dynamic_ntk_inv_freq
-/// (runtime/rope.h) gives the frequencies past it.
-enum class RopeType { Default, Linear, Llama3, Dynamic };
+/// (runtime/rope.h) gives the frequencies past it. Yarn: transformers' _compute_yarn_parameters (blended
+/// frequencies, and cos / sin multiplied by rope_attention_factor).
+enum class RopeType { Default, Linear, Llama3, Dynamic, Yarn };
 /// How positions enter the model: rotary on Q/K (GPT-NeoX, Llama), or a learned absolute position
 /// embedding table added to the token embeddings (GPT-Neo: wpe; no rotary at all, rotary_ndims 0).
 enum class PositionKind { Rotary, Learned };
@@ -48,18 +49,32 @@ struct ModelConfig {
   int64_t rotary_ndims = 0;         ///< 0 with learned positions; else leading dims of each head that rotate: head_dim * rotary_pct (partial_rotary_factor)
   double rope_theta = 10000.0;      ///< rotary_emb_base (GPT-NeoX) / rope_theta / rope_parameters.rope_theta
   RopeType rope_type = RopeType::Default;
-  double rope_factor = 1.0;                       ///< rope_scaling.factor (Linear, Llama3, Dynamic)
+  double rope_factor = 1.0;                       ///< rope_scaling.factor (Linear, Llama3, Dynamic, Yarn)
   double rope_low_freq_factor = 1.0;              ///< Llama3 only
   double rope_high_freq_factor = 4.0;             ///< Llama3 only
-  int64_t rope_original_max_position_embeddings = 8192;  ///< Llama3 only
+  /// Llama3 (default 8192) and Yarn (default: a top-level original_max_position_embeddings, else
+  /// max_position_embeddings, as transformers' standardize_rope_params sets it)
+  int64_t rope_original_max_position_embeddings = 8192;
+  double rope_beta_fast = 32.0;                   ///< Yarn only: rope_scaling.beta_fast (32 when absent or 0)
+  double rope_beta_slow = 1.0;                    ///< Yarn only: rope_scaling.beta_slow (1 when absent or 0)
+  bool rope_truncate = true;                      ///< Yarn only: rope_scaling.truncate (floor / ceil the correction range)
+  /// cos and sin are multiplied by this (transformers' attention_scaling). Yarn: rope_scaling.attention_factor,
+  /// else from factor (0.1 ln(factor) + 1) or mscale / mscale_all_dim; 1 for every other rope type.
+  /// Manifest "rope_attention_factor" (absent in older manifests: 1).
+  double rope_attention_factor = 1.0;
   bool attention_bias = false;      ///< q/k/v projections have a bias (GPT-NeoX: always; Qwen2: true)
   bool attention_out_bias = false;  ///< attention output projection has a bias (GPT-NeoX: true)
   bool mlp_bias = false;            ///< MLP projections have biases (GPT-NeoX: true)
   bool tie_word_embeddings = false; ///< lm_head shares token_embd
-  int64_t sliding_window = 0;       ///< Mistral/Qwen2 sliding-window attention span when enabled; 0 = full attention
-  /// Per-layer local attention window (GPT-Neo attention_types / window_size): layer l's query at
-  /// position p attends to keys p - layer_windows[l] < j <= p; 0 = global (causal over all positions).
-  /// Empty = every layer global. Unlike sliding_window it does not limit the sequence length.
+  /// Mistral / Qwen2 sliding_window when some layer uses it (0 = none, also when it is at least
+  /// max_position_embeddings); the layers that do carry it in layer_windows, which is what the backends read.
+  int64_t sliding_window = 0;
+  /// Per-layer local attention window: layer l's query at position p attends to keys
+  /// p - layer_windows[l] < j <= p; 0 = global (causal over all positions). Empty = every layer global.
+  /// GPT-Neo: attention_types / window_size; Mistral: sliding_window on every layer; Qwen2 with
+  /// use_sliding_window: sliding_window on the layers of layer_types "sliding_attention" (without
+  /// layer_types: the layers l >= max_window_layers). transformers' local mask for GPT-Neo and its
+  /// sliding_window_overlay (masking_utils.py: kv_idx > q_idx - sliding_window) are the same rule.
   std::vector<int64_t> layer_windows;
   double attention_scale = 0.0;     ///< score multiplier q.k * scale; 0 = 1/sqrt(head_dim) (GPT-Neo: 1, unscaled)
   std::string torch_dtype;          ///< "float16" / "bfloat16" / "float32" from torch_dtype or dtype; may be empty

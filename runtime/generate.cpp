@@ -19,9 +19,7 @@
 namespace tpshard {
 
 int64_t model_seq_limit(const ModelConfig& config) {
-  int64_t limit = config.max_position_embeddings > 0 ? config.max_position_embeddings : 0;
-  if (config.sliding_window > 0) limit = limit > 0 ? std::min(limit, config.sliding_window) : config.sliding_window;
-  return limit;
+  return config.max_position_embeddings > 0 ? config.max_position_embeddings : 0;
 }
 
 void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who, int64_t model_limit) {

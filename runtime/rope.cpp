@@ -1,6 +1,7 @@
 // rope.cpp: rotary frequencies (transformers' modeling_rope_utils.py formulas) and rotate_half.
 #include "runtime/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -41,6 +42,31 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
       }
       f = scaled;
     }
+  } else if (c.rope_type == RopeType::Yarn) {
+    // _compute_yarn_parameters: blend of the extrapolated (default) and interpolated (/ factor)
+    // frequencies by a linear ramp between the correction dims of beta_fast and beta_slow rotations
+    // over original_max_position_embeddings (those bounds in double, like Python's math; the rest f32).
+    const double base_d = c.rope_theta, orig = static_cast<double>(c.rope_original_max_position_embeddings);
+    const auto correction_dim = [&](double rotations) {
+      return static_cast<double>(dim) * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base_d));
+    };
+    double low = correction_dim(c.rope_beta_fast), high = correction_dim(c.rope_beta_slow);
+    if (c.rope_truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
+    if (low == high) high += 0.001;  // prevent singularity
+    const float low_f = static_cast<float>(low), span = static_cast<float>(high - low);
+    const float factor = static_cast<float>(c.rope_factor);
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      const float pos_freq = std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim));
+      const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+      const float ramp = std::min(1.0f, std::max(0.0f, (static_cast<float>(i) - low_f) / span));
+      const float extrapolation_factor = 1.0f - ramp;
+      inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+    }
   }
   return inv;
 }
@@ -55,11 +81,11 @@ std::vector<float> rope_dynamic_ntk_inv_freq(const ModelConfig& c, int64_t seq_l
   return rope_inv_freq(d);
 }
 
-void apply_rotary(float* x, int pos, const std::vector<float>& inv_freq) {
+void apply_rotary(float* x, int pos, const std::vector<float>& inv_freq, float attention_factor) {
   const size_t half = inv_freq.size();
   for (size_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * inv_freq[i];
-    const float cs = std::cos(angle), sn = std::sin(angle);
+    const float cs = std::cos(angle) * attention_factor, sn = std::sin(angle) * attention_factor;
     const float a = x[i], b = x[i + half];
     x[i] = a * cs - b * sn;
     x[i + half] = b * cs + a * sn;

@@ -1,6 +1,7 @@
 // rope.h: rotary position embedding frequencies, computed on the host for every backend.
 // Formulas follow transformers' modeling_rope_utils.py: _compute_default_rope_parameters,
-// _compute_linear_scaling_rope_parameters and _compute_llama3_parameters (all in float32, like torch).
+// _compute_linear_scaling_rope_parameters, _compute_llama3_parameters and _compute_yarn_parameters (all
+// in float32, like torch).
 #pragma once
 #include <vector>
 
@@ -9,7 +10,8 @@
 namespace tpshard {
 
 /// inv_freq[i] for i in [0, rotary_ndims / 2): 1 / rope_theta^(2i / rotary_ndims), then scaled per
-/// rope_type (Linear: / factor; Llama3: wavelength-dependent smoothing). f32, like transformers.
+/// rope_type (Linear: / factor; Llama3: wavelength-dependent smoothing; Yarn: ramp between
+/// extrapolation and interpolation by factor). f32, like transformers.
 /// Empty with learned positions (PositionKind::Learned: no rotary). Throws Error when rotary_ndims is odd or not in (0, head_dim].
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 
@@ -23,6 +25,8 @@ std::vector<float> rope_dynamic_ntk_inv_freq(const ModelConfig& c, int64_t seq_l
 /// Apply HF rotate_half rotary in place to one head vector x[head_dim] at position pos:
 /// for i < d/2 (d = 2 * inv_freq.size()): a = x[i], b = x[i + d/2], angle = pos * inv_freq[i] (f32),
 /// x[i] = a cos - b sin, x[i + d/2] = b cos + a sin. Dims >= d are unchanged (partial rotary).
-void apply_rotary(float* x, int pos, const std::vector<float>& inv_freq);
+/// cos and sin are multiplied by attention_factor first (ModelConfig::rope_attention_factor; transformers'
+/// attention_scaling: emb.cos() * attention_scaling).
+void apply_rotary(float* x, int pos, const std::vector<float>& inv_freq, float attention_factor = 1.0f);
 
 }  // namespace tpshard

@@ -36,21 +36,11 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, co
 
 int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config) {
   const int64_t model_max = config.max_position_embeddings;
-  const int64_t window = config.sliding_window;  // 0: full attention
-  if (opts.max_seq_len <= 0) {
-    int64_t seq = model_max > 0 ? std::min<int64_t>(model_max, 2048) : 2048;
-    if (window > 0) seq = std::min(seq, window);
-    return static_cast<int>(seq);
-  }
+  if (opts.max_seq_len <= 0) return static_cast<int>(model_max > 0 ? std::min<int64_t>(model_max, 2048) : 2048);
   TPS_CHECK(model_max <= 0 || opts.max_seq_len <= model_max,
             "--max-seq-len " + std::to_string(opts.max_seq_len) + " exceeds the model's max_position_embeddings " +
                 std::to_string(model_max),
             "pass --max-seq-len " + std::to_string(model_max) + " or less");
-  TPS_CHECK(window <= 0 || opts.max_seq_len <= window,
-            "--max-seq-len " + std::to_string(opts.max_seq_len) + " exceeds the model's sliding_window " +
-                std::to_string(window) + ": tprun does not implement sliding-window attention, so longer sequences "
-                "would attend to keys the model ignores",
-            "pass --max-seq-len " + std::to_string(window) + " or less (up to the window the results are exact)");
   return opts.max_seq_len;
 }
 

@@ -28,10 +28,10 @@ struct SessionOptions {
   bool quiet = false;            ///< do not print the "backend" line on stderr
 };
 
-/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048,
-/// sliding_window) when 0. Throws Error when it exceeds max_position_embeddings, or the sliding window
-/// (Mistral v0.1, Qwen2 with use_sliding_window): neither backend implements sliding-window attention,
-/// and up to the window full causal attention is exactly the same thing. Used by both backends.
+/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048)
+/// when 0. Throws Error when it exceeds max_position_embeddings. A sliding window (Mistral, Qwen2 with
+/// use_sliding_window) does not limit it: the backends attend within the window (layer_windows).
+/// Used by both backends.
 int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config);
 
 /// The tokenizer of a model directory (tokenizer.json or tokenizer.model, Tokenizer::load), or nullptr when

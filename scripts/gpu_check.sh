@@ -254,7 +254,7 @@ if [ ! -x "$BG" ]; then
   result FAIL "bench_generate" "$BG missing (tools/CMakeLists.txt needs add_subdirectory(bench_generate) when TPSHARD_HAVE_CUDA)"
 else
   FIX=$REPO/tests/fixtures
-  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo stories260K; do
+  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn stories260K; do
     MD=$WORK/k_$m
     if ! run_logged "convert $m" "$BIN/tpshard" convert "$FIX/$m" -o "$MD" --tp 1,2 -q; then
       k_result FAIL "convert $m"; continue
@@ -272,8 +272,8 @@ else
     done
   done
   # prompts split across several GPU steps of at most 4 tokens (prefill continuing a slot's kv_cache;
-  # tiny-gpt-neo: local layers' window of 4 spans the steps)
-  for m in tiny-llama3-rope tiny-gpt-neo; do
+  # tiny-gpt-neo / tiny-mistral-swa: the local window of 4 / sliding window of 6 spans the steps)
+  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa; do
     for TP in 1 2; do
       [ "$TP" -le "$NGPU" ] || continue
       if run_logged "cuda runner steps $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --max-step-tokens 3 \

@@ -5,7 +5,8 @@ reference.json of transformers outputs (last-position logits and greedy continua
 Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OUT_ROOT = tests/fixtures)
 
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
-tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, and the repacked fixtures tiny-internlm2
+tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
+tiny-llama-yarn (yarn rope scaling), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -60,6 +61,27 @@ def qwen2_config():
                        num_hidden_layers=2, intermediate_size=128, vocab_size=VOCAB,
                        tie_word_embeddings=False, max_position_embeddings=128,
                        rms_norm_eps=1e-6, rope_theta=1000000.0)
+
+
+def mistral_swa_config():
+    # GQA 8/2; sliding_window 6, shorter than the prompts (lengths up to 23 + 16 new tokens), so the
+    # window changes the result on every layer.
+    from transformers import MistralConfig
+    return MistralConfig(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                         intermediate_size=160, vocab_size=VOCAB, rms_norm_eps=1e-5,
+                         max_position_embeddings=128, rope_theta=10000.0, sliding_window=6,
+                         tie_word_embeddings=False)
+
+
+def llama_yarn_config():
+    # yarn rope (factor 4 over original_max_position_embeddings 32, max_position_embeddings 128): the
+    # ramp between the correction dims and the attention factor 0.1 ln 4 + 1 change every position.
+    from transformers import LlamaConfig
+    return LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                       intermediate_size=160, vocab_size=VOCAB, rms_norm_eps=1e-5,
+                       max_position_embeddings=128, tie_word_embeddings=False, rope_theta=10000.0,
+                       rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                     "original_max_position_embeddings": 32})
 
 
 def gpt_neo_config():
@@ -267,6 +289,8 @@ def main():
         ("tiny-llama3-rope", llama_config(llama3_rope=True), 400),
         ("tiny-qwen2", qwen2_config(), 500),
         ("tiny-gpt-neo", gpt_neo_config(), 600),
+        ("tiny-mistral-swa", mistral_swa_config(), 800),
+        ("tiny-llama-yarn", llama_yarn_config(), 900),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:
@@ -294,6 +318,11 @@ def main():
             raise SystemExit(f"{name}: no seed in {MAX_SEED_TRIES} tries gives margin >= {MIN_MARGIN}")
         ref["seed"] = seed
         print(f"{name}: seed {seed}, greedy_min_margin {ref['greedy_min_margin']:.4g}")
+        if name == "tiny-llama-yarn":
+            # transformers' inv_freq and attention_scaling, for the rope table test
+            rot = model.model.rotary_emb
+            ref["yarn_inv_freq"] = [float(x) for x in rot.inv_freq.tolist()]
+            ref["yarn_attention_scaling"] = float(rot.attention_scaling)
         save(model, path(name), ref)
 
         if name == "tiny-llama":

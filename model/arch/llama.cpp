@@ -21,6 +21,18 @@ double parse_common(const nlohmann::json& j, ModelConfig& c, const std::string& 
   return opt_num(j, "partial_rotary_factor", 1.0, path);
 }
 
+void set_sliding_window(ModelConfig& c, int64_t window, const std::vector<bool>& sliding) {
+  c.sliding_window = 0;
+  c.layer_windows.clear();
+  // a window of max_position_embeddings or more never limits attention
+  if (window <= 0 || window >= c.max_position_embeddings) return;
+  bool any = false;
+  for (bool s : sliding) any = any || s;
+  if (!any) return;
+  c.sliding_window = window;
+  for (bool s : sliding) c.layer_windows.push_back(s ? window : 0);
+}
+
 std::vector<OutputTensor> plan(const ModelConfig& c) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim;
   const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;

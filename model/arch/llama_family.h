@@ -20,6 +20,11 @@ double parse_common(const nlohmann::json& j, ModelConfig& c, const std::string& 
 /// (both default false).
 void parse_llama_biases(const nlohmann::json& j, ModelConfig& c, const std::string& path);
 
+/// Mistral / Qwen2 sliding-window attention as per-layer windows: c.layer_windows[l] = window where
+/// sliding[l] (one entry per layer), else 0; c.sliding_window = window. Both empty / 0 when window <= 0,
+/// window >= max_position_embeddings (it never limits attention) or no layer slides.
+void set_sliding_window(ModelConfig& c, int64_t window, const std::vector<bool>& sliding);
+
 /// Tensors under model.* and lm_head.weight (HF LlamaForCausalLM names).
 std::vector<OutputTensor> plan(const ModelConfig& c);
 

@@ -138,7 +138,8 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
   // Rotary on Q and K heads, then append K/V to the kv_cache.
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_cols;
-    for (int64_t j = 0; j < hpr + kv_heads_; ++j) apply_rotary(row + j * hd, toks[t].pos, inv_freq_);
+    for (int64_t j = 0; j < hpr + kv_heads_; ++j)
+      apply_rotary(row + j * hd, toks[t].pos, inv_freq_, static_cast<float>(config_.rope_attention_factor));
     for (int64_t j = 0; j < kv_heads_; ++j) {
       std::memcpy(k_at(layer, toks[t].slot, j, toks[t].pos), row + (hpr + j) * hd, hd * sizeof(float));
       std::memcpy(v_at(layer, toks[t].slot, j, toks[t].pos), row + (hpr + kv_heads_ + j) * hd, hd * sizeof(float));
@@ -146,7 +147,7 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
   }
 
   // Causal attention: the query at position p sees positions 0..p of its own slot; on a local layer of
-  // window w only p - w < j <= p (transformers' GPT-Neo local mask).
+  // window w only p - w < j <= p (transformers' GPT-Neo local mask and sliding_window_overlay alike).
   const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
   const int64_t first_head = mine_.heads.begin;
   const int64_t window = config_.layer_windows.empty() ? 0 : config_.layer_windows[layer];

@@ -2,6 +2,7 @@
 // hand-written old/new spellings; make_parallel_layout divisibility, KV replication and vocab padding.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "format/error.h"
@@ -103,6 +104,7 @@ TEST_CASE("TinyLlama and Mistral") {
   const ModelConfig m = parse_hf_config(load("mistral-7b-v0.1.config.json"), "mi");
   CHECK(m.architecture == "MistralForCausalLM");
   CHECK(m.sliding_window == 4096);
+  CHECK(m.layer_windows == std::vector<int64_t>(32, 4096));  // every layer
   CHECK_FALSE(m.attention_bias);
 }
 
@@ -155,8 +157,8 @@ TEST_CASE("rope_scaling: linear, llama3, dynamic (type and rope_type keys); unkn
   CHECK(c.rope_type == RopeType::Llama3);
   CHECK(c.rope_factor == 32.0);
   CHECK(c.rope_original_max_position_embeddings == 8192);
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  CHECK(error_of(j).find("unsupported rope scaling type \"yarn\"") != std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  CHECK(error_of(j).find("unsupported rope scaling type \"longrope\"") != std::string::npos);
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 4.0}};
   c = parse_hf_config(j, "c");
   CHECK(c.rope_type == RopeType::Dynamic);
@@ -180,9 +182,9 @@ TEST_CASE("rope_parameters and rope_scaling in one config: used when they agree,
   j["rope_parameters"] = "x";  // not an object: refused, not read as "no scaling"
   CHECK(error_of(j) == "config.json: rope_parameters must be an object or null");
   j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
   e = error_of(j);
-  CHECK_MESSAGE(e.find("unsupported rope scaling type \"yarn\" (rope_scaling)") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("unsupported rope scaling type \"longrope\" (rope_scaling)") != std::string::npos, e);
   j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "linear"}, {"factor", 4.0}};
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};  // the same scaling twice: fine
   const ModelConfig c = parse_hf_config(j, "c");
@@ -367,4 +369,116 @@ TEST_CASE("a manifest written before per-layer windows and learned positions exi
   json edited = model_config_to_json(n);
   edited["position_embedding"] = "learned";
   CHECK_THROWS_WITH_AS(model_config_from_json(edited, "manifest.json"), doctest::Contains("position_embedding"), Error);
+}
+
+static json qwen2_base() {
+  json j = llama_base();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  j["num_hidden_layers"] = 4;
+  j["sliding_window"] = 16;
+  return j;
+}
+
+TEST_CASE("Qwen2 sliding window: only with use_sliding_window, on layer_types' sliding layers or l >= max_window_layers") {
+  json j = qwen2_base();
+  ModelConfig c = parse_hf_config(j, "q");
+  CHECK(c.sliding_window == 0);  // use_sliding_window defaults to false
+  CHECK(c.layer_windows.empty());
+  j["use_sliding_window"] = true;
+  c = parse_hf_config(j, "q");  // max_window_layers 28 >= 4 layers: no layer slides
+  CHECK(c.sliding_window == 0);
+  CHECK(c.layer_windows.empty());
+  j["max_window_layers"] = 2;
+  c = parse_hf_config(j, "q");
+  CHECK(c.sliding_window == 16);
+  CHECK(c.layer_windows == std::vector<int64_t>{0, 0, 16, 16});
+  // manifest round trip keeps the windows (max_window_layers is not stored)
+  const ModelConfig b = model_config_from_json(model_config_to_json(c), "manifest.json");
+  CHECK(b.layer_windows == c.layer_windows);
+  CHECK(b.sliding_window == 16);
+  j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  c = parse_hf_config(j, "q");  // layer_types wins over max_window_layers
+  CHECK(c.layer_windows == std::vector<int64_t>{16, 0, 16, 0});
+  j["layer_types"] = {"sliding_attention", "full_attention"};
+  CHECK(error_of(j).find("layer_types is not a list of 4 entries") != std::string::npos);
+  j["layer_types"] = {"sliding_attention", "full_attention", "chunked_attention", "full_attention"};
+  CHECK(error_of(j).find("unknown layer type \"chunked_attention\"") != std::string::npos);
+  j.erase("layer_types");
+  j["sliding_window"] = 128;  // >= max_position_embeddings: never limits attention
+  c = parse_hf_config(j, "q");
+  CHECK(c.sliding_window == 0);
+  CHECK(c.layer_windows.empty());
+}
+
+TEST_CASE("a manifest whose sliding_window has no layer_windows: Mistral's on every layer, Qwen2's refused") {
+  json mi = llama_base();
+  mi["architectures"] = {"MistralForCausalLM"};
+  mi["sliding_window"] = 6;
+  const ModelConfig m = parse_hf_config(mi, "m");
+  CHECK(m.layer_windows == std::vector<int64_t>{6, 6});
+  json old = model_config_to_json(m);
+  old["layer_windows"] = json::array();
+  CHECK(model_config_from_json(old, "manifest.json").layer_windows == std::vector<int64_t>{6, 6});
+  old.erase("layer_windows");
+  CHECK(model_config_from_json(old, "manifest.json").layer_windows == std::vector<int64_t>{6, 6});
+  json q = qwen2_base();
+  q["use_sliding_window"] = true;
+  q["max_window_layers"] = 0;
+  json oldq = model_config_to_json(parse_hf_config(q, "q"));
+  oldq["layer_windows"] = json::array();
+  CHECK_THROWS_WITH_AS(model_config_from_json(oldq, "manifest.json"), doctest::Contains("without layer_windows"), Error);
+}
+
+TEST_CASE("yarn rope scaling: Qwen2.5's rope_scaling spelling, transformers' defaults, manifest round trip") {
+  json j = qwen2_base();
+  j["max_position_embeddings"] = 32768;
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  ModelConfig c = parse_hf_config(j, "q");
+  CHECK(c.rope_type == RopeType::Yarn);
+  CHECK(c.rope_factor == 4.0);
+  CHECK(c.rope_original_max_position_embeddings == 32768);
+  CHECK(c.rope_beta_fast == 32.0);
+  CHECK(c.rope_beta_slow == 1.0);
+  CHECK(c.rope_truncate);
+  CHECK(c.rope_attention_factor == doctest::Approx(0.1 * std::log(4.0) + 1.0).epsilon(1e-15));
+  const ModelConfig b = model_config_from_json(model_config_to_json(c), "manifest.json");
+  CHECK(b.rope_type == RopeType::Yarn);
+  CHECK(b.rope_factor == c.rope_factor);
+  CHECK(b.rope_original_max_position_embeddings == 32768);
+  CHECK(b.rope_attention_factor == c.rope_attention_factor);
+  CHECK(b.rope_truncate);
+
+  // explicit fields; mscale / mscale_all_dim (DeepSeek style); factor from the lengths when absent
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}, {"original_max_position_embeddings", 4096},
+                       {"beta_fast", 16}, {"beta_slow", 2}, {"truncate", false}, {"mscale", 0.5}, {"mscale_all_dim", 1.0}};
+  c = parse_hf_config(j, "q");
+  CHECK(c.rope_beta_fast == 16.0);
+  CHECK(c.rope_beta_slow == 2.0);
+  CHECK_FALSE(c.rope_truncate);
+  CHECK(c.rope_attention_factor == doctest::Approx((0.05 * std::log(8.0) + 1.0) / (0.1 * std::log(8.0) + 1.0)));
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"original_max_position_embeddings", 8192}, {"attention_factor", 1.5}};
+  c = parse_hf_config(j, "q");
+  CHECK(c.rope_factor == 4.0);  // 32768 / 8192
+  CHECK(c.rope_attention_factor == 1.5);
+  // a top-level original_max_position_embeddings wins (transformers' standardize_rope_params)
+  j["original_max_position_embeddings"] = 16384;
+  c = parse_hf_config(j, "q");
+  CHECK(c.rope_original_max_position_embeddings == 16384);
+  CHECK(c.rope_factor == 2.0);
+  CHECK(model_config_from_json(model_config_to_json(c), "m").rope_original_max_position_embeddings == 16384);
+  // without original_max_position_embeddings: max_position_embeddings, factor 1, attention factor 1
+  j.erase("original_max_position_embeddings");
+  j["rope_scaling"] = {{"rope_type", "yarn"}};
+  c = parse_hf_config(j, "q");
+  CHECK(c.rope_original_max_position_embeddings == 32768);
+  CHECK(c.rope_attention_factor == 1.0);
+}
+
+TEST_CASE("a manifest written before rope_attention_factor existed loads with 1") {
+  json m = model_config_to_json(parse_hf_config(llama_base(), "l"));
+  m.erase("rope_attention_factor");
+  CHECK(model_config_from_json(m, "manifest.json").rope_attention_factor == 1.0);
+  m["rope_attention_factor"] = -1.0;
+  CHECK_THROWS_WITH_AS(model_config_from_json(m, "manifest.json"), doctest::Contains("rope_attention_factor"), Error);
 }

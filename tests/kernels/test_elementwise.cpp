@@ -127,6 +127,18 @@ TEST_CASE("rotary: full and partial rotary, head_dim 64/80/128, GQA rows") {
       if (t == DType::F32) tol = {2e-4, 2e-4, 1e-4};
       check_close(std::string("rotary ") + name_of(t) + " hd " + std::to_string(c.hd) + " rot " + std::to_string(c.rot),
                   download(d_qkv->ptr, ref.size(), t), ref, tol);
+      // attention_factor (yarn): cos and sin scaled, i.e. the rotated dims of Q and K heads scaled
+      const float factor = 1.1386294f;
+      Buf d_qkv2 = upload(qkv, t);
+      p.qkv = d_qkv2->ptr;
+      p.attention_factor = factor;
+      cuda::apply_rotary(p, nullptr);
+      Vec scaled = ref;
+      for (int r = 0; r < n; ++r)
+        for (int h = 0; h < c.heads + c.kv; ++h)
+          for (int d = 0; d < c.rot; ++d) scaled[r * stride + h * c.hd + d] *= factor;
+      check_close(std::string("rotary x attention_factor ") + name_of(t) + " hd " + std::to_string(c.hd),
+                  download(d_qkv2->ptr, scaled.size(), t), scaled, tol);
     }
   }
 }

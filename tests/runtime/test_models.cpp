@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fakes.h"
+#include "model/manifest.h"
 #include "runtime/generate.h"
 #include "runtime/rope.h"
 #include "runtime/session.h"
@@ -177,6 +178,32 @@ TEST_CASE("checkpoint in several safetensors files: vs transformers at tp 1, 2, 
 
 TEST_CASE("GPT-Neo, learned positions, global/local attention (window 4), unscaled scores: vs transformers at tp 1, 2, 4, 5, 10") {
   check_against_hf("tiny-gpt-neo", {1, 2, 4, 5, 10});
+}
+
+TEST_CASE("Mistral, sliding_window 6 (shorter than the prompts), GQA 8/2: vs transformers at tp 1, 2, 4") {
+  check_against_hf("tiny-mistral-swa");
+}
+
+TEST_CASE("yarn rope scaling (factor 4, original_max_position_embeddings 32): vs transformers at tp 1, 2") {
+  check_against_hf("tiny-llama-yarn", {1, 2});
+}
+
+TEST_CASE("yarn rope: inv_freq and attention factor equal transformers' _compute_yarn_parameters") {
+  const nlohmann::json ref = reference("tiny-llama-yarn");
+  const std::string dir = converted("tiny-llama-yarn", {1, 2});
+  const ModelConfig c = load_manifest(dir).model;
+  CHECK(c.rope_type == RopeType::Yarn);
+  CHECK(c.rope_attention_factor == doctest::Approx(ref["yarn_attention_scaling"].get<double>()).epsilon(1e-12));
+  const auto hf = ref["yarn_inv_freq"].get<std::vector<float>>();
+  const auto ours = rope_inv_freq(c);
+  REQUIRE(ours.size() == hf.size());
+  for (size_t i = 0; i < hf.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(ours[i] - hf[i]) <= 1e-6f * std::abs(hf[i]));
+  }
+  ModelConfig plain = c;
+  plain.rope_type = RopeType::Default;
+  CHECK(ours != rope_inv_freq(plain));  // the scaling changes some frequencies
 }
 
 TEST_CASE("a prompt gives the same logits alone and in a batch") {

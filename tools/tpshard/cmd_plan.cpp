@@ -12,15 +12,11 @@ namespace tpshard::cli {
 int run_plan(const std::string& dir, int tp_size, int64_t batch, int64_t max_seq, double gpu_gib) {
   const Manifest m = load_manifest(dir);
   // the limits tprun applies (runtime/session_types.h effective_max_seq_len): plan only what can run
-  const int64_t model_max = m.model.max_position_embeddings, window = m.model.sliding_window;
+  const int64_t model_max = m.model.max_position_embeddings;
   TPS_CHECK(model_max <= 0 || max_seq <= model_max,
             "plan: --max-seq " + std::to_string(max_seq) + " exceeds the model's max_position_embeddings " +
                 std::to_string(model_max),
             "pass --max-seq " + std::to_string(model_max) + " or less");
-  TPS_CHECK(window <= 0 || max_seq <= window,
-            "plan: --max-seq " + std::to_string(max_seq) + " exceeds the model's sliding_window " +
-                std::to_string(window) + " (tprun refuses longer sequences)",
-            "pass --max-seq " + std::to_string(window) + " or less");
   const MemoryPlan p = plan_memory(m, tp_size, batch, max_seq, dir);
   std::printf("per-GPU memory plan: tp %d, batch %lld, max_seq %lld, dtype %s\n", tp_size, (long long)batch,
               (long long)max_seq, dtype_name(m.dtype));

@@ -313,6 +313,7 @@ void Transformer::attention_core(int i, const StepMeta& m) {
     a.rotary_append = true;
     a.inv_freq = inv_freq_;
     a.rotary_ndims = static_cast<int>(c_.rotary_ndims);
+    a.rotary_attention_factor = static_cast<float>(c_.rope_attention_factor);
   } else {
     apply_rotary_and_append(i, m, qkv_rows);
   }
@@ -333,6 +334,7 @@ void Transformer::apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows
   r.num_kv_heads = kvh;
   r.head_dim = hd;
   r.rotary_ndims = static_cast<int>(c_.rotary_ndims);
+  r.attention_factor = static_cast<float>(c_.rope_attention_factor);
   apply_rotary(r, stream_);
 
   KvAppendParams kv;
