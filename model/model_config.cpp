@@ -176,7 +176,7 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   if (!spec) {
     // A multimodal checkpoint nesting a supported language model (model/multimodal.h): parse that.
     std::string key;
-    if (auto lm = multimodal::language_model_config(j, &key)) {
+    if (auto lm = multimodal::language_model_config(j, path, &key)) {
       ModelConfig inner = parse_hf_config_impl(*lm, path + " (" + key + ")");
       inner.multimodal_architecture = c.architecture;
       return inner;
@@ -190,6 +190,10 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   c.hidden_size = req_int(j, "hidden_size", path);
   // GPT-Neo spells these num_layers / num_heads (its config class maps the standard names onto them)
   c.num_hidden_layers = req_int(j, !has(j, "num_hidden_layers") && has(j, "num_layers") ? "num_layers" : "num_hidden_layers", path);
+  if (c.num_hidden_layers > kMaxHiddenLayers)  // before anything is planned per layer
+    throw Error(path + ": num_hidden_layers " + std::to_string(c.num_hidden_layers) + " is more than the " +
+                    std::to_string(kMaxHiddenLayers) + " tpshard accepts",
+                "fix config.json (published models have at most a few hundred layers)");
   c.num_attention_heads =
       req_int(j, !has(j, "num_attention_heads") && has(j, "num_heads") ? "num_heads" : "num_attention_heads", path);
   c.vocab_size = req_int(j, "vocab_size", path);

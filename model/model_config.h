@@ -86,6 +86,10 @@ struct ModelConfig {
   std::string multimodal_architecture;
 };
 
+/// The most layers a config may declare (published models have at most a few hundred): bounds every
+/// per-layer table before it is built.
+constexpr int64_t kMaxHiddenLayers = 4096;
+
 /// Parse a Hugging Face config.json object. `path` is only used in error messages.
 /// Reads old and new field spellings (rotary_pct / partial_rotary_factor, rotary_emb_base / rope_theta /
 /// rope_parameters, torch_dtype / dtype, rope_scaling.type / rope_type).

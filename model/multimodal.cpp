@@ -1,6 +1,7 @@
 // multimodal.cpp: the nesting rule of multimodal checkpoints (see multimodal.h).
 #include "model/multimodal.h"
 
+#include "format/error.h"
 #include "model/arch/registry.h"
 
 namespace tpshard::multimodal {
@@ -24,19 +25,31 @@ const char* architecture_of_model_type(const std::string& model_type) {
 
 }  // namespace
 
-std::optional<json> language_model_config(const json& j, std::string* key) {
+std::optional<json> language_model_config(const json& j, const std::string& path, std::string* key) {
   if (!j.is_object()) return std::nullopt;
   for (const char* k : {"llm_config", "text_config"}) {
     auto it = j.find(k);
-    if (it == j.end() || !it->is_object()) continue;
+    if (it == j.end() || it->is_null()) continue;
+    const std::string where = path + ": \"" + k + "\"";
+    if (!it->is_object())
+      throw Error(where + " is " + it->type_name() + ", not an object",
+                  "fix config.json: it holds the language model's config (restore the model's original file)");
     json lm = *it;
     auto arch = lm.find("architectures");
     if (arch != lm.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string()) {
-      if (!find_arch((*arch)[0].get<std::string>())) continue;
+      const std::string a = (*arch)[0].get<std::string>();
+      if (!find_arch(a))
+        throw Error(where + " holds a " + a + " language model, which tpshard does not support",
+                    "supported architectures: " + supported_architectures());
     } else {
       auto type = lm.find("model_type");
-      const char* a = type != lm.end() && type->is_string() ? architecture_of_model_type(type->get<std::string>()) : nullptr;
-      if (!a || !find_arch(a)) continue;
+      const bool typed = type != lm.end() && type->is_string();
+      const char* a = typed ? architecture_of_model_type(type->get<std::string>()) : nullptr;
+      if (!a || !find_arch(a))
+        throw Error(where + (typed ? " has model_type \"" + type->get<std::string>() + "\", which tpshard does not support"
+                                   : std::string(" names no architectures and no model_type")),
+                    "supported architectures: " + supported_architectures() +
+                        " (model_type llama, mistral, qwen2, gpt_neox, internlm2)");
       lm["architectures"] = json::array({a});
     }
     const bool has_dtype = (lm.contains("torch_dtype") && !lm["torch_dtype"].is_null()) ||

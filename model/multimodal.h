@@ -25,9 +25,11 @@
 namespace tpshard::multimodal {
 
 /// The nested language model's config of a multimodal config.json `j`, with the outer dtype added when
-/// the nested object has none; nullopt when j has no llm_config / text_config object naming a supported
-/// architecture. *key (when given) is set to the key it was found under.
-std::optional<nlohmann::json> language_model_config(const nlohmann::json& j, std::string* key = nullptr);
+/// the nested object has none; nullopt when j has neither llm_config nor text_config. Throws Error naming
+/// `path` and the key when the first one present is not an object, names no architecture or model_type,
+/// or names one tpshard does not support. *key (when given) is set to the key it was found under.
+std::optional<nlohmann::json> language_model_config(const nlohmann::json& j, const std::string& path,
+                                                    std::string* key = nullptr);
 
 /// The language model's name of a checkpoint tensor of a nested checkpoint (rules above), or "" when the
 /// tensor is outside the language model.

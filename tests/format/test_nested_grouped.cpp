@@ -114,16 +114,35 @@ TEST_CASE("multimodal: the nested llm_config / text_config is the language model
   CHECK(m["architectures"] == json::array({"Qwen2ForCausalLM"}));
   CHECK(model_config_from_json(m, "manifest.json").multimodal_architecture.empty());
 
-  // a nested config of an unsupported language model: the usual error
+  // a nested config that cannot serve is named as such: an unsupported language model, no architecture,
+  // not an object
+  const auto error_of = [](const json& cfg) -> std::string {
+    try {
+      parse_hf_config(cfg, "config.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
   json bad = j;
   bad["llm_config"]["architectures"] = {"PhiForCausalLM"};
-  try {
-    parse_hf_config(bad, "config.json");
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(std::string(e.what()) == "config.json: unsupported architecture \"NVLM_D\"");
-    CHECK(e.hint().find("llm_config / text_config") != std::string::npos);
-  }
+  CHECK(error_of(bad) == "config.json: \"llm_config\" holds a PhiForCausalLM language model, which tpshard does not support");
+  bad = j;
+  bad["llm_config"].erase("architectures");
+  CHECK(error_of(bad) == "config.json: \"llm_config\" names no architectures and no model_type");
+  bad["llm_config"]["model_type"] = "gptj";
+  CHECK(error_of(bad) == "config.json: \"llm_config\" has model_type \"gptj\", which tpshard does not support");
+  bad = j;
+  bad["llm_config"] = "qwen2";
+  CHECK(error_of(bad) == "config.json: \"llm_config\" is string, not an object");
+  // an outer architecture without any nested config: the usual error
+  bad = j;
+  bad.erase("llm_config");
+  CHECK(error_of(bad) == "config.json: unsupported architecture \"NVLM_D\"");
+  // a declared layer count no model has is refused before any per-layer table is built
+  bad = j;
+  bad["llm_config"]["num_hidden_layers"] = int64_t(1) << 40;
+  CHECK(error_of(bad).find("num_hidden_layers 1099511627776 is more than the 4096 tpshard accepts") != std::string::npos);
   // errors in the nested config name it
   bad = j;
   bad["llm_config"].erase("vocab_size");
