@@ -221,6 +221,16 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     for (size_t k = 0; k < t.sources.size(); ++k) {
       const auto found = lm_names.find(t.sources[k]);
       const StTensor* st = found == lm_names.end() ? nullptr : ck.find(found->second);
+      if (!st && !cfg.multimodal_architecture.empty()) {
+        if (lm_names.empty())
+          throw Error(o.hf_dir + ": the " + cfg.multimodal_architecture + " checkpoint holds no tensor of its language model "
+                          "(language_model.* or model.language_model.*)",
+                      "check that the checkpoint's weights are complete (the language model may be in other files)");
+        if (ck.find(t.sources[k]))
+          throw Error(o.hf_dir + ": tensor " + t.sources[k] + " is in the checkpoint without the language_model. prefix "
+                          "that the rest of the " + cfg.multimodal_architecture + " language model has",
+                      "rename it with the prefix (or re-save the checkpoint) so that all language-model tensors share one layout");
+      }
       if (!st)
         throw Error(o.hf_dir + ": tensor " + t.sources[k] + " (needed for " + t.name + ") is missing from the checkpoint",
                     "check that config.json belongs to these weights (architecture " + cfg.architecture + ", " +

@@ -413,9 +413,14 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
                       " without layer_windows (the layers that use it)", "re-run tpshard convert");
     c.layer_windows.assign(static_cast<size_t>(c.num_hidden_layers), c.sliding_window);
   }
-  // layer_windows and attention_scale: the architecture's parse (above) reads the manifest's fields of
-  // the same name; a manifest written before they existed has neither (all global, 1/sqrt(head_dim)).
-  // "position_embedding" follows from the architecture; an edit of it alone is refused.
+  // layer_windows: the architecture's parse (above) reads the manifest's field of the same name; a manifest
+  // written before it existed has none (all global). "position_embedding" and "attention_scale" follow
+  // from the architecture; an edit of either alone is refused (it would otherwise be ignored).
+  if (has(j, "attention_scale") && (!j["attention_scale"].is_number() || j["attention_scale"].get<double>() != c.attention_scale))
+    throw Error(where + ": \"attention_scale\" is " + j["attention_scale"].dump() + " but " + j["architectures"].dump() +
+                    " scales attention scores by " +
+                    (c.attention_scale > 0 ? std::to_string(c.attention_scale) : std::string("1/sqrt(head_dim) (0)")),
+                "restore manifest.json from the conversion, or re-run tpshard convert");
   if (has(j, "position_embedding")) {
     const std::string want = c.position_embedding == PositionKind::Learned ? "learned" : "rotary";
     if (!j["position_embedding"].is_string() || j["position_embedding"].get<std::string>() != want)

@@ -329,3 +329,24 @@ TEST_CASE("narrowing overflow (f32 70000 -> fp16) is an error naming the tensor;
   convert_checkpoint(o);
   CHECK(fs::exists(d / "out/manifest.json"));
 }
+
+TEST_CASE("multimodal checkpoint: an unprefixed language-model tensor, or no language model at all, is named") {
+  ScratchDir d;
+  const std::string hf = d / "nvlm";
+  fs::create_directories(hf);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(std::string(TPSHARD_FIXTURES) + "/tiny-nvlm-d/" + f, hf + "/" + f);
+  const std::string st = hf + "/model.safetensors";
+  const auto orig_bytes = slurp(st);
+  edit_header(st, [](auto& h) {  // one tensor without the language_model. prefix the others have
+    h["model.norm.weight"] = h["language_model.model.norm.weight"];
+    h.erase("language_model.model.norm.weight");
+  });
+  CHECK(has(convert_fails(hf, d).what, "tensor model.norm.weight is in the checkpoint without the language_model. prefix"));
+  spit(st, orig_bytes);
+  edit_header(st, [](auto& h) {  // only the vision tower
+    for (auto it = h.begin(); it != h.end();)
+      it = it.key().rfind("language_model.", 0) == 0 ? h.erase(it) : std::next(it);
+  });
+  CHECK(has(convert_fails(hf, d).what, "holds no tensor of its language model"));
+}

@@ -369,6 +369,14 @@ TEST_CASE("a manifest written before per-layer windows and learned positions exi
   json edited = model_config_to_json(n);
   edited["position_embedding"] = "learned";
   CHECK_THROWS_WITH_AS(model_config_from_json(edited, "manifest.json"), doctest::Contains("position_embedding"), Error);
+  // attention_scale follows from the architecture too: an edit is refused, not ignored
+  edited = model_config_to_json(n);
+  edited["attention_scale"] = 2.0;
+  CHECK_THROWS_WITH_AS(model_config_from_json(edited, "manifest.json"), doctest::Contains("\"attention_scale\" is 2.0"), Error);
+  json neo = model_config_to_json(parse_hf_config(gpt_neo_2_7b(), "neo"));
+  CHECK(model_config_from_json(neo, "manifest.json").attention_scale == 1.0);
+  neo["attention_scale"] = 0.0;
+  CHECK_THROWS_WITH_AS(model_config_from_json(neo, "manifest.json"), doctest::Contains("attention_scale"), Error);
 }
 
 static json qwen2_base() {
