@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-# seed_scenario.py: the seed scenarios of issues 9 and 10 (GPT-NeoX-20B at tp 4/8, a Llama-70B-class
-# shape at tp 8), optionally scaled down in layers and width so they run on CPUs or a small GPU box.
+# seed_scenario.py: the reported workloads' shapes (GPT-NeoX-20B, a Llama-70B-class shape, GPT-Neo-2.7B,
+# the Qwen2-72B language model of NVLM-D-72B), optionally scaled down in layers and width so they run on
+# CPUs or a small GPU box.
 # Owns: making a random-weight HF checkpoint of the shape, converting it, building 48 TriviaQA-shaped
 # 5-shot prompts, running `tprun generate` per tp size, and printing ONE table with the checks.
 # Does not own: any C++ (it only calls the `tpshard` and `tprun` binaries). See docs/SEED_SCENARIOS.md.
@@ -32,13 +33,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Full shapes from the issues. neox20b: EleutherAI/gpt-neox-20b config.json. llama70b: Llama-3-70B
-# class (80 layers, hidden 8192, 64 heads, 8 KV heads, intermediate 28672, vocab 128256, bf16).
+# Full shapes. neox20b: EleutherAI/gpt-neox-20b config.json. llama70b: Llama-3-70B class (80 layers,
+# hidden 8192, 64 heads, 8 KV heads, intermediate 28672, vocab 128256, bf16). gptneo27b: GPT-Neo-2.7B
+# (32 layers alternating global / local attention with window 256, hidden 2560, 20 heads, fp32 as
+# reported). qwen2-72b: NVLM-D-72B's language model (80 layers, hidden 8192, 64 heads, 8 KV heads,
+# intermediate 29568, vocab 152064, bf16; the Llama 2 tokenizer stands in for its own).
 SHAPES = {
     "neox20b": dict(arch="gpt_neox", layers=44, hidden=6144, heads=64, kv_heads=64, intermediate=24576,
                     vocab=50432, dtype="float16", tokenizer="tests/fixtures/tokenizers/gpt-neox-20b"),
     "llama70b": dict(arch="llama", layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=28672,
                      vocab=128256, dtype="bfloat16", tokenizer="tests/fixtures/tokenizers/llama2"),
+    "gptneo27b": dict(arch="gpt_neo", layers=32, hidden=2560, heads=20, kv_heads=20, intermediate=10240,
+                      vocab=50257, dtype="float32", tokenizer="tests/fixtures/tokenizers/gpt2"),
+    "qwen2-72b": dict(arch="qwen2", layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=29568,
+                      vocab=152064, dtype="bfloat16", tokenizer="tests/fixtures/tokenizers/llama2"),
 }
 TRIVIAQA = REPO / "tests/fixtures/triviaqa/validation_sample.hf_layout.jsonl"
 MIN_HEAD_DIM = 16
@@ -72,7 +80,7 @@ def scaled_shape(args):
             s[key] = v
     if s["hidden"] % s["heads"] or s["heads"] % s["kv_heads"]:
         sys.exit(f"shape: hidden {s['hidden']} / heads {s['heads']} / kv_heads {s['kv_heads']} do not divide")
-    if s["arch"] == "gpt_neox":
+    if s["arch"] in ("gpt_neox", "gpt_neo"):
         s["kv_heads"] = s["heads"]
     s["notes"] = notes
     return s
@@ -86,6 +94,20 @@ def hf_config(s):
                              rotary_pct=0.25, rotary_emb_base=10000, max_position_embeddings=2048,
                              use_parallel_residual=True, tie_word_embeddings=False, layer_norm_eps=1e-5,
                              bos_token_id=0, eos_token_id=0, dtype=s["dtype"])
+    if s["arch"] == "gpt_neo":
+        from transformers import GPTNeoConfig
+        return GPTNeoConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_layers=s["layers"],
+                            num_heads=s["heads"], intermediate_size=s["intermediate"],
+                            attention_types=[[["global", "local"], s["layers"] // 2]], window_size=256,
+                            max_position_embeddings=2048, bos_token_id=50256 % s["vocab"],
+                            eos_token_id=50256 % s["vocab"], dtype=s["dtype"])
+    if s["arch"] == "qwen2":
+        from transformers import Qwen2Config
+        return Qwen2Config(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                           num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
+                           intermediate_size=s["intermediate"], max_position_embeddings=8192,
+                           rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
+                           eos_token_id=2, dtype=s["dtype"])
     from transformers import LlamaConfig
     return LlamaConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
                        num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
@@ -115,7 +137,7 @@ def make_checkpoint(s, out: Path, seed: int):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("layernorm.weight"):
+            if "norm" in name or name.endswith("layernorm.weight") or ".ln_" in name:
                 if name.endswith("bias"):
                     p.zero_()
                 else:  # norm weights near 1 so activations keep their scale
