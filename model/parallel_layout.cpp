@@ -99,7 +99,6 @@ ParallelLayout make_parallel_layout(const ModelConfig& c, int tp_size, int pp_si
   l.dp_size = dp_size;
   l.pp_size = pp_size;
   l.tp_size = tp_size;
-  l.vocab_size = c.vocab_size;
   l.vocab_size_padded = (c.vocab_size + tp_size - 1) / tp_size * tp_size;
   l.kv_heads_replicated = tp_size > c.num_key_value_heads;
   for (int p = 0; p < pp_size; ++p) l.stage_layers.push_back(even_part(c.num_hidden_layers, pp_size, p));

@@ -56,7 +56,6 @@ struct RankGrid {
 
 /// The layout of one job on one model: the grid, each stage's layers and each tp_rank's ranges.
 struct ParallelLayout : RankGrid {
-  int64_t vocab_size = 0;               ///< unpadded (logits of rows >= vocab_size are masked)
   int64_t vocab_size_padded = 0;        ///< sum of every tp_rank's vocab_rows
   bool kv_heads_replicated = false;     ///< tp_size > num_key_value_heads: each KV head lives on several ranks
   std::vector<Range> stage_layers;      ///< [pp_size]: the layers of each pp_stage, consecutive, covering all
