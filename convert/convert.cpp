@@ -361,7 +361,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     // The table hash ties the shard to this manifest at load time (check_shard_belongs); read back from
     // the finished file, so it is exactly what the runtime will see.
     const uint64_t table_xxh3 = ShardReader(tmp.path() + "/" + rel).header().table_xxh3;
-    m.shards[st.tp_size].push_back({st.tp_rank, rel, st.file_bytes, st.xxh3, arena, table_xxh3});
+    m.shards[st.tp_size].push_back({st.tp_rank, rel, st.file_bytes, st.xxh3, arena, table_xxh3, layouts[st.tp_size].tp(st.tp_rank)});
   }
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                         "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json"}) {

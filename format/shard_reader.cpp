@@ -166,17 +166,15 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
       t.raw_bytes = cur.get<uint64_t>();
       t.xxh3 = cur.get<uint64_t>();
 
-      // Shapes: local == global except along split_axis, where global = local * tp_size.
+      // Shapes: local == global except along split_axis, where 0 < local <= global (global is the sum
+      // over the tp ranks; the exact extents are checked against the parallel layout, model/rank_shard.h).
       if (t.split == SplitKind::Replicated ? t.split_axis != -1 : (t.split_axis < 0 || t.split_axis >= ndim))
         throw Error(W + ": split axis " + std::to_string(t.split_axis) + " does not fit split kind " + split_kind_name(t.split), kCorruptHint);
       uint64_t numel = 1;
       for (int d = 0; d < ndim; ++d) {
         const int64_t g = t.global_shape[d], l = t.local_shape[d];
         if (g < 0 || l < 0) throw Error(W + ": negative dimension", kCorruptHint);
-        int64_t scaled = 0;
-        const bool ok = d == t.split_axis
-                            ? (!__builtin_mul_overflow(l, static_cast<int64_t>(header_.tp_size), &scaled) && g == scaled)
-                            : g == l;
+        const bool ok = d == t.split_axis ? (l > 0 && l <= g && (header_.tp_size > 1 || l == g)) : g == l;
         if (!ok) throw Error(W + ": global and local shapes disagree on axis " + std::to_string(d), kCorruptHint);
         if (!mul_ok(numel, static_cast<uint64_t>(l), &numel)) throw Error(W + ": element count overflows", kCorruptHint);
       }

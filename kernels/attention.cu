@@ -31,8 +31,7 @@ __global__ void attention_kernel(AttentionParams p) {
   const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
   griddep_wait();  // q (and the kv_cache) come from the previous kernels
   griddep_launch_dependents();
-  const int group_size = p.num_heads / p.num_kv_heads;
-  const int kvh = h / group_size;
+  const int kvh = attention_kv_head(p, h);
   const int len = p.positions[t] + 1;
   const int first = attention_first_key(len - 1, p.window);  // keys [first, len)
   const int per_split = (len - first + p.num_splits - 1) / p.num_splits;
@@ -201,10 +200,14 @@ int attention_num_splits(int n, int num_heads, int max_context, int max_splits) 
 }
 
 void attention_validate(const AttentionParams& p) {
-  TPS_CHECK(p.head_dim > 0 && p.head_dim <= 256 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0,
+  const bool even = p.kv_group == 0 && p.head_offset == 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0;
+  const bool mapped = p.kv_group > 0 && p.head_offset >= 0 && p.head_offset < p.kv_group && p.num_heads > 0 &&
+                      p.num_kv_heads > 0 && attention_kv_head(p, p.num_heads - 1) == p.num_kv_heads - 1;
+  TPS_CHECK(p.head_dim > 0 && p.head_dim <= 256 && (even || mapped),
             "kernels/attention: unsupported head_dim " + std::to_string(p.head_dim) + " or heads " +
-                std::to_string(p.num_heads) + "/" + std::to_string(p.num_kv_heads),
-            "head_dim must be <= 256 and heads a multiple of kv_heads");
+                std::to_string(p.num_heads) + "/" + std::to_string(p.num_kv_heads) + " (kv_group " +
+                std::to_string(p.kv_group) + ", head_offset " + std::to_string(p.head_offset) + ")",
+            "head_dim must be <= 256, and the Q heads must read exactly the num_kv_heads KV heads");
   TPS_CHECK(p.window >= 0, "kernels/attention: negative window " + std::to_string(p.window),
             "pass AttentionParams::window 0 (all positions) or the local window");
   TPS_CHECK(p.num_splits == 1 || p.partial, "kernels/attention: num_splits > 1 needs the partial workspace",

@@ -2,7 +2,8 @@
 // in one kernel. Tokens of different sequences are packed without padding: token t belongs to kv_cache
 // slot slots[t] at position positions[t] and attends to positions 0..positions[t] of that slot (its
 // own K/V must be appended first, see kv_cache.cuh), or with a local window w only to the positions
-// positions[t] - w < j <= positions[t] (GPT-Neo local layers). GQA: Q head h reads KV head h / (heads / kv_heads).
+// positions[t] - w < j <= positions[t] (GPT-Neo local layers). GQA: local Q head h reads local KV head
+// (h + head_offset) / kv_group (attention_kv_head), which also covers a rank whose heads start inside a KV group.
 // Softmax in fp32 with the online (running max) formulation of FlashAttention (arXiv:2205.14135);
 // split-K over the key range (flash-decoding) when there are too few (token, head) pairs to fill the GPU.
 #pragma once
@@ -31,6 +32,11 @@ struct AttentionParams {
   int n = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
+  /// Query heads per KV head of the whole model (0: num_heads / num_kv_heads, the even split).
+  int kv_group = 0;
+  /// The rank's first query head modulo kv_group: its local Q head 0 is that far into its first KV group
+  /// (uneven tensor parallelism, model/parallel_layout.h). 0 for even splits.
+  int head_offset = 0;
   int head_dim = 0;                 ///< <= 256
   int max_seq_len = 0;
   int num_splits = 1;               ///< key-range pieces per (token, head); each covers ceil(len / num_splits) keys
@@ -61,6 +67,12 @@ void attention(const AttentionParams& p, cudaStream_t stream);
 /// The general kernel (prefill and decode): one block per (token, head, split), keys in tiles of 128
 /// with block-wide max / sum per tile.
 void attention_tiled(const AttentionParams& p, cudaStream_t stream);
+
+/// The local KV head read by local Q head h (see AttentionParams::kv_group / head_offset).
+__host__ __device__ inline int attention_kv_head(const AttentionParams& p, int h) {
+  const int group = p.kv_group > 0 ? p.kv_group : p.num_heads / p.num_kv_heads;
+  return (h + p.head_offset) / group;
+}
 
 /// First key attended by a query at position pos: 0, or pos + 1 - window on a local layer.
 __host__ __device__ inline int attention_first_key(int pos, int window) {

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
   const bool new_key = p.rotary_append && wb < we && we == len;
   const int loop_end = new_key ? pos : we;  // keys [wb, loop_end) come from the kv_cache
 
-  const int kvh = h / (p.num_heads / p.num_kv_heads);
+  const int kvh = attention_kv_head(p, h);
   const int64_t base = (static_cast<int64_t>(slot) * p.num_kv_heads + kvh) * p.max_seq_len * hd;
   const T* kc = static_cast<const T*>(p.k_cache) + base;
   const T* vc = static_cast<const T*>(p.v_cache) + base;

@@ -36,6 +36,28 @@ T field(const json& j, const char* key, const std::string& where) {
   }
 }
 
+/// {"heads": [begin, end], "kv_heads": [...], "mlp_columns": [...], "vocab_rows": [...]}.
+json ranges_to_json(const TpRankRanges& r) {
+  auto pair = [](const Range& x) { return json::array({x.begin, x.end}); };
+  return {{"heads", pair(r.heads)}, {"kv_heads", pair(r.kv_heads)}, {"mlp_columns", pair(r.mlp_columns)},
+          {"vocab_rows", pair(r.vocab_rows)}};
+}
+
+TpRankRanges ranges_from_json(const json& j, const std::string& where) {
+  auto get = [&](const char* key) {
+    const std::string w = where + " ranges." + key;
+    if (!j.is_object() || !j.contains(key)) throw Error(w + ": missing", kRerun);
+    const json& a = j.at(key);
+    if (!a.is_array() || a.size() != 2 || !a[0].is_number_integer() || !a[1].is_number_integer())
+      throw Error(w + ": expected [begin, end] integers", kRerun);
+    const int64_t b = a[0].get<int64_t>(), e = a[1].get<int64_t>();
+    if (b < 0 || e < b) throw Error(w + ": [" + std::to_string(b) + ", " + std::to_string(e) + ") is not a range", kRerun);
+    return Range{b, e};
+  };
+  return {get("heads"), get("kv_heads"), get("mlp_columns"), get("vocab_rows")};
+}
+
+
 }  // namespace
 
 namespace {
@@ -172,6 +194,7 @@ Manifest load_manifest(const std::string& model_dir) {
       s.xxh3 = hash_from_hex(field<std::string>(e, "xxh3", where), where);
       s.weight_bytes = field<uint64_t>(e, "weight_bytes", where);
       if (e.contains("table_xxh3")) s.table_xxh3 = hash_from_hex(field<std::string>(e, "table_xxh3", where), where);
+      if (e.contains("ranges")) s.ranges = ranges_from_json(field<json>(e, "ranges", where), where);
       if (s.tp_rank != static_cast<int>(v.size())) throw Error(where + ": shards are not ordered by tp_rank", kRerun);
       if (s.file.empty() || s.file[0] == '/' || s.file.find("..") != std::string::npos)
         throw Error(where + ": shard file name '" + s.file + "' must be relative to the model directory", kRerun);
@@ -204,6 +227,7 @@ void save_manifest(const Manifest& m, const std::string& dir) {
                      {"xxh3", hash_to_hex(s.xxh3)},
                      {"weight_bytes", s.weight_bytes}});
       if (s.table_xxh3) arr.back()["table_xxh3"] = hash_to_hex(*s.table_xxh3);
+      if (s.ranges) arr.back()["ranges"] = ranges_to_json(*s.ranges);
     }
     tp[std::to_string(size)] = arr;
   }
@@ -218,6 +242,50 @@ void save_manifest(const Manifest& m, const std::string& dir) {
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     throw Error(path + ": write failed", "the disk may be full; free space and retry");
+  }
+}
+
+void check_manifest_ranges(const Manifest& m, int tp_size, const std::string& model_dir) {
+  const std::vector<ManifestShard>& shards = shards_for(m, tp_size, model_dir);
+  const std::string where = model_dir + "/manifest.json tp " + std::to_string(tp_size);
+  const char* fix = "manifest.json's ranges were edited or written by another tool: restore it from the conversion, or re-run tpshard convert";
+  struct Kind {
+    const char* name;
+    Range TpRankRanges::*member;
+    int64_t total;
+  };
+  const ParallelLayout want = make_parallel_layout(m.model, tp_size);
+  const Kind kinds[] = {{"heads", &TpRankRanges::heads, m.model.num_attention_heads},
+                        {"mlp_columns", &TpRankRanges::mlp_columns, m.model.intermediate_size},
+                        {"vocab_rows", &TpRankRanges::vocab_rows, want.vocab_size_padded}};
+  auto text = [](const Range& r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; };
+  for (const Kind& k : kinds) {
+    int64_t next = 0;
+    for (const ManifestShard& s : shards) {
+      if (!s.ranges) return;
+      const Range r = (*s.ranges).*k.member;
+      const std::string who = where + ": " + k.name + " " + text(r) + " of tp_rank " + std::to_string(s.tp_rank);
+      if (r.begin < next) throw Error(who + " overlaps the previous rank's (which end at " + std::to_string(next) + ")", fix);
+      if (r.begin > next) throw Error(who + " leaves a gap after the previous rank's (which end at " + std::to_string(next) + ")", fix);
+      if (r.end <= r.begin) throw Error(who + " is empty", fix);
+      next = r.end;
+    }
+    if (next != k.total)
+      throw Error(where + ": " + k.name + " end at " + std::to_string(next) + " but the model has " + std::to_string(k.total), fix);
+  }
+  for (const ManifestShard& s : shards) {
+    const TpRankRanges& have = *s.ranges;
+    const TpRankRanges& need = want.tp(s.tp_rank);
+    const std::pair<const char*, Range TpRankRanges::*> all[] = {{"heads", &TpRankRanges::heads},
+                                                                {"kv_heads", &TpRankRanges::kv_heads},
+                                                                {"mlp_columns", &TpRankRanges::mlp_columns},
+                                                                {"vocab_rows", &TpRankRanges::vocab_rows}};
+    for (const auto& [name, member] : all)
+      if (!(have.*member == need.*member))
+        throw Error(where + ": " + name + " " + text(have.*member) + " of tp_rank " + std::to_string(s.tp_rank) +
+                        " differ from " + text(need.*member) + ", the layout of this model's config at tp_size " +
+                        std::to_string(tp_size),
+                    fix);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "format/dtype.h"
 #include "model/model_config.h"
+#include "model/parallel_layout.h"
 
 namespace tpshard {
 
@@ -29,6 +30,9 @@ struct ManifestShard {
   /// XXH3-64 of the shard's tensor table (its header's table_xxh3): checked cheaply on every load
   /// (check_shard_belongs). Absent in manifests written before it was recorded.
   std::optional<uint64_t> table_xxh3;
+  /// The rank's heads, KV heads, MLP columns and vocabulary rows (make_parallel_layout at conversion).
+  /// Absent in manifests written before they were recorded (even splits only).
+  std::optional<TpRankRanges> ranges;
 };
 
 struct SourceFile {
@@ -62,6 +66,11 @@ void save_manifest(const Manifest& m, const std::string& dir);
 
 /// Shards for tp_size, or Error listing the tp sizes that the manifest has.
 const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir);
+
+/// Throws Error when the ranges recorded for tp_size overlap, leave a gap, do not cover the model, or
+/// differ from make_parallel_layout(m.model, tp_size) (a manifest edited or written by another tool),
+/// naming the rank and the range. Entries without ranges pass. Called by both loaders and by verify.
+void check_manifest_ranges(const Manifest& m, int tp_size, const std::string& model_dir);
 
 /// The load-time tie between a shard and its manifest, called by both runtime backends right after a
 /// rank opens its shard: throws Error when `shard` (opened from MODEL_DIR/entry.file) has another

@@ -11,19 +11,17 @@ namespace {
 
 std::string s(int64_t v) { return std::to_string(v); }
 
-/// Problem with this tp_size, or empty when it is usable.
+/// Problem with this tp_size, or empty when it is usable: every rank needs at least one query head,
+/// one MLP column unit and one vocabulary row.
 std::string tp_problem(const ModelConfig& c, int tp) {
-  if (c.num_attention_heads % tp != 0)
-    return "num_attention_heads " + s(c.num_attention_heads) + " is not divisible by tp_size " + s(tp);
-  if (c.num_key_value_heads >= tp) {
-    if (c.num_key_value_heads % tp != 0)
-      return "num_key_value_heads " + s(c.num_key_value_heads) + " is not divisible by tp_size " + s(tp);
-  } else if (tp % c.num_key_value_heads != 0) {
-    return "tp_size " + s(tp) + " is not a multiple of num_key_value_heads " + s(c.num_key_value_heads) +
-           " (KV heads can only be replicated evenly)";
-  }
-  if (c.intermediate_size % tp != 0)
-    return "intermediate_size " + s(c.intermediate_size) + " is not divisible by tp_size " + s(tp);
+  if (c.num_attention_heads < tp)
+    return "tp_size " + s(tp) + " is larger than num_attention_heads " + s(c.num_attention_heads) +
+           " (a rank would hold no head)";
+  if (c.intermediate_size < tp)
+    return "tp_size " + s(tp) + " is larger than intermediate_size " + s(c.intermediate_size) +
+           " (a rank would hold no MLP column)";
+  if (c.vocab_size < tp)
+    return "tp_size " + s(tp) + " is larger than vocab_size " + s(c.vocab_size) + " (a rank would hold no vocabulary row)";
   return {};
 }
 
@@ -35,6 +33,16 @@ Range even_part(int64_t n, int64_t parts, int64_t r) {
 }
 
 }  // namespace
+
+int64_t mlp_column_unit(int64_t intermediate_size, int tp_size) {
+  if (intermediate_size % tp_size == 0) return intermediate_size / tp_size;  // even: one unit per rank
+  auto widest = [&](int64_t u) { return (intermediate_size / u + tp_size - 1) / tp_size * u; };
+  int64_t base = 1;  // the kernels' vector width, or the largest power of two dividing intermediate_size below it
+  while (base < kMlpColumnVector && intermediate_size % (2 * base) == 0 && intermediate_size / (2 * base) >= tp_size) base *= 2;
+  for (int64_t u = kMlpColumnTile; u > base; u /= 2)
+    if (intermediate_size % u == 0 && intermediate_size / u >= tp_size && widest(u) == widest(base)) return u;
+  return base;
+}
 
 RankCoord RankGrid::coord(int world_rank) const {
   TPS_CHECK(world_rank >= 0 && world_rank < world_size(),
@@ -84,12 +92,12 @@ ParallelLayout make_parallel_layout(const ModelConfig& c, int tp_size, int pp_si
     throw Error("tp_size " + s(tp_size) + " is out of range", "use a tp_size between 1 and " + s(kMaxTpSize));
   const std::string problem = tp_problem(c, tp_size);
   if (!problem.empty()) {
-    std::string ok;
-    for (int t = 1; t <= 64; ++t)
-      if (tp_problem(c, t).empty()) ok += (ok.empty() ? "" : ", ") + s(t);
+    int largest = 1;
+    for (int t = 1; t <= kMaxTpSize; ++t)
+      if (tp_problem(c, t).empty()) largest = t;
     throw Error(c.architecture + " (" + s(c.num_attention_heads) + " heads, " + s(c.num_key_value_heads) +
                     " KV heads): " + problem,
-                "tp sizes this model accepts: " + ok);
+                "use a tp_size between 1 and " + s(largest) + ", the largest this model accepts");
   }
   TPS_CHECK(pp_size >= 1 && pp_size <= c.num_hidden_layers,
             "pp_size " + s(pp_size) + ": the model has " + s(c.num_hidden_layers) + " layers",
@@ -100,24 +108,23 @@ ParallelLayout make_parallel_layout(const ModelConfig& c, int tp_size, int pp_si
   l.pp_size = pp_size;
   l.tp_size = tp_size;
   l.vocab_size_padded = (c.vocab_size + tp_size - 1) / tp_size * tp_size;
-  l.kv_heads_replicated = tp_size > c.num_key_value_heads;
   for (int p = 0; p < pp_size; ++p) l.stage_layers.push_back(even_part(c.num_hidden_layers, pp_size, p));
-  const int64_t hpr = c.num_attention_heads / tp_size, ipr = c.intermediate_size / tp_size;
+  const int64_t group = c.num_attention_heads / c.num_key_value_heads;  // query heads per KV head
+  const int64_t unit = mlp_column_unit(c.intermediate_size, tp_size), units = c.intermediate_size / unit;
   const int64_t vpr = l.vocab_size_padded / tp_size;
+  int64_t kv_copies = 0;
   for (int r = 0; r < tp_size; ++r) {
     TpRankRanges t;
-    t.heads = {r * hpr, (r + 1) * hpr};
-    if (l.kv_heads_replicated) {
-      const int64_t kv = r / (tp_size / c.num_key_value_heads);  // ranks sharing one KV head are consecutive
-      t.kv_heads = {kv, kv + 1};
-    } else {
-      const int64_t kvpr = c.num_key_value_heads / tp_size;
-      t.kv_heads = {r * kvpr, (r + 1) * kvpr};
-    }
-    t.mlp_columns = {r * ipr, (r + 1) * ipr};
+    t.heads = even_part(c.num_attention_heads, tp_size, r);
+    // The KV heads this rank's query heads read: a KV group split between ranks is held by each.
+    t.kv_heads = {t.heads.begin / group, (t.heads.end - 1) / group + 1};
+    kv_copies += t.kv_heads.size();
+    const Range u = even_part(units, tp_size, r);
+    t.mlp_columns = {u.begin * unit, u.end * unit};
     t.vocab_rows = {r * vpr, (r + 1) * vpr};
     l.tp_ranks.push_back(t);
   }
+  l.kv_heads_replicated = kv_copies > c.num_key_value_heads;
   return l;
 }
 

@@ -57,7 +57,7 @@ struct RankGrid {
 /// The layout of one job on one model: the grid, each stage's layers and each tp_rank's ranges.
 struct ParallelLayout : RankGrid {
   int64_t vocab_size_padded = 0;        ///< sum of every tp_rank's vocab_rows
-  bool kv_heads_replicated = false;     ///< tp_size > num_key_value_heads: each KV head lives on several ranks
+  bool kv_heads_replicated = false;     ///< some KV head lives on several ranks (the ranks hold more than num_key_value_heads)
   std::vector<Range> stage_layers;      ///< [pp_size]: the layers of each pp_stage, consecutive, covering all
   std::vector<TpRankRanges> tp_ranks;   ///< [tp_size]
 
@@ -70,11 +70,30 @@ struct ParallelLayout : RankGrid {
 /// The largest tp_size make_parallel_layout accepts (tpshard convert --tp refuses larger values as usage errors).
 constexpr int kMaxTpSize = 1024;
 
-/// Compute the layout. Throws Error naming the numbers (and, for tp, the sizes this model accepts) when
-/// tp_size is outside 1..kMaxTpSize, does not divide num_attention_heads, num_key_value_heads (or a
-/// multiple of it, for replication) or intermediate_size; when pp_size is outside 1..num_hidden_layers;
-/// or when dp_size < 1. Layers are split over stages as evenly as whole layers allow (the first
-/// num_hidden_layers % pp_size stages hold one more).
+/// MLP column units: ranks' mlp_columns are whole multiples of a power of two from kMlpColumnVector
+/// (the gemv's 16-byte vectors of f16/bf16; also keeps row-parallel weight rows 16-byte aligned) up to
+/// kMlpColumnTile (whole 64-wide cuBLASLt tiles).
+constexpr int64_t kMlpColumnVector = 8;
+constexpr int64_t kMlpColumnTile = 64;
+
+/// The unit of MLP columns at tp_size: intermediate_size / tp_size when that divides (the even split);
+/// otherwise the largest power of two u <= kMlpColumnTile dividing
+/// intermediate_size whose widest rank is no wider than with units of kMlpColumnVector (or of the
+/// largest power of two below it that divides intermediate_size and leaves tp_size units).
+int64_t mlp_column_unit(int64_t intermediate_size, int tp_size);
+
+/// Compute the layout. Any tp_size from 1 to num_attention_heads works (uneven tensor parallelism):
+/// - query heads: contiguous, the first num_attention_heads % tp_size ranks one more (no rank holds more
+///   than one head above another);
+/// - KV heads: each rank holds the KV heads its query heads read, so a KV group split between two ranks
+///   is held by both (replicated), and tp_size > num_key_value_heads replicates every KV head;
+/// - MLP columns: whole units of mlp_column_unit, the first ranks one unit more;
+/// - vocabulary: padded to a multiple of tp_size and split evenly (padding rows are zero);
+/// - layers: split over stages as evenly as whole layers allow (the first num_hidden_layers % pp_size
+///   stages hold one more).
+/// Throws Error naming the numbers and the largest tp_size the model accepts when tp_size is outside
+/// 1..kMaxTpSize or a rank would hold no head, MLP column or vocabulary row; when pp_size is outside
+/// 1..num_hidden_layers; or when dp_size < 1.
 ParallelLayout make_parallel_layout(const ModelConfig& c, int tp_size, int pp_size = 1, int dp_size = 1);
 
 }  // namespace tpshard

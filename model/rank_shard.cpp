@@ -44,6 +44,11 @@ void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_s
     const TensorRecord* rec = r.find(t.name);
     if (!rec) throw Error(path + ": has no tensor " + t.name + ", which " + section + " calls for", kModelHint);
     const RankSlice want = slice_for_rank(t, m.model, layout, tp_rank);
+    if (rec->local_shape == want.local_shape && (rec->global_shape != want.global_shape || rec->split_axis != want.split_axis))
+      throw Error(path + ": tensor " + t.name + " records global shape " + shape_text(rec->global_shape) + " split on axis " +
+                      std::to_string(rec->split_axis) + ", " + section + " gives " + shape_text(want.global_shape) +
+                      " split on axis " + std::to_string(want.split_axis) + " at tp_size " + std::to_string(tp_size),
+                  kModelHint);
     if (rec->local_shape != want.local_shape)
       throw Error(path + ": tensor " + t.name + " is " + shape_text(rec->local_shape) + ", " + section + " gives " +
                       shape_text(want.local_shape) + " at tp_rank " + std::to_string(tp_rank) + " of " +
@@ -61,6 +66,7 @@ std::unique_ptr<ShardReader> open_rank_shard(const Manifest& m, const std::strin
   TPS_CHECK(tp_rank >= 0 && static_cast<size_t>(tp_rank) < shards.size(),
             "tp_rank " + std::to_string(tp_rank) + " is outside tp_size " + std::to_string(tp_size) + " of " + model_dir,
             "start tp_size ranks");
+  check_manifest_ranges(m, tp_size, model_dir);
   const ManifestShard& ms = shards[static_cast<size_t>(tp_rank)];
   const std::string path = (std::filesystem::path(model_dir) / ms.file).string();
   struct stat st {};

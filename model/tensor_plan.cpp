@@ -92,7 +92,10 @@ void add_tensor(std::vector<OutputTensor>& plan, TensorRole role, int layer, std
 
 std::vector<OutputTensor> plan_tensors(const ModelConfig& c) { return arch_spec(c.arch).plan_tensors(c); }
 
-RankSlice slice_for_rank(const OutputTensor& t, const ModelConfig& c, const ParallelLayout& L, int r) {
+namespace {
+
+/// slice_for_rank without the global shape.
+RankSlice local_slice(const OutputTensor& t, const ModelConfig& c, const ParallelLayout& L, int r) {
   RankSlice s;
   const Shape& src = t.source_shapes.at(0);
   const bool one_d = src.size() == 1;
@@ -168,13 +171,22 @@ RankSlice slice_for_rank(const OutputTensor& t, const ModelConfig& c, const Para
   } else {
     s.local_shape = {local_rows, s.local_cols};
   }
+  s.split_axis = t.split == SplitKind::Replicated ? -1 : t.split == SplitKind::Row ? 1 : 0;
+  return s;
+}
+
+}  // namespace
+
+RankSlice slice_for_rank(const OutputTensor& t, const ModelConfig& c, const ParallelLayout& L, int r) {
+  RankSlice s = local_slice(t, c, L, r);
   s.global_shape = s.local_shape;
-  if (t.split == SplitKind::Replicated) {
-    s.split_axis = -1;
-  } else {
-    // The shard format records global = local * tp_size along the split axis (docs/FORMAT.md).
-    s.split_axis = t.split == SplitKind::Row ? 1 : 0;
-    s.global_shape[s.split_axis] *= L.tp_size;
+  if (s.split_axis >= 0) {
+    // The shard format records, along the split axis, the sum of every rank's extent (docs/FORMAT.md):
+    // local * tp_size for an even split; replicated KV heads count once per rank holding them.
+    const size_t axis = static_cast<size_t>(s.split_axis);
+    int64_t total = 0;
+    for (int q = 0; q < L.tp_size; ++q) total += q == r ? s.local_shape[axis] : local_slice(t, c, L, q).local_shape[axis];
+    s.global_shape[axis] = total;
   }
   return s;
 }

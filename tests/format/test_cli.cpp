@@ -41,9 +41,9 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   // Existing OUT without --force: exit 1 with error and hint lines.
   CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out"), log) == 1);
   CHECK(read_text(log).find("error: " + (d / "out") + ": already exists\nhint: pass --force") != std::string::npos);
-  // Not divisible: exit 1, nothing left.
-  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out3") + " --tp 3", log) == 1);
-  CHECK(read_text(log).find("num_attention_heads 8 is not divisible by tp_size 3") != std::string::npos);
+  // More ranks than heads: exit 1, nothing left.
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out3") + " --tp 9", log) == 1);
+  CHECK(read_text(log).find("tp_size 9 is larger than num_attention_heads 8") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "out3"));
   // Usage errors: 2, as in tprun (more in "every usage error exits 2").
   CHECK(run_tpshard("convert " + (d / "hf"), log) == 2);

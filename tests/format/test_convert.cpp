@@ -48,12 +48,26 @@ Vec vocab_rows(const Mat& m, int64_t vocab, int tp, int r) {
 
 using Expected = std::map<std::string, Vec>;
 
+/// Rank r's share [begin, end) of n items over tp ranks, the first n % tp ranks one more (docs/FORMAT.md).
+std::pair<int64_t, int64_t> share(int64_t n, int tp, int r) {
+  const int64_t base = n / tp, extra = n % tp, b = r * base + std::min<int64_t>(r, extra);
+  return {b, b + base + (r < extra ? 1 : 0)};
+}
+
+/// Rank r's MLP columns: whole units of mlp_column_unit (tested in test_model_config.cpp).
+std::pair<int64_t, int64_t> mlp_share(int64_t inter, int tp, int r) {
+  const int64_t u = mlp_column_unit(inter, tp);
+  const auto [b, e] = share(inter / u, tp, r);
+  return {b * u, e * u};
+}
+
 Expected expected_llama(const TinyModel& m, const LlamaSpec& s, int tp, int r) {
   const auto& R = m.ref;
   Expected e;
-  const int64_t hd = s.head_dim, hpr = s.heads / tp;
-  const bool repl = tp > s.kv_heads;
-  const int64_t kvpr = repl ? 1 : s.kv_heads / tp, kv0 = repl ? r / (tp / s.kv_heads) : r * kvpr, ipr = s.inter / tp;
+  const int64_t hd = s.head_dim, group = s.heads / s.kv_heads;
+  const auto [h0, h1] = share(s.heads, tp, r);
+  const auto [i0, i1] = mlp_share(s.inter, tp, r);
+  const int64_t hpr = h1 - h0, kv0 = h0 / group, kvpr = (h1 - 1) / group + 1 - kv0, ipr = i1 - i0;
   const bool qkv_bias = s.qwen2 || s.attention_bias, o_bias = !s.qwen2 && s.attention_bias;
   e["token_embd.weight"] = vocab_rows(R.at("model.embed_tokens.weight"), s.vocab, tp, r);
   for (int l = 0; l < s.layers; ++l) {
@@ -61,19 +75,19 @@ Expected expected_llama(const TinyModel& m, const LlamaSpec& s, int tp, int r) {
     e[b + "attn_norm.weight"] = R.at(p + "input_layernorm.weight").v;
     for (std::string part : {"weight", "bias"}) {
       if (part == "bias" && !qkv_bias) continue;
-      e[b + "attn_qkv." + part] = cat({rows_of(R.at(p + "self_attn.q_proj." + part), r * hpr * hd, hpr * hd),
+      e[b + "attn_qkv." + part] = cat({rows_of(R.at(p + "self_attn.q_proj." + part), h0 * hd, hpr * hd),
                                        rows_of(R.at(p + "self_attn.k_proj." + part), kv0 * hd, kvpr * hd),
                                        rows_of(R.at(p + "self_attn.v_proj." + part), kv0 * hd, kvpr * hd)});
     }
-    e[b + "attn_output.weight"] = cols_of(R.at(p + "self_attn.o_proj.weight"), r * hpr * hd, hpr * hd);
+    e[b + "attn_output.weight"] = cols_of(R.at(p + "self_attn.o_proj.weight"), h0 * hd, hpr * hd);
     if (o_bias) e[b + "attn_output.bias"] = R.at(p + "self_attn.o_proj.bias").v;
     e[b + "ffn_norm.weight"] = R.at(p + "post_attention_layernorm.weight").v;
     for (std::string part : {"weight", "bias"}) {
       if (part == "bias" && !s.mlp_bias) continue;
-      e[b + "ffn_gate_up." + part] = cat({rows_of(R.at(p + "mlp.gate_proj." + part), r * ipr, ipr),
-                                          rows_of(R.at(p + "mlp.up_proj." + part), r * ipr, ipr)});
+      e[b + "ffn_gate_up." + part] = cat({rows_of(R.at(p + "mlp.gate_proj." + part), i0, ipr),
+                                          rows_of(R.at(p + "mlp.up_proj." + part), i0, ipr)});
     }
-    e[b + "ffn_down.weight"] = cols_of(R.at(p + "mlp.down_proj.weight"), r * ipr, ipr);
+    e[b + "ffn_down.weight"] = cols_of(R.at(p + "mlp.down_proj.weight"), i0, ipr);
     if (s.mlp_bias) e[b + "ffn_down.bias"] = R.at(p + "mlp.down_proj.bias").v;
   }
   e["output_norm.weight"] = R.at("model.norm.weight").v;
@@ -84,7 +98,10 @@ Expected expected_llama(const TinyModel& m, const LlamaSpec& s, int tp, int r) {
 Expected expected_neox(const TinyModel& m, const NeoxSpec& s, int tp, int r) {
   const auto& R = m.ref;
   Expected e;
-  const int64_t hd = s.head_dim, hpr = s.heads / tp, ipr = s.inter / tp;
+  const int64_t hd = s.head_dim;
+  const auto [h0, h1] = share(s.heads, tp, r);
+  const auto [i0, i1] = mlp_share(s.inter, tp, r);
+  const int64_t hpr = h1 - h0, ipr = i1 - i0;
   e["token_embd.weight"] = vocab_rows(R.at("gpt_neox.embed_in.weight"), s.vocab, tp, r);
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = "gpt_neox.layers." + std::to_string(l) + ".", b = "blk." + std::to_string(l) + ".";
@@ -95,19 +112,19 @@ Expected expected_neox(const TinyModel& m, const NeoxSpec& s, int tp, int r) {
       const Mat& qkv = R.at(p + "attention.query_key_value." + part);
       Vec v;
       for (int which = 0; which < 3; ++which)
-        for (int64_t h = r * hpr; h < (r + 1) * hpr; ++h) {
+        for (int64_t h = h0; h < h1; ++h) {
           const Vec rows = rows_of(qkv, (3 * h + which) * hd, hd);
           v.insert(v.end(), rows.begin(), rows.end());
         }
       e[b + "attn_qkv." + part] = v;
     }
-    e[b + "attn_output.weight"] = cols_of(R.at(p + "attention.dense.weight"), r * hpr * hd, hpr * hd);
+    e[b + "attn_output.weight"] = cols_of(R.at(p + "attention.dense.weight"), h0 * hd, hpr * hd);
     e[b + "attn_output.bias"] = R.at(p + "attention.dense.bias").v;
     e[b + "ffn_norm.weight"] = R.at(p + "post_attention_layernorm.weight").v;
     e[b + "ffn_norm.bias"] = R.at(p + "post_attention_layernorm.bias").v;
-    e[b + "ffn_up.weight"] = rows_of(R.at(p + "mlp.dense_h_to_4h.weight"), r * ipr, ipr);
-    e[b + "ffn_up.bias"] = rows_of(R.at(p + "mlp.dense_h_to_4h.bias"), r * ipr, ipr);
-    e[b + "ffn_down.weight"] = cols_of(R.at(p + "mlp.dense_4h_to_h.weight"), r * ipr, ipr);
+    e[b + "ffn_up.weight"] = rows_of(R.at(p + "mlp.dense_h_to_4h.weight"), i0, ipr);
+    e[b + "ffn_up.bias"] = rows_of(R.at(p + "mlp.dense_h_to_4h.bias"), i0, ipr);
+    e[b + "ffn_down.weight"] = cols_of(R.at(p + "mlp.dense_4h_to_h.weight"), i0, ipr);
     e[b + "ffn_down.bias"] = R.at(p + "mlp.dense_4h_to_h.bias").v;
   }
   e["output_norm.weight"] = R.at("gpt_neox.final_layer_norm.weight").v;
@@ -206,6 +223,40 @@ TEST_CASE("GPT-NeoX round trip for every tp_size 1..8 (per-head QKV regrouping)"
     convert_checkpoint(opts(d / "hf", d / "out", {tp}));
     check_shards(d / "out", tp, [&](int r) { return expected_neox(m, s, tp, r); }, s.dtype);
   }
+}
+
+TEST_CASE("uneven tp round trip: heads, KV groups and MLP columns that do not divide, several sizes in one pass") {
+  LlamaSpec s;
+  s.heads = 10;
+  s.kv_heads = 2;  // KV groups of 5 query heads: straddle ranks at tp 3, 4, 6, 7
+  s.hidden = 40;
+  s.inter = 90;
+  s.attention_bias = true;
+  ScratchDir d;
+  const TinyModel m = make_llama(s);
+  m.save(d / "hf");
+  convert_checkpoint(opts(d / "hf", d / "out", {3, 4, 6, 7, 10}));
+  for (int tp : {3, 4, 6, 7, 10}) {
+    CAPTURE(tp);
+    check_shards(d / "out", tp, [&](int r) { return expected_llama(m, s, tp, r); }, s.dtype);
+    // The manifest records the ranges, and the query heads' global extent counts each KV copy.
+    const Manifest man = load_manifest(d / "out");
+    int64_t rows = 0;
+    for (const ManifestShard& sh : shards_for(man, tp, d / "out")) {
+      REQUIRE(sh.ranges);
+      rows += sh.ranges->heads.size() + 2 * sh.ranges->kv_heads.size();
+    }
+    const ShardReader rd(d / ("out/tp" + std::to_string(tp) + "/rank0.tps"));
+    CHECK(rd.at("blk.0.attn_qkv.weight").global_shape[0] == rows * s.head_dim);
+  }
+  NeoxSpec n;
+  n.heads = 5;
+  n.inter = 70;
+  ScratchDir e;
+  const TinyModel nm = make_neox(n);
+  nm.save(e / "hf");
+  convert_checkpoint(opts(e / "hf", e / "out", {2, 3, 4, 5}));
+  for (int tp : {2, 3, 4, 5}) check_shards(e / "out", tp, [&](int r) { return expected_neox(nm, n, tp, r); }, n.dtype);
 }
 
 TEST_CASE("several tp sizes in one pass; biases; tied embeddings; dtype cast; Qwen2") {

@@ -74,13 +74,21 @@ TEST_CASE("SmolLM2-135M (new 'dtype' key, tied, 9 heads / 3 KV heads)") {
   CHECK(c.head_dim == 64);
   CHECK(c.rope_theta == 100000.0);
   CHECK(c.rope_type == RopeType::Default);
-  // tp 2 refused with the numbers, tp 3 accepted.
+  // tp 2 is uneven: heads 5 / 4, KV group 1 (heads 3..5) straddles the ranks and is held by both.
+  const ParallelLayout l2 = make_parallel_layout(c, 2);
+  CHECK(l2.tp(0).heads == Range{0, 5});
+  CHECK(l2.tp(1).heads == Range{5, 9});
+  CHECK(l2.tp(0).kv_heads == Range{0, 2});
+  CHECK(l2.tp(1).kv_heads == Range{1, 3});
+  CHECK(l2.kv_heads_replicated);
+  CHECK(l2.tp(0).mlp_columns == Range{0, 768});
+  // tp 10 > 9 heads is refused, naming the largest tp.
   try {
-    make_parallel_layout(c, 2);
-    FAIL("tp 2 must be refused");
+    make_parallel_layout(c, 10);
+    FAIL("tp 10 must be refused");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("num_attention_heads 9 is not divisible by tp_size 2") != std::string::npos);
-    CHECK(e.hint() == "tp sizes this model accepts: 1, 3");
+    CHECK(std::string(e.what()).find("tp_size 10 is larger than num_attention_heads 9") != std::string::npos);
+    CHECK(e.hint() == "use a tp_size between 1 and 9, the largest this model accepts");
   }
   const ParallelLayout l3 = make_parallel_layout(c, 3);
   CHECK(l3.tp(1).heads == Range{3, 6});
@@ -89,8 +97,13 @@ TEST_CASE("SmolLM2-135M (new 'dtype' key, tied, 9 heads / 3 KV heads)") {
   CHECK(l3.tp(2).kv_heads.begin == 2);
   CHECK(l3.tp(2).mlp_columns == Range{1024, 1536});
   CHECK(l3.vocab_size_padded == 49152);
-  // tp 9 would replicate KV heads, but intermediate_size 1536 is not divisible by 9.
-  CHECK_THROWS_WITH_AS(make_parallel_layout(c, 9), doctest::Contains("intermediate_size 1536 is not divisible by tp_size 9"), Error);
+  // tp 9: one head each, every KV head on 3 ranks; 1536 columns: units of 64 would make the widest
+  // rank 192, units of 16 give 11 or 10 units (176 / 160 columns), as narrow as units of 8.
+  const ParallelLayout l9 = make_parallel_layout(c, 9);
+  CHECK(l9.tp(4).kv_heads == Range{1, 2});
+  CHECK(mlp_column_unit(1536, 9) == 16);
+  CHECK(l9.tp(0).mlp_columns == Range{0, 176});
+  CHECK(l9.tp(8).mlp_columns == Range{1376, 1536});
 }
 
 TEST_CASE("TinyLlama and Mistral") {
@@ -265,17 +278,43 @@ TEST_CASE("model_config_to_json / from_json round trip") {
   CHECK(model_config_to_json(model_config_from_json(model_config_to_json(n), "m")) == model_config_to_json(n));
 }
 
-TEST_CASE("make_parallel_layout: KV heads not evenly replicable and intermediate not divisible are refused") {
-  json j = llama_base();  // 8 heads, 2 KV heads
-  j["num_attention_heads"] = 12;
-  j["num_key_value_heads"] = 4;
-  j["hidden_size"] = 96;
-  const ModelConfig c = parse_hf_config(j, "c");
-  CHECK_THROWS_WITH_AS(make_parallel_layout(c, 8), doctest::Contains("num_attention_heads 12 is not divisible by tp_size 8"), Error);
-  CHECK_THROWS_WITH_AS(make_parallel_layout(c, 6), doctest::Contains("tp_size 6 is not a multiple of num_key_value_heads 4"), Error);
+TEST_CASE("make_parallel_layout: uneven splits spread the remainder and cover every head, KV head and column") {
+  // Qwen2-72B's shape at tp 6: 64 heads -> 11/11/11/11/10/10, 8 KV heads of 8 -> 13 copies.
+  json q = llama_base();
+  q["num_attention_heads"] = 64;
+  q["num_key_value_heads"] = 8;
+  q["hidden_size"] = 8192;
+  q["intermediate_size"] = 29568;
+  const ModelConfig c = parse_hf_config(q, "q");
+  const ParallelLayout l = make_parallel_layout(c, 6);
+  const int64_t heads[] = {11, 11, 11, 11, 10, 10};
+  int64_t copies = 0, next_head = 0, next_col = 0;
+  for (int r = 0; r < 6; ++r) {
+    const TpRankRanges& t = l.tp(r);
+    CHECK(t.heads.size() == heads[r]);
+    CHECK(t.heads.begin == next_head);
+    next_head = t.heads.end;
+    CHECK(t.kv_heads.begin == t.heads.begin / 8);
+    CHECK(t.kv_heads.end == (t.heads.end - 1) / 8 + 1);
+    copies += t.kv_heads.size();
+    CHECK(t.mlp_columns.begin == next_col);
+    CHECK(t.mlp_columns.size() == 4928);  // 29568 / 6, a multiple of 64
+    next_col = t.mlp_columns.end;
+  }
+  CHECK(next_head == 64);
+  CHECK(next_col == 29568);
+  CHECK(copies == 13);
+  CHECK(l.kv_heads_replicated);
+  // 90 columns at tp 4: 2 is the largest power of two dividing 90: 45 units -> 24 / 22 / 22 / 22.
+  CHECK(mlp_column_unit(29568, 5) == 32);  // 924 units -> 185 / 185 / 185 / 185 / 184 (64 would give 5952 widest)
   json k = llama_base();
   k["intermediate_size"] = 90;
-  CHECK_THROWS_WITH_AS(make_parallel_layout(parse_hf_config(k, "c"), 4), doctest::Contains("intermediate_size 90"), Error);
+  const ParallelLayout l4 = make_parallel_layout(parse_hf_config(k, "c"), 4);
+  CHECK(mlp_column_unit(90, 4) == 2);
+  CHECK(l4.tp(0).mlp_columns == Range{0, 24});
+  CHECK(l4.tp(3).mlp_columns == Range{68, 90});
+  // A rank would hold no head: refused, naming the largest tp.
+  CHECK_THROWS_WITH_AS(make_parallel_layout(c, 65), doctest::Contains("tp_size 65 is larger than num_attention_heads 64"), Error);
 }
 
 namespace {

@@ -206,8 +206,8 @@ TEST_CASE("corrupt shard files are rejected with a specific message") {
           rehash_table(b);
         }).find("does not fit split kind replicated") != std::string::npos);
   CHECK(patch([&](auto& b) {
-          // local shape of tensor 0 (2 dims): [50, 64] -> [51, 64]: global/local disagree
-          b[record_fixed(b, 0) + 8 + 16] = 51;
+          // local shape of tensor 0 (2 dims): [50, 64] -> [101, 64], more than its global 100 rows
+          b[record_fixed(b, 0) + 8 + 16] = 101;
           rehash_table(b);
         }).find("global and local shapes disagree") != std::string::npos);
   CHECK(patch([&](auto& b) {

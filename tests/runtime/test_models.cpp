@@ -151,18 +151,18 @@ void check_against_hf(const std::string& name, const std::vector<int>& tps = kTp
 
 }  // namespace
 
-TEST_CASE("GPT-NeoX, parallel residual, partial rotary, gelu: CPU backend vs transformers at tp 1, 2, 4") {
-  check_against_hf("tiny-gpt-neox-par");
+TEST_CASE("GPT-NeoX, parallel residual, partial rotary, gelu: CPU backend vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-gpt-neox-par", {1, 2, 3, 4});
 }
 TEST_CASE("GPT-NeoX, sequential residual, full rotary, gelu_fast: vs transformers at tp 1, 2, 4") {
   check_against_hf("tiny-gpt-neox-seq");
 }
-TEST_CASE("Llama, GQA 8/2 (KV heads replicated at tp 4), tied embeddings: vs transformers at tp 1, 2, 4") {
-  check_against_hf("tiny-llama");
+TEST_CASE("Llama, GQA 8/2 (KV heads replicated at tp 4; KV groups split unevenly at 3, 5, 6, 7), tied embeddings: vs transformers at tp 1..7") {
+  check_against_hf("tiny-llama", {1, 2, 3, 4, 5, 6, 7});
 }
-TEST_CASE("Qwen2, q/k/v bias, untied: vs transformers at tp 1, 2, 4") { check_against_hf("tiny-qwen2"); }
-TEST_CASE("InternLM2 (wqkv packed per KV group, q/k/v/o bias, dynamic rope) vs the Llama it was repacked from at tp 1, 2, 4, 8 (KV heads replicated at 4, 8)") {
-  check_against_hf("tiny-internlm2", {1, 2, 4, 8});
+TEST_CASE("Qwen2, q/k/v bias, untied: vs transformers at tp 1, 2, 3 (uneven), 4") { check_against_hf("tiny-qwen2", {1, 2, 3, 4}); }
+TEST_CASE("InternLM2 (wqkv packed per KV group, q/k/v/o bias, dynamic rope) vs the Llama it was repacked from at tp 1, 2, 4, 8 (KV heads replicated at 4, 8) and 3, 5 (uneven)") {
+  check_against_hf("tiny-internlm2", {1, 2, 3, 4, 5, 8});
 }
 TEST_CASE("NVLM-D layout (Qwen2 under llm_config / language_model.*, vision tower skipped) vs the plain Qwen2 at tp 1, 2, 4") {
   check_against_hf("tiny-nvlm-d");
@@ -176,8 +176,8 @@ TEST_CASE("checkpoint in several safetensors files: vs transformers at tp 1, 2, 
   check_against_hf("tiny-llama-sharded");
 }
 
-TEST_CASE("GPT-Neo, learned positions, global/local attention (window 4), unscaled scores: vs transformers at tp 1, 2, 4, 5, 10") {
-  check_against_hf("tiny-gpt-neo", {1, 2, 4, 5, 10});
+TEST_CASE("GPT-Neo, learned positions, global/local attention (window 4), unscaled scores: vs transformers at tp 1, 2, 4, 5, 10 and 3, 6, 7 (uneven)") {
+  check_against_hf("tiny-gpt-neo", {1, 2, 3, 4, 5, 6, 7, 10});
 }
 
 TEST_CASE("Mistral, sliding_window 6 (shorter than the prompts), GQA 8/2: vs transformers at tp 1, 2, 4") {

@@ -65,6 +65,15 @@ int run_verify(const std::string& dir, int tp_size) {
   std::string first_bad, first_hint;
   for (const auto& [size, shards] : m.shards) {
     if (tp_size && size != tp_size) continue;
+    try {
+      check_manifest_ranges(m, size, dir);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "BAD %s\n", e.what());
+      if (bad++ == 0) {
+        first_bad = e.what();
+        first_hint = e.hint();
+      }
+    }
     for (const auto& s : shards) {
       try {
         tensors += verify_shard(dir, dir + "/" + s.file, m, size, s);

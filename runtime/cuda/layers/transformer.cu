@@ -302,6 +302,8 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.n = m.n;
   a.num_heads = heads;
   a.num_kv_heads = kvh;
+  a.kv_group = static_cast<int>(c_.num_attention_heads / c_.num_key_value_heads);
+  a.head_offset = static_cast<int>(mine_.heads.begin % a.kv_group);
   a.head_dim = hd;
   a.max_seq_len = max_seq_len_;
   a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
