@@ -1,21 +1,33 @@
 // memory_plan.h: per-GPU memory estimate for running a converted model at one tp_size
 // (`tpshard plan`; reusable by the runtime to size kv_cache and refuse plans that cannot fit).
 // Formula (all per rank; documented in docs/CONVERT.md, "Memory plan"):
-//   weights    = max over ranks of manifest weight_bytes (the arena)
+// Each rank is planned with its own ranges (model/parallel_layout.h); the fields of MemoryPlan are the
+// largest over the ranks:
+//   weights    = manifest weight_bytes of the rank (the arena)
 //   kv_cache   = 2 * num_hidden_layers * (batch + 1) * max_seq * num_kv_heads_per_rank * head_dim * kv_dtype_bytes
 //                (one slot per sequence plus the scratch slot that padded decode rows write)
 //   activations: exactly what the CUDA runner allocates (model/activation_plan.h, the formula the runner
 //     allocates from) for T = step_tokens(batch, max_seq, R) tokens per step and R = decode_bucket(batch)
-//     rows, with the largest tp_rank's head, KV-head, MLP and vocabulary counts.
+//     rows, with the rank's head, KV-head, MLP and vocabulary counts.
 //   workspace  = 256 MiB (cuBLASLt workspace 32 MiB, custom all_reduce staging <= 4 MiB, NCCL buffers,
 //                allocator slack; CUDA context not included)
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "model/activation_plan.h"
 #include "model/manifest.h"
 
 namespace tpshard {
+
+/// One tp_rank's share of the plan (its own ranges: ranks of an uneven split differ).
+struct RankMemory {
+  int tp_rank = 0;
+  uint64_t weight_bytes = 0;      ///< its manifest weight_bytes (the arena)
+  uint64_t kv_cache_bytes = 0;    ///< with its own KV-head count
+  uint64_t activation_bytes = 0;  ///< with its own head, KV-head, MLP and vocabulary counts
+  uint64_t total_bytes = 0;       ///< + the workspace
+};
 
 struct MemoryPlan {
   int tp_size = 1;
@@ -24,6 +36,9 @@ struct MemoryPlan {
   uint64_t kv_cache_bytes = 0;
   uint64_t activation_bytes = 0;
   uint64_t workspace_bytes = 0;
+  std::vector<RankMemory> ranks;  ///< [tp_size]
+  int heaviest_rank = 0;          ///< the rank with the most weight bytes (the slowest decode step), lowest on ties
+  /// Largest per-field values over the ranks (each rank's buffers fit in them).
   uint64_t total_bytes() const { return weight_bytes + kv_cache_bytes + activation_bytes + workspace_bytes; }
 };
 

@@ -18,6 +18,7 @@ constexpr const char* kNoCudaGraphs = "TPSHARD_NO_CUDA_GRAPHS";
 constexpr const char* kNoLookahead = "TPSHARD_NO_LOOKAHEAD";
 constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
 constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
+constexpr const char* kShareGpus = "TPSHARD_TEST_SHARE_GPUS";
 
 [[noreturn]] void illegal(const char* name, const std::string& value, const std::string& legal) {
   throw Error("environment variable " + std::string(name) + "='" + value + "' is not legal (legal: " + legal + ")",
@@ -65,6 +66,7 @@ const std::vector<TuningVariable>& tuning_variables() {
       {kNoLookahead, "0, 1", "0"},
       {kNoPdl, "0, 1", "0"},
       {kSyncCheck, "0, 1", "0"},
+      {kShareGpus, "0, 1", "0"},
   };
   return vars;
 }
@@ -86,6 +88,7 @@ Tuning parse_tuning(const EnvLookup& lookup) {
   t.lookahead = !flag(lookup, kNoLookahead);
   t.pdl = !flag(lookup, kNoPdl);
   t.sync_check = flag(lookup, kSyncCheck);
+  t.share_gpus = flag(lookup, kShareGpus);
   return t;
 }
 

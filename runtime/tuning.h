@@ -24,6 +24,9 @@ struct Tuning {
   bool lookahead = true;            ///< TPSHARD_NO_LOOKAHEAD=1: false (no greedy decode lookahead)
   bool pdl = true;                  ///< TPSHARD_NO_PDL=1: false (ordinary launches instead of PDL)
   bool sync_check = false;          ///< TPSHARD_SYNC_CHECK=1: synchronize after every checked kernel launch
+  /// TPSHARD_TEST_SHARE_GPUS=1 (tests only): rank with local rank L uses GPU L % visible GPUs, so several
+  /// ranks share one GPU over the peer communicator (CUDA IPC within one device). Correct, not fast.
+  bool share_gpus = false;
 };
 
 /// One variable of Tuning: its name, legal values, default and effect (docs/TUNING.md has the same rows).

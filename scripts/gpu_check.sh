@@ -6,7 +6,7 @@
 #   Section "loader, NCCL, launcher": test_gpu_runtime, comm-test (launcher, two "nodes"),
 #   per-process GPU placement, killed / failing rank, corrupted shard, bench-load, scripts/bench_load.py.
 #   Section "kernels and model": kernel tests, the CUDA runner against the HF fixtures, generation.
-# Options (environment): SKIP_BENCH=1 skips the benchmarks; ONLY_RUNTIME=1 stops after the issue-6 section.
+# Options (environment): SKIP_BENCH=1 skips the benchmarks; ONLY_RUNTIME=1 stops after the runtime section (launcher, communicators, loader).
 set -u
 BUILD=${1:?usage: scripts/gpu_check.sh BUILD_DIR}
 BUILD=$(cd "$BUILD" && pwd)
@@ -223,7 +223,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   rm -rf "$WORK/bench"
 fi
 
-if [ "${ONLY_RUNTIME:-0}" = 1 ]; then  # issue-6 checks only (ONLY_RUNTIME=1)
+if [ "${ONLY_RUNTIME:-0}" = 1 ]; then  # runtime checks only (ONLY_RUNTIME=1)
   echo "gpu_check (runtime only): $FAILED check(s) failed; log: $LOG" | tee -a "$LOG"
   [ "$FAILED" = 0 ]; exit
 fi
@@ -345,6 +345,35 @@ print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/cuda.json"
     fi
   done
 fi
+# Several ranks on one GPU (TPSHARD_TEST_SHARE_GPUS=1: the peer communicator over CUDA IPC within one
+# device): tensor parallelism, even and uneven, checked for correctness where one GPU is all there is.
+# The CUDA backend's last logits at tp T vs the CPU backend's at tp 1 (same shard directory, f32).
+if [ -x "$BIN/tprun" ] && [ "${SHARE_GPU_CHECKS:-1}" = 1 ]; then
+  FIX=$REPO/tests/fixtures
+  for spec in "tiny-llama 2" "tiny-llama 3" "tiny-gpt-neox-par 3" "tiny-qwen2 3" "tiny-gpt-neo 3" "stories260K 3"; do
+    set -- $spec
+    MD=$WORK/s_$1
+    [ -d "$MD" ] || run_logged "convert $1 --tp 1,2,3" "$BIN/tpshard" convert "$FIX/$1" -o "$MD" --tp 1,2,3 -q ||
+      { result FAIL "convert $1 --tp 1,2,3"; continue; }
+    IDS=193,411,293,143,317,13,369,302,415,36,17
+    "$BIN/tprun" "$MD" --tp 1 --device cpu logits --ids $IDS > "$WORK/cpu.json" 2>> "$KLOG"
+    if run_logged "shared gpu $1 tp $2" env TPSHARD_TEST_SHARE_GPUS=1 timeout 120 "$BIN/tprun" "$MD" --tp $2 --device cuda logits --ids $IDS; then
+      D=$(python3 -c "
+import json, sys
+a = json.load(open(sys.argv[1]))['logits']; b = json.load(open(sys.argv[2]))['logits']
+assert len(a) == len(b), (len(a), len(b))
+print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/out.txt" 2>&1)
+    else
+      D="tprun failed: $(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+    fi
+    if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-3 else 1)" "$D" 2>/dev/null; then
+      result PASS "tp $2 ranks on one GPU: $1 cuda logits vs cpu tp 1" "max abs diff $D"
+    else
+      result FAIL "tp $2 ranks on one GPU: $1 cuda logits vs cpu tp 1" "$D"
+    fi
+  done
+fi
+
 # decode building blocks: GEMV vs cuBLASLt per linear layer, custom all_reduce vs NCCL (tables)
 if [ "${SKIP_BENCH:-0}" != 1 ] || [ "${KERNEL_BENCH:-0}" = 1 ]; then
   if [ -x "$BIN/bench_kernels" ] && timeout 300 "$BIN/bench_kernels" > "$OUT/bench_kernels.log" 2>&1; then
@@ -367,7 +396,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$BG" ]; then
   rm -rf "$WORK/bench_gen"
 fi
 
-# ============================ tprun end to end (issues 5, 7, 8) ============================
+# ============================ tprun end to end ============================
 # The main job through the launcher: stories260K from BOS on the CUDA backend must print the same text as
 # the CPU backend (tp 1 and 2); a TriviaQA eval at tp 2 scores all 32 questions; a killed eval resumes to
 # a byte-identical predictions file (tests/eval/resume_check.sh).

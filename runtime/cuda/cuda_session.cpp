@@ -49,6 +49,7 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
     env_.local_world_size = 1;
   }
   check_tp_rank() = env_.rank;
+  device_ = env_.local_rank;
   grid_.tp_size = opts.tp_size;
   TPS_CHECK(env_.world_size == grid_.world_size(),
             "rank " + std::to_string(env_.rank) + ": the launcher (" + (env_.source.empty() ? "none" : env_.source) +
@@ -74,14 +75,15 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
   // cudaSetDevice(local_rank) is the first CUDA call of a worker: it never touches another device.
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || env_.local_rank >= count) {
+  if (e == cudaSuccess && count > 0 && tuning().share_gpus) device_ = env_.local_rank % count;  // tests only
+  if (e != cudaSuccess || device_ >= count) {
     (void)cudaGetLastError();
     throw Error("rank " + std::to_string(env_.rank) + ": needs GPU " + std::to_string(env_.local_rank) +
                     " (local rank) but this node has " + std::to_string(e == cudaSuccess ? count : 0) + " visible GPUs" +
                     (e != cudaSuccess ? std::string(" (") + cudaGetErrorString(e) + ")" : std::string()),
                 "use --tp <= GPUs per node x nodes, and check CUDA_VISIBLE_DEVICES");
   }
-  TPS_CUDA_CHECK(cudaSetDevice(env_.local_rank));
+  TPS_CUDA_CHECK(cudaSetDevice(device_));
   TPS_CUDA_CHECK(cudaFree(nullptr));  // create the context now so its memory is measured on its own
   TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_context, &marks_.total));
 

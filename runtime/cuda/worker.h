@@ -48,7 +48,7 @@ class CudaWorker {
   const RankCoord& coord() const { return coord_; }  ///< this process's (dp_rank, pp_stage, tp_rank)
   int tp_rank() const { return coord_.tp_rank; }
   int tp_size() const { return grid_.tp_size; }
-  int device() const { return env_.local_rank; }
+  int device() const { return device_; }
   const WorkerEnv& env() const { return env_; }
   DeviceCommunicator& comm() { return *comm_; }
   const CommChoice& comm_choice() const { return comm_choice_; }  ///< which communicator, and why
@@ -58,6 +58,7 @@ class CudaWorker {
 
  private:
   WorkerEnv env_;
+  int device_ = 0;  ///< the GPU: env_.local_rank (or local_rank % visible GPUs under TPSHARD_TEST_SHARE_GPUS)
   RankGrid grid_;    ///< the job's ranks: one tensor-parallel group of opts.tp_size today
   RankCoord coord_;
   DeviceMemoryMarks marks_;

@@ -18,10 +18,11 @@ using namespace tpshard;
 using namespace tpshard::test;
 
 TEST_CASE("kv_cache_append + attention: packed sequences of different lengths, GQA, split-K") {
-  struct Case { int hd, heads, kv; };
+  // group / offset: a rank of an uneven split (5 heads starting 2 into a KV group of 4: KV heads 0, 1)
+  struct Case { int hd, heads, kv, group = 0, offset = 0; };
   std::mt19937 rng(6);
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
-    for (Case c : {Case{64, 8, 8}, Case{80, 8, 2}, Case{128, 6, 1}}) {
+    for (Case c : {Case{64, 8, 8}, Case{80, 8, 2}, Case{128, 6, 1}, Case{64, 5, 2, 4, 2}, Case{64, 3, 3, 1, 0}}) {
       const int max_seq = 320, slots = 5;
       // sequences: (slot, length); tokens packed without padding, in this order
       const std::vector<std::pair<int, int>> seqs = {{3, 1}, {0, 17}, {4, 130}, {1, 300}};
@@ -71,7 +72,8 @@ TEST_CASE("kv_cache_append + attention: packed sequences of different lengths, G
           }
       }
       const std::string what = std::string(name_of(t)) + " hd " + std::to_string(c.hd) + " heads " +
-                               std::to_string(c.heads) + "/" + std::to_string(c.kv);
+                               std::to_string(c.heads) + "/" + std::to_string(c.kv) + " group " +
+                               std::to_string(c.group) + " offset " + std::to_string(c.offset);
       check_close("kv_cache k " + what, download(k_cache.ptr, cache_elems, t), k_expect, {0, 0, 0});
       check_close("kv_cache v " + what, download(v_cache.ptr, cache_elems, t), v_expect, {0, 0, 0});
 
@@ -81,7 +83,7 @@ TEST_CASE("kv_cache_append + attention: packed sequences of different lengths, G
         seq_v[i] = &vs[tok_slot[i]];
       }
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
-      const Vec ref = ref::attention(qkv, stride, seq_k, seq_v, tok_pos, c.heads, c.kv, c.hd, scale);
+      const Vec ref = ref::attention(qkv, stride, seq_k, seq_v, tok_pos, c.heads, c.kv, c.hd, scale, c.group, c.offset);
       for (int splits : {1, 3, 16}) {
         DeviceBuffer out(static_cast<size_t>(n) * c.heads * c.hd * 4);
         DeviceBuffer partial(static_cast<size_t>(n) * c.heads * splits * (c.hd + 2) * 4);
@@ -98,6 +100,8 @@ TEST_CASE("kv_cache_append + attention: packed sequences of different lengths, G
         ap.n = n;
         ap.num_heads = c.heads;
         ap.num_kv_heads = c.kv;
+        ap.kv_group = c.group;
+        ap.head_offset = c.offset;
         ap.head_dim = c.hd;
         ap.max_seq_len = max_seq;
         ap.num_splits = splits;

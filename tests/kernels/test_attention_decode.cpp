@@ -27,6 +27,7 @@ namespace {
 
 struct DecodeShape {
   int hd, rot, heads, kv;
+  int group = 0, offset = 0;  ///< AttentionParams::kv_group / head_offset (a rank of an uneven split)
 };
 
 /// One decode step: token i is in kv_cache slot slot[i] at position pos[i]. Tokens in the scratch slot
@@ -145,7 +146,7 @@ struct DecodeCase {
       seq_k[i] = &ks[b->slot[i]];
       seq_v[i] = &vs[b->slot[i]];
     }
-    ref = ref::attention(q, stride, seq_k, seq_v, b->pos, s.heads, s.kv, s.hd, scale());
+    ref = ref::attention(q, stride, seq_k, seq_v, b->pos, s.heads, s.kv, s.hd, scale(), s.group, s.offset);
   }
 
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(s.hd)); }
@@ -160,6 +161,8 @@ struct DecodeCase {
     a.n = n;
     a.num_heads = s.heads;
     a.num_kv_heads = s.kv;
+    a.kv_group = s.group;
+    a.head_offset = s.offset;
     a.head_dim = s.hd;
     a.max_seq_len = b->max_seq;
     a.num_splits = splits;
@@ -296,7 +299,7 @@ TEST_CASE("decode attention kernel: reference, tiled kernel, fused vs unfused, s
   std::mt19937 rng(7);
   for (DType t : {DType::F32, DType::F16, DType::BF16})
     for (DecodeShape s : {DecodeShape{64, 64, 8, 8}, DecodeShape{80, 20, 8, 2}, DecodeShape{96, 96, 4, 2},
-                          DecodeShape{128, 32, 8, 1}, DecodeShape{256, 64, 4, 4}})
+                          DecodeShape{128, 32, 8, 1}, DecodeShape{256, 64, 4, 4}, DecodeShape{64, 64, 11, 3, 8, 6}})
       for (const DecodeBatch& b : batches)
         for (bool rotary : {false, true}) {
           const DecodeCase c(t, s, b, rotary, rng);

@@ -8,16 +8,17 @@
 namespace tpshard::ref {
 
 Vec attention(const Vec& q, int64_t q_stride, const std::vector<const Vec*>& seq_k, const std::vector<const Vec*>& seq_v,
-              const std::vector<int32_t>& positions, int num_heads, int num_kv_heads, int head_dim, double scale) {
+              const std::vector<int32_t>& positions, int num_heads, int num_kv_heads, int head_dim, double scale,
+              int kv_group, int head_offset) {
   const size_t n = positions.size();
   Vec out(n * num_heads * head_dim, 0.0);
-  const int group = num_heads / num_kv_heads;
+  const int group = kv_group > 0 ? kv_group : num_heads / num_kv_heads;
   for (size_t t = 0; t < n; ++t) {
     const Vec& k = *seq_k[t];  // [positions, kv_heads, hd]
     const Vec& v = *seq_v[t];
     const int len = positions[t] + 1;
     for (int h = 0; h < num_heads; ++h) {
-      const int kvh = h / group;
+      const int kvh = (h + head_offset) / group;
       std::vector<double> s(len);
       for (int j = 0; j < len; ++j) {
         double dot = 0;

@@ -28,9 +28,11 @@ void rotary(Vec& qkv, int64_t row_stride, const std::vector<int32_t>& positions,
 std::vector<double> inv_freq_default(double theta, int rotary_ndims);
 
 /// Causal attention of query tokens over keys k/v [positions, kv_heads, hd] of their own sequence
-/// (seq_k[t] / seq_v[t]: that token's sequence), keys 0..positions[t]. out [n, heads*hd].
+/// (seq_k[t] / seq_v[t]: that token's sequence), keys 0..positions[t]. out [n, heads*hd]. Q head h reads
+/// KV head (h + head_offset) / kv_group (kv_group 0: heads / kv_heads), as on a rank of an uneven split.
 Vec attention(const Vec& q, int64_t q_stride, const std::vector<const Vec*>& seq_k, const std::vector<const Vec*>& seq_v,
-              const std::vector<int32_t>& positions, int num_heads, int num_kv_heads, int head_dim, double scale);
+              const std::vector<int32_t>& positions, int num_heads, int num_kv_heads, int head_dim, double scale,
+              int kv_group = 0, int head_offset = 0);
 
 /// gated: in [n, 2w] (gate | up) -> act(gate + b) * (up + b); plain: act(in + b). out [n, w].
 Vec activation(const Vec& in, const Vec& bias, Activation act, bool gated, int n, int width);

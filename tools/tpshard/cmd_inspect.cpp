@@ -3,6 +3,7 @@
 // files (header, tensor table, size against manifest.json) before printing anything.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "convert/progress.h"
@@ -81,12 +82,28 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
   for (const auto& s : m.source) std::printf(" %s (%s, %s)", s.name.c_str(), human_bytes(s.bytes).c_str(), hash_to_hex(s.xxh3).c_str());
   std::printf("\ntokenizer ");
   for (const auto& t : m.tokenizer_files) std::printf(" %s", t.c_str());
-  std::printf("\n\n%-4s %-5s %12s %12s  %-16s  %s\n", "tp", "rank", "file", "weights", "xxh3", "path");
+  std::printf("\n\n%-4s %-5s %12s %12s  %-9s %-9s %-13s %-13s  %-16s  %s\n", "tp", "rank", "file", "weights", "heads",
+              "kv_heads", "mlp_columns", "vocab_rows", "xxh3", "path");
+  auto range = [](const std::optional<TpRankRanges>& r, Range TpRankRanges::*member) {
+    if (!r) return std::string("-");
+    const Range x = (*r).*member;
+    return std::to_string(x.begin) + "-" + std::to_string(x.end - 1);
+  };
   for (const auto& [size, shards] : m.shards) {
     if (tp_size && size != tp_size) continue;
-    for (const auto& s : shards)
-      std::printf("%-4d %-5d %12s %12s  %-16s  %s\n", size, s.tp_rank, human_bytes(s.bytes).c_str(),
-                  human_bytes(s.weight_bytes).c_str(), hash_to_hex(s.xxh3).c_str(), s.file.c_str());
+    uint64_t sum = 0, hi = 0;
+    int heaviest = 0;
+    for (const auto& s : shards) {
+      std::printf("%-4d %-5d %12s %12s  %-9s %-9s %-13s %-13s  %-16s  %s\n", size, s.tp_rank, human_bytes(s.bytes).c_str(),
+                  human_bytes(s.weight_bytes).c_str(), range(s.ranges, &TpRankRanges::heads).c_str(),
+                  range(s.ranges, &TpRankRanges::kv_heads).c_str(), range(s.ranges, &TpRankRanges::mlp_columns).c_str(),
+                  range(s.ranges, &TpRankRanges::vocab_rows).c_str(), hash_to_hex(s.xxh3).c_str(), s.file.c_str());
+      sum += s.weight_bytes;
+      if (s.weight_bytes > hi) hi = s.weight_bytes, heaviest = s.tp_rank;
+    }
+    if (size > 1)
+      std::printf("     tp %d weight spread: heaviest rank %d %+.2f%% over total/tp\n", size, heaviest,
+                  100.0 * (static_cast<double>(hi) * size - static_cast<double>(sum)) / static_cast<double>(sum));
   }
   for (const auto& [file, reader] : readers) {
     const ShardReader& r = *reader;
