@@ -171,8 +171,10 @@ void check_out_dir(const ConvertOptions& o) {
 }
 
 struct Job {
-  int tp_size, tp_rank;
+  int pp_size, pp_stage, tp_size, tp_rank;
   ShardWriter* writer;
+  std::vector<int> record;  ///< plan index -> the writer's record index, -1 when the stage does not hold it
+  const ParallelLayout* layout;
 };
 
 }  // namespace
@@ -186,8 +188,13 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
   std::sort(tps.begin(), tps.end());
   tps.erase(std::unique(tps.begin(), tps.end()), tps.end());
   const ModelConfig cfg = load_hf_config(o.hf_dir);
-  std::map<int, ParallelLayout> layouts;
-  for (int tp : tps) layouts[tp] = make_parallel_layout(cfg, tp);
+  std::vector<int> pps = o.pp_sizes;
+  if (pps.empty()) throw Error("no pp sizes given", "pass --pp, e.g. --pp 1,2");
+  std::sort(pps.begin(), pps.end());
+  pps.erase(std::unique(pps.begin(), pps.end()), pps.end());
+  std::map<std::pair<int, int>, ParallelLayout> layouts;  // (pp, tp)
+  for (int pp : pps)
+    for (int tp : tps) layouts[{pp, tp}] = make_parallel_layout(cfg, tp, pp);
   const Checkpoint ck(o.hf_dir);
   const std::vector<OutputTensor> plan = plan_tensors(cfg);
 
@@ -288,42 +295,50 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
   }
 
   std::vector<std::unique_ptr<ShardWriter>> writers;
-  std::vector<Job> jobs;  // one per (tp_size, tp_rank)
+  std::vector<Job> jobs;  // one per (pp_size, pp_stage, tp_size, tp_rank)
   uint64_t total_bytes = 0;
-  for (int tp : tps) {
-    const std::string dir = tmp.path() + "/tp" + std::to_string(tp);
-    fs::create_directory(dir);
-    for (int r = 0; r < tp; ++r) {
-      writers.push_back(std::make_unique<ShardWriter>(dir + "/rank" + std::to_string(r) + ".tps", r, tp));
-      writers.back()->set_zstd_level(o.zstd_level);
-      std::vector<TensorRecord> recs;
-      for (const auto& t : plan) {
-        const RankSlice s = slice_for_rank(t, cfg, layouts[tp], r);
-        TensorRecord rec;
-        rec.name = t.name;
-        rec.dtype = out_dtype;
-        rec.global_shape = s.global_shape;
-        rec.local_shape = s.local_shape;
-        rec.split = t.split;
-        rec.split_axis = s.split_axis;
-        rec.codec = s.local_shape.size() >= 2 ? o.codec : Codec::None;
-        recs.push_back(rec);
+  for (const auto& [key, layout] : layouts) {
+    const auto [pp, tp] = key;
+    for (int stage = 0; stage < pp; ++stage)
+      for (int r = 0; r < tp; ++r) {
+        const std::string file = tmp.path() + "/" + shard_file_name(pp, stage, tp, r);
+        fs::create_directories(fs::path(file).parent_path());
+        writers.push_back(std::make_unique<ShardWriter>(file, r, tp));
+        writers.back()->set_zstd_level(o.zstd_level);
+        Job job{pp, stage, tp, r, writers.back().get(), std::vector<int>(plan.size(), -1), &layout};
+        std::vector<TensorRecord> recs;
+        for (size_t i = 0; i < plan.size(); ++i) {
+          const OutputTensor& t = plan[i];
+          if (!stage_holds(t, cfg, layout, stage)) continue;
+          const RankSlice s = slice_for_rank(t, cfg, layout, r);
+          TensorRecord rec;
+          rec.name = t.name;
+          rec.dtype = out_dtype;
+          rec.global_shape = s.global_shape;
+          rec.local_shape = s.local_shape;
+          rec.split = t.split;
+          rec.split_axis = s.split_axis;
+          rec.codec = s.local_shape.size() >= 2 ? o.codec : Codec::None;
+          job.record[i] = static_cast<int>(recs.size());
+          recs.push_back(rec);
+        }
+        writers.back()->declare(std::move(recs));
+        for (size_t k = 0; k < writers.back()->records().size(); ++k)
+          total_bytes += writers.back()->records()[k].raw_bytes * static_cast<uint64_t>(writers.back()->passes(k));
+        jobs.push_back(std::move(job));
       }
-      writers.back()->declare(std::move(recs));
-      for (size_t i = 0; i < plan.size(); ++i)
-        total_bytes += writers.back()->records()[i].raw_bytes * static_cast<uint64_t>(writers.back()->passes(i));
-      jobs.push_back({tp, r, writers.back().get()});
-    }
   }
   {
     Progress p("converting", total_bytes, o.progress);
     for (size_t i = 0; i < plan.size(); ++i) {
       parallel_for(jobs.size(), threads, [&](size_t j) {
         const Job& job = jobs[j];
-        const RankSlice s = slice_for_rank(plan[i], cfg, layouts[job.tp_size], job.tp_rank);
-        job.writer->begin_tensor(i);
-        write_slice(s, sources[i], out_dtype, ck, *job.writer, i, p, !o.allow_nonfinite);
-        job.writer->end_tensor(i);
+        const int k = job.record[i];
+        if (k < 0) return;  // not on this stage
+        const RankSlice s = slice_for_rank(plan[i], cfg, *job.layout, job.tp_rank);
+        job.writer->begin_tensor(static_cast<size_t>(k));
+        write_slice(s, sources[i], out_dtype, ck, *job.writer, static_cast<size_t>(k), p, !o.allow_nonfinite);
+        job.writer->end_tensor(static_cast<size_t>(k));
       });
       for (const StTensor* st : sources[i]) ck.drop_pages(*st);
     }
@@ -337,14 +352,17 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
   {
     uint64_t out_total = 0;
     for (const Job& job : jobs)
-      out_total += fs::file_size(tmp.path() + "/tp" + std::to_string(job.tp_size) + "/rank" + std::to_string(job.tp_rank) + ".tps");
+      out_total += fs::file_size(tmp.path() + "/" + shard_file_name(job.pp_size, job.pp_stage, job.tp_size, job.tp_rank));
     Progress p("hashing shards", out_total, o.progress);
     parallel_for(jobs.size(), threads, [&](size_t j) {
       const Job& job = jobs[j];
       ShardStats& st = res.shards[j];
       st.tp_size = job.tp_size;
       st.tp_rank = job.tp_rank;
-      const std::string rel = "tp" + std::to_string(job.tp_size) + "/rank" + std::to_string(job.tp_rank) + ".tps";
+      st.pp_size = job.pp_size;
+      st.pp_stage = job.pp_stage;
+      st.file = shard_file_name(job.pp_size, job.pp_stage, job.tp_size, job.tp_rank);
+      const std::string& rel = st.file;
       uint64_t done = 0;
       st.xxh3 = xxh3_file(tmp.path() + "/" + rel, &done, check_interrupt);  // Ctrl-C: within one chunk
       p.add(done);
@@ -357,11 +375,19 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     const ShardStats& st = res.shards[j];
     uint64_t arena = 0;
     for (const auto& r : jobs[j].writer->records()) arena = std::max(arena, layout::align_up(r.arena_offset + r.raw_bytes, kDataAlignment));
-    const std::string rel = "tp" + std::to_string(st.tp_size) + "/rank" + std::to_string(st.tp_rank) + ".tps";
+    const std::string& rel = st.file;
     // The table hash ties the shard to this manifest at load time (check_shard_belongs); read back from
     // the finished file, so it is exactly what the runtime will see.
     const uint64_t table_xxh3 = ShardReader(tmp.path() + "/" + rel).header().table_xxh3;
-    m.shards[st.tp_size].push_back({st.tp_rank, rel, st.file_bytes, st.xxh3, arena, table_xxh3, layouts[st.tp_size].tp(st.tp_rank)});
+    const ParallelLayout& layout = *jobs[j].layout;
+    ManifestShard ms{st.tp_rank, rel, st.file_bytes, st.xxh3, arena, table_xxh3, layout.tp(st.tp_rank)};
+    ms.pp_stage = st.pp_stage;
+    if (st.pp_size == 1) {
+      m.shards[st.tp_size].push_back(ms);
+    } else {
+      ms.layers = layout.stage_layers[static_cast<size_t>(st.pp_stage)];
+      m.pp_shards[{st.pp_size, st.tp_size}].push_back(ms);
+    }
   }
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                         "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json"}) {

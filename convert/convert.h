@@ -16,6 +16,8 @@ struct ConvertOptions {
   std::string hf_dir;              ///< config.json + model.safetensors or model.safetensors.index.json
   std::string out_dir;             ///< must not exist unless force
   std::vector<int> tp_sizes{1};    ///< every tp size to produce
+  /// Every pp size to produce: each (pp, tp) pair is one layout (stage s, rank r: its layers' tensors).
+  std::vector<int> pp_sizes{1};
   std::string dtype = "keep";      ///< keep | f16/fp16 | bf16 | f32/fp32
   Codec codec = Codec::None;       ///< None, Zstd or ZstdBytePlanes (applied to 2-D tensors)
   int zstd_level = 3;
@@ -30,6 +32,8 @@ struct ConvertOptions {
 /// Per-shard statistics for the summary table.
 struct ShardStats {
   int tp_size = 1, tp_rank = 0;
+  int pp_size = 1, pp_stage = 0;
+  std::string file;  ///< relative to OUT (shard_file_name)
   size_t tensors = 0;
   uint64_t file_bytes = 0, raw_bytes = 0, xxh3 = 0;
 };

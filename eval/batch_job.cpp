@@ -2,7 +2,9 @@
 #include "eval/batch_job.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
+#include <mutex>
 #include <memory>
 #include <numeric>
 #include <unordered_map>
@@ -38,6 +40,9 @@ std::string model_fingerprint(const Manifest& m) {
     for (const ManifestShard& sh : shards)
       if (sh.table_xxh3)
         text += "tp" + std::to_string(tp_size) + "/rank" + std::to_string(sh.tp_rank) + ":" + hash_to_hex(*sh.table_xxh3) + "\n";
+  for (const auto& [key, shards] : m.pp_shards)
+    for (const ManifestShard& sh : shards)
+      if (sh.table_xxh3) text += shard_file_name(key.first, sh.pp_stage, key.second, sh.tp_rank) + ":" + hash_to_hex(*sh.table_xxh3) + "\n";
   return text.empty() ? std::string() : hash_to_hex(xxh3_64(text.data(), text.size()));
 }
 
@@ -77,13 +82,30 @@ std::string stored_mismatch(const std::string& line, const BatchItem& item,
 
 }  // namespace
 
+namespace {
+
+/// What the replicas of a data-parallel job share, owned by dp_rank 0's output rank and published to the
+/// others through ctx.replicas: the one results file and the sums of their reports.
+struct SharedOutput {
+  std::mutex mutex;
+  ResumableJsonlWriter* writer = nullptr;
+  size_t generated = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+};
+
+}  // namespace
+
 BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
                              const MakeLine& make_line) {
   TPS_CHECK(ctx.runner != nullptr && ctx.tokenizer != nullptr, "batch job: rank context has no model",
             "open the model with run_on_ranks first");
   TPS_CHECK(opts.batch_size >= 1, "--batch-size " + std::to_string(opts.batch_size) + " must be at least 1",
             "use a positive batch size, e.g. 48");
-  const bool writer_rank = ctx.is_output_rank();
+  // With replicas (dp_size > 1) each replica's output rank writes its share of the items through the
+  // one writer of dp_rank 0; without, the job's output rank writes everything.
+  const bool replicated = ctx.dp_size > 1 && ctx.replicas != nullptr;
+  const bool writer_rank = replicated ? ctx.is_replica_output_rank() : ctx.is_output_rank();
+  const bool owner = writer_rank && ctx.dp_rank == 0;  // opens, finally rewrites and releases the file
   BatchJobReport report;
   report.total = items.size();
 
@@ -136,12 +158,20 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   report.already_done = items.size() - todo.size();
 
   std::unique_ptr<ResumableJsonlWriter> writer;
-  if (writer_rank) {
+  SharedOutput own;
+  SharedOutput* shared = &own;
+  if (owner) {
     writer = std::make_unique<ResumableJsonlWriter>(opts.output_path);
+    own.writer = writer.get();
     report.truncated_bytes = writer->truncated_bytes();
     if (report.truncated_bytes > 0)
       std::fprintf(stderr, "%s: %s: cut a torn last line (%zu bytes) left by an interrupted run\n", opts.label.c_str(),
                    opts.output_path.c_str(), report.truncated_bytes);
+  }
+  if (replicated && writer_rank) {  // the other replicas write through dp_rank 0's writer
+    if (owner) ctx.replicas->publish(&own);
+    ctx.replicas->barrier();
+    shared = static_cast<SharedOutput*>(ctx.replicas->published());
   }
 
   // Longest prompts first: equal-length neighbours share batches (little padding), and a prompt that
@@ -149,8 +179,17 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) {
     return items[a].request.prompt_ids.size() > items[b].request.prompt_ids.size();
   });
+  if (replicated) {  // this replica's share: every dp_size-th item of the sorted list (similar lengths)
+    std::vector<size_t> mine;
+    for (size_t k = static_cast<size_t>(ctx.dp_rank); k < todo.size(); k += static_cast<size_t>(ctx.dp_size))
+      mine.push_back(todo[k]);
+    todo.swap(mine);
+  }
 
-  Progress progress(opts.label, items.size(), report.already_done, writer_rank, opts.progress_interval_s);
+  // With replicas, dp_rank 0 shows its own share's progress.
+  const size_t shown_total = replicated ? report.already_done + todo.size() : items.size();
+  Progress progress(replicated ? opts.label + " (replica 0 of " + std::to_string(ctx.dp_size) + ")" : opts.label,
+                    shown_total, report.already_done, owner, opts.progress_interval_s);
   const auto t0 = std::chrono::steady_clock::now();
   const size_t bs = static_cast<size_t>(opts.batch_size);
   for (size_t start = 0; start < todo.size(); start += bs) {
@@ -183,7 +222,10 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       line["request_xxh3"] = request_fingerprint(items[i].request);
       lines.push_back(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
     }
-    if (writer) writer->append(lines);
+    if (writer_rank) {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      shared->writer->append(lines);
+    }
     report.generated += batch.size();
     report.output_tokens += batch_tokens;
     progress.advance(batch.size(), batch_tokens);
@@ -191,7 +233,24 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   progress.finish();
 
-  if (writer_rank) {
+  if (replicated && writer_rank) {
+    {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      shared->generated += report.generated;
+      shared->prompt_tokens += report.prompt_tokens;
+      shared->output_tokens += report.output_tokens;
+    }
+    ctx.replicas->barrier();  // every replica has written its share
+    report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (owner) {  // the job's totals
+      report.generated = own.generated;
+      report.prompt_tokens = own.prompt_tokens;
+      report.output_tokens = own.output_tokens;
+    }
+  }
+  if (ctx.tp_rank == 0 && ctx.dp_rank == 0 && ctx.pp_size > 1)
+    std::fprintf(stderr, "%s: %s\n", opts.label.c_str(), ctx.runner->pipeline_report().c_str());
+  if (owner) {
     rewrite_jsonl_in_order(opts.output_path, keys);  // still holding the writer's lock
     writer.reset();
   }

@@ -32,7 +32,8 @@ struct BatchItem {
 std::string request_fingerprint(const GenerationRequest& r);
 
 /// 16 hex digits: XXH3-64 of the manifest's shard table hashes ("tpN/rankR:table_xxh3\n" for every
-/// shard of every tp size, in tp_size then tp_rank order). Each table_xxh3 covers every tensor's data
+/// shard of every tp size, in tp_size then tp_rank order, then "ppP-tpT/stageS-rankR.tps:..." for the
+/// pipeline layouts). Each table_xxh3 covers every tensor's data
 /// hash, so another conversion with other weights (or another --dtype) gives another value; the same
 /// converted model gives the same value whichever --tp runs it. Written as "model_xxh3" on each result
 /// line. "" when no shard records a table_xxh3 (a manifest from before it existed): not written.

@@ -43,16 +43,19 @@ json ranges_to_json(const TpRankRanges& r) {
           {"vocab_rows", pair(r.vocab_rows)}};
 }
 
+Range range_from_json(const json& a, const std::string& w) {
+  if (!a.is_array() || a.size() != 2 || !a[0].is_number_integer() || !a[1].is_number_integer())
+    throw Error(w + ": expected [begin, end] integers", kRerun);
+  const int64_t b = a[0].get<int64_t>(), e = a[1].get<int64_t>();
+  if (b < 0 || e < b) throw Error(w + ": [" + std::to_string(b) + ", " + std::to_string(e) + ") is not a range", kRerun);
+  return Range{b, e};
+}
+
 TpRankRanges ranges_from_json(const json& j, const std::string& where) {
   auto get = [&](const char* key) {
     const std::string w = where + " ranges." + key;
     if (!j.is_object() || !j.contains(key)) throw Error(w + ": missing", kRerun);
-    const json& a = j.at(key);
-    if (!a.is_array() || a.size() != 2 || !a[0].is_number_integer() || !a[1].is_number_integer())
-      throw Error(w + ": expected [begin, end] integers", kRerun);
-    const int64_t b = a[0].get<int64_t>(), e = a[1].get<int64_t>();
-    if (b < 0 || e < b) throw Error(w + ": [" + std::to_string(b) + ", " + std::to_string(e) + ") is not a range", kRerun);
-    return Range{b, e};
+    return range_from_json(j.at(key), w);
   };
   return {get("heads"), get("kv_heads"), get("mlp_columns"), get("vocab_rows")};
 }
@@ -173,34 +176,64 @@ Manifest load_manifest(const std::string& model_dir) {
     throw Error(path + ": \"dtype\": " + e.what(), kRerun);
   }
   if (j.contains("tokenizer_files")) m.tokenizer_files = field<std::vector<std::string>>(j, "tokenizer_files", path);
-  const json tp = field<json>(j, "tp", path);
-  if (!tp.is_object() || tp.empty()) throw Error(path + ": \"tp\" lists no tp sizes", kRerun);
-  for (const auto& [key, arr] : tp.items()) {
-    int tp_size = 0;
+  auto entry = [&](const json& e, const std::string& where) {
+    ManifestShard s;
+    s.tp_rank = field<int>(e, "tp_rank", where);
+    s.file = field<std::string>(e, "file", where);
+    s.bytes = field<uint64_t>(e, "bytes", where);
+    s.xxh3 = hash_from_hex(field<std::string>(e, "xxh3", where), where);
+    s.weight_bytes = field<uint64_t>(e, "weight_bytes", where);
+    if (e.contains("table_xxh3")) s.table_xxh3 = hash_from_hex(field<std::string>(e, "table_xxh3", where), where);
+    if (e.contains("ranges")) s.ranges = ranges_from_json(field<json>(e, "ranges", where), where);
+    if (e.contains("pp_stage")) s.pp_stage = field<int>(e, "pp_stage", where);
+    if (e.contains("layers")) s.layers = range_from_json(field<json>(e, "layers", where), where + " layers");
+    if (s.file.empty() || s.file[0] == '/' || s.file.find("..") != std::string::npos)
+      throw Error(where + ": shard file name '" + s.file + "' must be relative to the model directory", kRerun);
+    return s;
+  };
+  auto size_key = [&](const std::string& key, const std::string& where, const char* what) {
+    int v = 0;
     try {
-      tp_size = std::stoi(key);
+      v = std::stoi(key);
     } catch (...) {
     }
-    const std::string where = path + " tp " + key;
-    if (tp_size < 1 || std::to_string(tp_size) != key) throw Error(where + ": not a tp size", kRerun);
-    if (!arr.is_array() || arr.size() != static_cast<size_t>(tp_size))
-      throw Error(where + ": expected " + key + " shard entries", kRerun);
+    if (v < 1 || std::to_string(v) != key) throw Error(where + ": not a " + what, kRerun);
+    return v;
+  };
+  // shards of one layout, ordered by (pp_stage, tp_rank)
+  auto layout_entries = [&](const json& arr, int pp_size, int tp_size, const std::string& where) {
+    if (!arr.is_array() || arr.size() != static_cast<size_t>(pp_size) * static_cast<size_t>(tp_size))
+      throw Error(where + ": expected " + std::to_string(pp_size * tp_size) + " shard entries", kRerun);
     std::vector<ManifestShard> v;
     for (const auto& e : arr) {
-      ManifestShard s;
-      s.tp_rank = field<int>(e, "tp_rank", where);
-      s.file = field<std::string>(e, "file", where);
-      s.bytes = field<uint64_t>(e, "bytes", where);
-      s.xxh3 = hash_from_hex(field<std::string>(e, "xxh3", where), where);
-      s.weight_bytes = field<uint64_t>(e, "weight_bytes", where);
-      if (e.contains("table_xxh3")) s.table_xxh3 = hash_from_hex(field<std::string>(e, "table_xxh3", where), where);
-      if (e.contains("ranges")) s.ranges = ranges_from_json(field<json>(e, "ranges", where), where);
-      if (s.tp_rank != static_cast<int>(v.size())) throw Error(where + ": shards are not ordered by tp_rank", kRerun);
-      if (s.file.empty() || s.file[0] == '/' || s.file.find("..") != std::string::npos)
-        throw Error(where + ": shard file name '" + s.file + "' must be relative to the model directory", kRerun);
-      v.push_back(s);
+      ManifestShard s = entry(e, where);
+      const size_t at = v.size();
+      if (s.tp_rank != static_cast<int>(at % static_cast<size_t>(tp_size)) ||
+          s.pp_stage != static_cast<int>(at / static_cast<size_t>(tp_size)))
+        throw Error(where + ": shards are not ordered by pp_stage, then tp_rank", kRerun);
+      if (pp_size > 1 && !s.layers) throw Error(where + ": a pipeline stage's shard entry has no \"layers\"", kRerun);
+      v.push_back(std::move(s));
     }
-    m.shards[tp_size] = std::move(v);
+    return v;
+  };
+  const json tp = j.contains("tp") ? field<json>(j, "tp", path) : json::object();
+  const json pp = j.contains("pp") ? field<json>(j, "pp", path) : json::object();
+  if (!tp.is_object() || !pp.is_object() || (tp.empty() && pp.empty()))
+    throw Error(path + ": \"tp\" lists no tp sizes", kRerun);
+  for (const auto& [key, arr] : tp.items()) {
+    const std::string where = path + " tp " + key;
+    const int tp_size = size_key(key, where, "tp size");
+    m.shards[tp_size] = layout_entries(arr, 1, tp_size, where);
+  }
+  for (const auto& [pkey, by_tp] : pp.items()) {
+    const int pp_size = size_key(pkey, path + " pp " + pkey, "pp size");
+    if (pp_size < 2 || !by_tp.is_object() || by_tp.empty())
+      throw Error(path + " pp " + pkey + ": expected a pp size above 1 with tp sizes under it", kRerun);
+    for (const auto& [tkey, arr] : by_tp.items()) {
+      const std::string where = path + " pp " + pkey + " tp " + tkey;
+      const int tp_size = size_key(tkey, where, "tp size");
+      m.pp_shards[{pp_size, tp_size}] = layout_entries(arr, pp_size, tp_size, where);
+    }
   }
   return m;
 }
@@ -217,8 +250,7 @@ void save_manifest(const Manifest& m, const std::string& dir) {
   j["model_section_xxh3"] = hash_to_hex(model_section_xxh3(j["model"]));
   j["dtype"] = dtype_name(m.dtype);
   j["tokenizer_files"] = m.tokenizer_files;
-  json tp = json::object();
-  for (const auto& [size, shards] : m.shards) {
+  auto entries = [](const std::vector<ManifestShard>& shards, bool pipeline) {
     json arr = json::array();
     for (const auto& s : shards) {
       arr.push_back({{"tp_rank", s.tp_rank},
@@ -228,9 +260,18 @@ void save_manifest(const Manifest& m, const std::string& dir) {
                      {"weight_bytes", s.weight_bytes}});
       if (s.table_xxh3) arr.back()["table_xxh3"] = hash_to_hex(*s.table_xxh3);
       if (s.ranges) arr.back()["ranges"] = ranges_to_json(*s.ranges);
+      if (pipeline) {
+        arr.back()["pp_stage"] = s.pp_stage;
+        if (s.layers) arr.back()["layers"] = json::array({s.layers->begin, s.layers->end});
+      }
     }
-    tp[std::to_string(size)] = arr;
-  }
+    return arr;
+  };
+  json tp = json::object();
+  for (const auto& [size, shards] : m.shards) tp[std::to_string(size)] = entries(shards, false);
+  json pp = json::object();
+  for (const auto& [key, shards] : m.pp_shards) pp[std::to_string(key.first)][std::to_string(key.second)] = entries(shards, true);
+  if (!pp.empty()) j["pp"] = pp;
   j["tp"] = tp;
   const std::string text = j.dump(2) + "\n";
   const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
@@ -245,59 +286,101 @@ void save_manifest(const Manifest& m, const std::string& dir) {
   }
 }
 
-void check_manifest_ranges(const Manifest& m, int tp_size, const std::string& model_dir) {
-  const std::vector<ManifestShard>& shards = shards_for(m, tp_size, model_dir);
-  const std::string where = model_dir + "/manifest.json tp " + std::to_string(tp_size);
+void check_manifest_ranges(const Manifest& m, int tp_size, const std::string& model_dir, int pp_size) {
+  const std::vector<ManifestShard>& all = shards_for(m, tp_size, model_dir, pp_size);
+  const std::string layout = pp_size == 1 ? "tp " + std::to_string(tp_size)
+                                          : "pp " + std::to_string(pp_size) + " x tp " + std::to_string(tp_size);
   const char* fix = "manifest.json's ranges were edited or written by another tool: restore it from the conversion, or re-run tpshard convert";
-  struct Kind {
-    const char* name;
-    Range TpRankRanges::*member;
-    int64_t total;
-  };
-  const ParallelLayout want = make_parallel_layout(m.model, tp_size);
-  const Kind kinds[] = {{"heads", &TpRankRanges::heads, m.model.num_attention_heads},
-                        {"mlp_columns", &TpRankRanges::mlp_columns, m.model.intermediate_size},
-                        {"vocab_rows", &TpRankRanges::vocab_rows, want.vocab_size_padded}};
+  const ParallelLayout want = make_parallel_layout(m.model, tp_size, pp_size);
   auto text = [](const Range& r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; };
-  for (const Kind& k : kinds) {
-    int64_t next = 0;
-    for (const ManifestShard& s : shards) {
-      if (!s.ranges) return;
-      const Range r = (*s.ranges).*k.member;
-      const std::string who = where + ": " + k.name + " " + text(r) + " of tp_rank " + std::to_string(s.tp_rank);
-      if (r.begin < next) throw Error(who + " overlaps the previous rank's (which end at " + std::to_string(next) + ")", fix);
-      if (r.begin > next) throw Error(who + " leaves a gap after the previous rank's (which end at " + std::to_string(next) + ")", fix);
-      if (r.end <= r.begin) throw Error(who + " is empty", fix);
-      next = r.end;
+  for (int p = 0; p < pp_size; ++p) {
+    const std::string where = model_dir + "/manifest.json " + layout + (pp_size > 1 ? " stage " + std::to_string(p) : "");
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(p) * tp_size;
+    const std::vector<ManifestShard> shards(first, first + tp_size);
+    if (pp_size > 1) {
+      const Range& have = *shards[0].layers;
+      for (const ManifestShard& s : shards)
+        if (!(*s.layers == have))
+          throw Error(where + ": layers " + text(*s.layers) + " of tp_rank " + std::to_string(s.tp_rank) +
+                          " differ from tp_rank 0's " + text(have), fix);
+      const Range& need = want.stage_layers[static_cast<size_t>(p)];
+      if (!(have == need))
+        throw Error(where + ": layers " + text(have) + " differ from " + text(need) +
+                        ", the stage's layers for this model's config", fix);
     }
-    if (next != k.total)
-      throw Error(where + ": " + k.name + " end at " + std::to_string(next) + " but the model has " + std::to_string(k.total), fix);
-  }
-  for (const ManifestShard& s : shards) {
-    const TpRankRanges& have = *s.ranges;
-    const TpRankRanges& need = want.tp(s.tp_rank);
-    const std::pair<const char*, Range TpRankRanges::*> all[] = {{"heads", &TpRankRanges::heads},
-                                                                {"kv_heads", &TpRankRanges::kv_heads},
-                                                                {"mlp_columns", &TpRankRanges::mlp_columns},
-                                                                {"vocab_rows", &TpRankRanges::vocab_rows}};
-    for (const auto& [name, member] : all)
-      if (!(have.*member == need.*member))
-        throw Error(where + ": " + name + " " + text(have.*member) + " of tp_rank " + std::to_string(s.tp_rank) +
-                        " differ from " + text(need.*member) + ", the layout of this model's config at tp_size " +
-                        std::to_string(tp_size),
-                    fix);
+    struct Kind {
+      const char* name;
+      Range TpRankRanges::*member;
+      int64_t total;
+    };
+    const Kind kinds[] = {{"heads", &TpRankRanges::heads, m.model.num_attention_heads},
+                          {"mlp_columns", &TpRankRanges::mlp_columns, m.model.intermediate_size},
+                          {"vocab_rows", &TpRankRanges::vocab_rows, want.vocab_size_padded}};
+    bool recorded = true;
+    for (const Kind& k : kinds) {
+      int64_t next = 0;
+      for (const ManifestShard& s : shards) {
+        if (!s.ranges) {
+          recorded = false;
+          break;
+        }
+        const Range r = (*s.ranges).*k.member;
+        const std::string who = where + ": " + k.name + " " + text(r) + " of tp_rank " + std::to_string(s.tp_rank);
+        if (r.begin < next) throw Error(who + " overlaps the previous rank's (which end at " + std::to_string(next) + ")", fix);
+        if (r.begin > next) throw Error(who + " leaves a gap after the previous rank's (which end at " + std::to_string(next) + ")", fix);
+        if (r.end <= r.begin) throw Error(who + " is empty", fix);
+        next = r.end;
+      }
+      if (!recorded) break;
+      if (next != k.total)
+        throw Error(where + ": " + k.name + " end at " + std::to_string(next) + " but the model has " + std::to_string(k.total), fix);
+    }
+    if (!recorded) continue;
+    for (const ManifestShard& s : shards) {
+      const TpRankRanges& have = *s.ranges;
+      const TpRankRanges& need = want.tp(s.tp_rank);
+      const std::pair<const char*, Range TpRankRanges::*> members[] = {{"heads", &TpRankRanges::heads},
+                                                                      {"kv_heads", &TpRankRanges::kv_heads},
+                                                                      {"mlp_columns", &TpRankRanges::mlp_columns},
+                                                                      {"vocab_rows", &TpRankRanges::vocab_rows}};
+      for (const auto& [name, member] : members)
+        if (!(have.*member == need.*member))
+          throw Error(where + ": " + name + " " + text(have.*member) + " of tp_rank " + std::to_string(s.tp_rank) +
+                          " differ from " + text(need.*member) + ", the layout of this model's config at tp_size " +
+                          std::to_string(tp_size),
+                      fix);
+    }
   }
 }
 
-const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir) {
-  auto it = m.shards.find(tp_size);
-  if (it == m.shards.end()) {
-    std::string have;
-    for (const auto& [s, v] : m.shards) have += (have.empty() ? "" : ", ") + std::to_string(s);
-    throw Error(model_dir + "/manifest.json: no shards for tp_size " + std::to_string(tp_size) + " (it has tp " + have + ")",
+std::string shard_file_name(int pp_size, int pp_stage, int tp_size, int tp_rank) {
+  if (pp_size == 1) return "tp" + std::to_string(tp_size) + "/rank" + std::to_string(tp_rank) + ".tps";
+  return "pp" + std::to_string(pp_size) + "-tp" + std::to_string(tp_size) + "/stage" + std::to_string(pp_stage) + "-rank" +
+         std::to_string(tp_rank) + ".tps";
+}
+
+std::string manifest_layouts_text(const Manifest& m) {
+  std::string have;
+  for (const auto& [s, v] : m.shards) have += (have.empty() ? "tp " : ", ") + std::to_string(s);
+  for (const auto& [k, v] : m.pp_shards)
+    have += (have.empty() ? "" : ", ") + std::string("pp ") + std::to_string(k.first) + " x tp " + std::to_string(k.second);
+  return have;
+}
+
+const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir, int pp_size) {
+  if (pp_size == 1) {
+    auto it = m.shards.find(tp_size);
+    if (it != m.shards.end()) return it->second;
+    throw Error(model_dir + "/manifest.json: no shards for tp_size " + std::to_string(tp_size) + " (it has " +
+                    manifest_layouts_text(m) + ")",
                 "run with one of those tp sizes, or re-run tpshard convert with --tp " + std::to_string(tp_size));
   }
-  return it->second;
+  auto it = m.pp_shards.find({pp_size, tp_size});
+  if (it != m.pp_shards.end()) return it->second;
+  throw Error(model_dir + "/manifest.json: no shards for pp_size " + std::to_string(pp_size) + " x tp_size " +
+                  std::to_string(tp_size) + " (it has " + manifest_layouts_text(m) + ")",
+              "run with one of those layouts, or re-run tpshard convert with --tp " + std::to_string(tp_size) + " --pp " +
+                  std::to_string(pp_size));
 }
 
 void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, const std::string& model_dir) {

@@ -20,7 +20,7 @@ constexpr int kFormatVersion = 1;
 /// The tool version written into manifests and printed by --version ("0.1.0").
 const char* tool_version();
 
-/// One rank's shard file at one tp_size.
+/// One rank's shard file at one (pp_size, tp_size).
 struct ManifestShard {
   int tp_rank = 0;
   std::string file;             ///< relative to the model directory, e.g. "tp2/rank1.tps"
@@ -33,6 +33,9 @@ struct ManifestShard {
   /// The rank's heads, KV heads, MLP columns and vocabulary rows (make_parallel_layout at conversion).
   /// Absent in manifests written before they were recorded (even splits only).
   std::optional<TpRankRanges> ranges;
+  int pp_stage = 0;             ///< the pipeline stage (0 when pp_size is 1)
+  /// The stage's layers (pipeline layouts only; absent at pp_size 1, where a shard holds every layer).
+  std::optional<Range> layers;
 };
 
 struct SourceFile {
@@ -47,7 +50,9 @@ struct Manifest {
   std::vector<SourceFile> source;      ///< fingerprint of the Hugging Face checkpoint
   ModelConfig model;
   DType dtype = DType::F16;            ///< dtype of the stored weights
-  std::map<int, std::vector<ManifestShard>> shards;  ///< tp_size -> shards ordered by tp_rank
+  std::map<int, std::vector<ManifestShard>> shards;  ///< tp_size -> shards ordered by tp_rank (pp_size 1)
+  /// (pp_size > 1, tp_size) -> shards ordered by (pp_stage, tp_rank): stage s, rank r at s * tp_size + r.
+  std::map<std::pair<int, int>, std::vector<ManifestShard>> pp_shards;
   std::vector<std::string> tokenizer_files;          ///< copied next to manifest.json
 };
 
@@ -64,13 +69,22 @@ Manifest load_manifest(const std::string& model_dir);
 /// Write manifest.json into dir (atomically: temp file + rename).
 void save_manifest(const Manifest& m, const std::string& dir);
 
-/// Shards for tp_size, or Error listing the tp sizes that the manifest has.
-const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir);
+/// Shards of the (pp_size, tp_size) layout (ordered by pp_stage, then tp_rank), or Error listing the
+/// layouts that the manifest has and how to convert this one.
+const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, const std::string& model_dir, int pp_size = 1);
 
-/// Throws Error when the ranges recorded for tp_size overlap, leave a gap, do not cover the model, or
-/// differ from make_parallel_layout(m.model, tp_size) (a manifest edited or written by another tool),
-/// naming the rank and the range. Entries without ranges pass. Called by both loaders and by verify.
-void check_manifest_ranges(const Manifest& m, int tp_size, const std::string& model_dir);
+/// The shard file of a rank, relative to the model directory: "tpT/rankR.tps" at pp_size 1,
+/// "ppP-tpT/stageS-rankR.tps" otherwise.
+std::string shard_file_name(int pp_size, int pp_stage, int tp_size, int tp_rank);
+
+/// Every (pp_size, tp_size) layout the manifest holds, pp_size 1 first, as "tp T" / "pp P x tp T" text.
+std::string manifest_layouts_text(const Manifest& m);
+
+/// Throws Error when the ranges recorded for (pp_size, tp_size) overlap, leave a gap, do not cover the
+/// model, or differ from make_parallel_layout(m.model, tp_size, pp_size) (a manifest edited or written by
+/// another tool), naming the stage, the rank and the range; the same for each stage's layers. Entries
+/// without ranges pass. Called by both loaders and by verify.
+void check_manifest_ranges(const Manifest& m, int tp_size, const std::string& model_dir, int pp_size = 1);
 
 /// The load-time tie between a shard and its manifest, called by both runtime backends right after a
 /// rank opens its shard: throws Error when `shard` (opened from MODEL_DIR/entry.file) has another

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "format/error.h"
+#include "model/tensor_plan.h"
 
 namespace tpshard {
 
@@ -33,6 +34,58 @@ Range even_part(int64_t n, int64_t parts, int64_t r) {
 }
 
 }  // namespace
+
+bool stage_holds_role(TensorRole role, const ModelConfig& c, bool first_stage, bool last_stage) {
+  switch (role) {
+    case TensorRole::TokenEmbd:
+      return first_stage || (last_stage && c.tie_word_embeddings);  // tied: the LM head too
+    case TensorRole::PosEmbd:
+      return first_stage;
+    case TensorRole::OutputNormWeight:
+    case TensorRole::OutputNormBias:
+    case TensorRole::Output:
+      return last_stage;
+    default:
+      return false;  // layer roles go with their layer
+  }
+}
+
+std::vector<Range> balance_stages(const std::vector<uint64_t>& layer_elements, uint64_t first_elements,
+                                  uint64_t last_elements, int pp_size) {
+  const int64_t L = static_cast<int64_t>(layer_elements.size());
+  TPS_CHECK(pp_size >= 1 && pp_size <= L, "balance_stages: " + s(pp_size) + " stages for " + s(L) + " layers",
+            "this is a bug in the caller");
+  // Greedy fill under a bound is optimal for contiguous stages: each stage takes layers while it stays
+  // within the bound and the later stages keep at least one layer each. Binary search on the bound.
+  auto fill = [&](uint64_t bound, std::vector<Range>* out) {
+    int64_t next = 0;
+    for (int p = 0; p < pp_size; ++p) {
+      uint64_t bytes = (p == 0 ? first_elements : 0) + (p == pp_size - 1 ? last_elements : 0);
+      const int64_t begin = next;
+      bytes += layer_elements[static_cast<size_t>(next++)];  // at least one layer
+      if (p == pp_size - 1) {
+        while (next < L) bytes += layer_elements[static_cast<size_t>(next++)];
+      } else {
+        const int64_t max_end = L - (pp_size - 1 - p);  // one layer left for each later stage
+        while (next < max_end && bytes + layer_elements[static_cast<size_t>(next)] <= bound)
+          bytes += layer_elements[static_cast<size_t>(next++)];
+      }
+      if (out) out->push_back({begin, next});
+      if (bytes > bound) return false;
+    }
+    return true;
+  };
+  uint64_t lo = 0, hi = first_elements + last_elements;
+  for (uint64_t e : layer_elements) hi += e;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (fill(mid, nullptr)) hi = mid;
+    else lo = mid + 1;
+  }
+  std::vector<Range> stages;
+  fill(lo, &stages);
+  return stages;
+}
 
 int64_t mlp_column_unit(int64_t intermediate_size, int tp_size) {
   if (intermediate_size % tp_size == 0) return intermediate_size / tp_size;  // even: one unit per rank
@@ -108,7 +161,24 @@ ParallelLayout make_parallel_layout(const ModelConfig& c, int tp_size, int pp_si
   l.pp_size = pp_size;
   l.tp_size = tp_size;
   l.vocab_size_padded = (c.vocab_size + tp_size - 1) / tp_size * tp_size;
-  for (int p = 0; p < pp_size; ++p) l.stage_layers.push_back(even_part(c.num_hidden_layers, pp_size, p));
+  if (pp_size == 1) {
+    l.stage_layers.push_back({0, c.num_hidden_layers});
+  } else {
+    std::vector<uint64_t> layer(static_cast<size_t>(c.num_hidden_layers), 0);
+    uint64_t first = 0, last = 0;
+    for (const OutputTensor& t : plan_tensors(c)) {
+      uint64_t n = 0;  // every source (q, k, v; gate, up) of the tensor
+      for (const auto& sh : t.source_shapes) {
+        uint64_t k = 1;
+        for (int64_t d : sh) k *= static_cast<uint64_t>(d);
+        n += k;
+      }
+      if (t.layer >= 0) layer[static_cast<size_t>(t.layer)] += n;
+      if (stage_holds_role(t.role, c, /*first=*/true, /*last=*/false)) first += n;
+      if (stage_holds_role(t.role, c, /*first=*/false, /*last=*/true)) last += n;
+    }
+    l.stage_layers = balance_stages(layer, first, last, pp_size);
+  }
   const int64_t group = c.num_attention_heads / c.num_key_value_heads;  // query heads per KV head
   const int64_t unit = mlp_column_unit(c.intermediate_size, tp_size), units = c.intermediate_size / unit;
   const int64_t vpr = l.vocab_size_padded / tp_size;

@@ -82,6 +82,19 @@ constexpr int64_t kMlpColumnTile = 64;
 /// largest power of two below it that divides intermediate_size and leaves tp_size units).
 int64_t mlp_column_unit(int64_t intermediate_size, int tp_size);
 
+enum class TensorRole;  // model/tensor_plan.h
+
+/// Whether a stage holds a model-level tensor of `role` (layer roles go with their layer): the token
+/// (and position) embedding on the first stage, the final norm and LM head on the last, and with tied
+/// embeddings token_embd on the last stage too (it is the LM head). A single stage is first and last.
+bool stage_holds_role(TensorRole role, const ModelConfig& c, bool first_stage, bool last_stage);
+
+/// Contiguous layer ranges for pp_size stages minimising the largest stage's elements, where stage 0
+/// also carries first_elements (embeddings) and the last stage last_elements (final norm, LM head);
+/// every stage holds at least one layer. Throws Error when pp_size is outside 1..layers.
+std::vector<Range> balance_stages(const std::vector<uint64_t>& layer_elements, uint64_t first_elements,
+                                  uint64_t last_elements, int pp_size);
+
 /// Compute the layout. Any tp_size from 1 to num_attention_heads works (uneven tensor parallelism):
 /// - query heads: contiguous, the first num_attention_heads % tp_size ranks one more (no rank holds more
 ///   than one head above another);
@@ -89,8 +102,8 @@ int64_t mlp_column_unit(int64_t intermediate_size, int tp_size);
 ///   is held by both (replicated), and tp_size > num_key_value_heads replicates every KV head;
 /// - MLP columns: whole units of mlp_column_unit, the first ranks one unit more;
 /// - vocabulary: padded to a multiple of tp_size and split evenly (padding rows are zero);
-/// - layers: split over stages as evenly as whole layers allow (the first num_hidden_layers % pp_size
-///   stages hold one more).
+/// - layers: contiguous per stage, balanced by bytes (balance_stages over the tensor plan's element
+///   counts: the embedding counts on the first stage, the final norm and LM head on the last).
 /// Throws Error naming the numbers and the largest tp_size the model accepts when tp_size is outside
 /// 1..kMaxTpSize or a rank would hold no head, MLP column or vocabulary row; when pp_size is outside
 /// 1..num_hidden_layers; or when dp_size < 1.

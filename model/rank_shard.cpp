@@ -32,14 +32,16 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // A section edited after conversion with its model_section_xxh3 line removed (load_manifest cannot
 // notice) would otherwise pass verify, and tprun would refuse it (a missing tensor) or run a smaller
 // model silently; an edited "dtype" would make tpshard plan misjudge the kv_cache.
-void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_size, int tp_rank) {
+void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_size, int tp_rank, int pp_size,
+                               int pp_stage) {
   const std::string& path = r.path();
   const std::string section = "manifest.json's model section (num_hidden_layers " +
                               std::to_string(m.model.num_hidden_layers) + ", hidden_size " +
                               std::to_string(m.model.hidden_size) + ")";
-  const ParallelLayout layout = make_parallel_layout(m.model, tp_size);
+  const ParallelLayout layout = make_parallel_layout(m.model, tp_size, pp_size);
   std::set<std::string> planned;
   for (const OutputTensor& t : plan_tensors(m.model)) {
+    if (!stage_holds(t, m.model, layout, pp_stage)) continue;
     planned.insert(t.name);
     const TensorRecord* rec = r.find(t.name);
     if (!rec) throw Error(path + ": has no tensor " + t.name + ", which " + section + " calls for", kModelHint);
@@ -61,18 +63,21 @@ void check_tensors_match_model(const ShardReader& r, const Manifest& m, int tp_s
   check_shard_dtype(r, m.dtype);
 }
 
-std::unique_ptr<ShardReader> open_rank_shard(const Manifest& m, const std::string& model_dir, int tp_size, int tp_rank) {
-  const std::vector<ManifestShard>& shards = shards_for(m, tp_size, model_dir);
-  TPS_CHECK(tp_rank >= 0 && static_cast<size_t>(tp_rank) < shards.size(),
-            "tp_rank " + std::to_string(tp_rank) + " is outside tp_size " + std::to_string(tp_size) + " of " + model_dir,
-            "start tp_size ranks");
-  check_manifest_ranges(m, tp_size, model_dir);
-  const ManifestShard& ms = shards[static_cast<size_t>(tp_rank)];
+std::unique_ptr<ShardReader> open_rank_shard(const Manifest& m, const std::string& model_dir, int tp_size, int tp_rank,
+                                             int pp_size, int pp_stage) {
+  const std::vector<ManifestShard>& shards = shards_for(m, tp_size, model_dir, pp_size);
+  TPS_CHECK(tp_rank >= 0 && tp_rank < tp_size && pp_stage >= 0 && pp_stage < pp_size,
+            "tp_rank " + std::to_string(tp_rank) + " / pp_stage " + std::to_string(pp_stage) + " is outside tp_size " +
+                std::to_string(tp_size) + " / pp_size " + std::to_string(pp_size) + " of " + model_dir,
+            "start pp_size x tp_size ranks");
+  check_manifest_ranges(m, tp_size, model_dir, pp_size);
+  const ManifestShard& ms = shards[static_cast<size_t>(pp_stage) * static_cast<size_t>(tp_size) + static_cast<size_t>(tp_rank)];
   const std::string path = (std::filesystem::path(model_dir) / ms.file).string();
   struct stat st {};
   TPS_CHECK(::stat(path.c_str(), &st) == 0 || errno != ENOENT,
             path + ": shard of tp_rank " + std::to_string(tp_rank) + " (tp_size " + std::to_string(tp_size) + ") is missing",
-            "re-run tpshard convert with --tp " + std::to_string(tp_size) + " or restore the file");
+            "re-run tpshard convert with --tp " + std::to_string(tp_size) +
+                (pp_size > 1 ? " --pp " + std::to_string(pp_size) : std::string()) + " or restore the file");
   auto reader = std::make_unique<ShardReader>(path);  // names what else keeps it from being read
   TPS_CHECK(reader->file_bytes() == ms.bytes,
             path + ": size " + std::to_string(reader->file_bytes()) + " bytes differs from the manifest's " +
@@ -85,7 +90,7 @@ std::unique_ptr<ShardReader> open_rank_shard(const Manifest& m, const std::strin
             "the model directory is inconsistent; re-run tpshard convert");
   check_shard_belongs(*reader, ms, model_dir);
   check_shard_dtype(*reader, m.dtype);
-  check_tensors_match_model(*reader, m, tp_size, tp_rank);  // an edited model section
+  check_tensors_match_model(*reader, m, tp_size, tp_rank, pp_size, pp_stage);  // an edited model section
   return reader;
 }
 

@@ -191,6 +191,14 @@ RankSlice slice_for_rank(const OutputTensor& t, const ModelConfig& c, const Para
   return s;
 }
 
+bool stage_holds(const OutputTensor& t, const ModelConfig& c, const ParallelLayout& L, int p) {
+  TPS_CHECK(p >= 0 && p < L.pp_size, "pp_stage " + std::to_string(p) + " is outside pp_size " + std::to_string(L.pp_size),
+            "this is a bug in the caller");
+  const Range& layers = L.stage_layers[static_cast<size_t>(p)];
+  if (t.layer >= 0) return t.layer >= layers.begin && t.layer < layers.end;
+  return stage_holds_role(t.role, c, p == 0, p == L.pp_size - 1);
+}
+
 bool is_ignorable_source(const std::string& n, const ModelConfig& c) {
   if (ends_with(n, ".rotary_emb.inv_freq")) return true;
   if (c.tie_word_embeddings && (n == "lm_head.weight" || n == "embed_out.weight")) return true;

@@ -100,6 +100,10 @@ struct RankSlice {
 /// the architecture's table (arch_spec(c.arch).plan_tensors).
 std::vector<OutputTensor> plan_tensors(const ModelConfig& c);
 
+/// Whether pp_stage of `layout` holds `t`: a layer's tensors on the stage of its layer, the others by
+/// stage_holds_role (model/parallel_layout.h). With one stage, every tensor.
+bool stage_holds(const OutputTensor& t, const ModelConfig& c, const ParallelLayout& layout, int pp_stage);
+
 /// The slice of `t` held by tp_rank under `layout`.
 RankSlice slice_for_rank(const OutputTensor& t, const ModelConfig& c, const ParallelLayout& layout, int tp_rank);
 

@@ -2,6 +2,7 @@
 // Implementations: runtime/cpu/cpu_runner (fp32 reference), runtime/cuda/cuda_runner (kernels + NCCL).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/model_config.h"
@@ -31,6 +32,9 @@ class ModelRunner {
   /// Bytes of this rank's weights / kv_cache in the backend's memory (for reports; 0 when unknown).
   virtual uint64_t weight_bytes() const { return 0; }
   virtual uint64_t kv_cache_bytes() const { return 0; }
+  /// Pipeline stages only: one line measuring this stage's forward() time and the part of it spent
+  /// waiting for other stages (the bubble); empty otherwise.
+  virtual std::string pipeline_report() const { return {}; }
   /// Run the chunks (positions of each start at its start_pos; no chunk sees another's tokens), append
   /// their K/V to the kv_cache, and for each chunk's last token write (either output may be null):
   ///   logits [chunks.size(), vocab_size] f32 host memory, full vocabulary, vocab padding removed;

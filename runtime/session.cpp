@@ -35,8 +35,16 @@ Device resolve_device(Device d) {
 void run_on_ranks(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   TPS_CHECK(opts.tp_size >= 1, "--tp " + std::to_string(opts.tp_size) + " is not positive", "pass --tp 1 or more");
   const Device device = resolve_device(opts.device);
+  TPS_CHECK(opts.pp_size >= 1 && opts.dp_size >= 1,
+            "--pp " + std::to_string(opts.pp_size) + " / --dp " + std::to_string(opts.dp_size) + " is not positive",
+            "pass --pp and --dp of 1 or more");
   if (device == Device::Cuda) {
 #if TPSHARD_HAVE_CUDA
+    TPS_CHECK(opts.pp_size == 1 && opts.dp_size == 1,
+              "--pp " + std::to_string(opts.pp_size) + " --dp " + std::to_string(opts.dp_size) +
+                  ": pipeline stages and data-parallel replicas run on the CPU backend only; the CUDA backend runs "
+                  "one tensor-parallel group per job",
+              "use --device cpu, or run one tprun per replica (--tp only) on separate GPUs (CUDA_VISIBLE_DEVICES)");
     SessionOptions o = opts;
     o.device = Device::Cuda;
     const bool quiet = opts.quiet;

@@ -17,6 +17,9 @@ enum class Device { Auto, Cpu, Cuda };
 struct SessionOptions {
   std::string model_dir;
   int tp_size = 1;
+  int pp_size = 1;               ///< pipeline stages (CPU backend; the model converted with --pp)
+  int dp_size = 1;               ///< data-parallel replicas (CPU backend): eval / generate --input split their items
+  int micro_batches = 0;         ///< pipeline micro-batches per step; 0 = 2 x pp_size
   Device device = Device::Auto;  ///< Auto: CUDA when this build has it and a GPU is present, else CPU
   int max_batch = 8;             ///< kv_cache slots
   int max_seq_len = 0;           ///< 0: min(max_position_embeddings, 2048)
@@ -44,17 +47,38 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, co
 /// "cpu" / "cuda" / "auto".
 const char* device_name(Device d);
 
+/// The data-parallel replicas of one job, for work split over them (eval, generate --input). Only the
+/// output rank of each replica (tp_rank 0 of stage 0) calls it. Set by the CPU backend, where the
+/// replicas are threads of one process; nullptr with one replica.
+class ReplicaSync {
+ public:
+  virtual ~ReplicaSync() = default;
+  /// Block until the output rank of every replica arrived. Throws Error when a rank of the job failed.
+  virtual void barrier() = 0;
+  /// dp_rank 0 publishes a pointer before a barrier(); the others read it after that barrier.
+  virtual void publish(void* p) = 0;
+  virtual void* published() const = 0;
+};
+
 /// What a rank's function gets.
 struct RankContext {
   int tp_rank = 0;
   int tp_size = 1;
+  int pp_stage = 0;
+  int pp_size = 1;
+  int dp_rank = 0;
+  int dp_size = 1;
+  ReplicaSync* replicas = nullptr;  ///< dp_size > 1: the replicas' meeting point (replica output ranks only)
   Device device = Device::Cpu;   ///< the backend actually used
   const Manifest* manifest = nullptr;
   ModelRunner* runner = nullptr;
   Communicator* comm = nullptr;
   const Tokenizer* tokenizer = nullptr;  ///< shared, read-only
   std::string model_dir;                 ///< the directory the model was loaded from (for messages)
-  bool is_output_rank() const { return tp_rank == 0; }
+  /// The one rank of the job that prints and writes (world rank 0).
+  bool is_output_rank() const { return tp_rank == 0 && pp_stage == 0 && dp_rank == 0; }
+  /// The rank of this replica that writes its share of a batch job (tp_rank 0 of stage 0).
+  bool is_replica_output_rank() const { return tp_rank == 0 && pp_stage == 0; }
 };
 
 }  // namespace tpshard

@@ -4,9 +4,14 @@
 // GPT-NeoX parallel or sequential residual; final norm -> vocab-parallel logits -> all_gather.
 // References: transformers' modeling_gpt_neox.py, modeling_llama.py and modeling_gpt_neo.py.
 // kv_cache: every layer keeps max_seq_len positions, local (windowed) layers too.
+// Pipeline parallelism (CpuRunnerOptions::link): the runner holds one stage's layers; forward() splits
+// the chunks into micro-batches that flow stage to stage (hidden states over the StageLink), the last
+// stage computes the logits and shares them with the other stages.
 #include "runtime/cpu/cpu_runner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -23,8 +28,18 @@ namespace {
 class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(const ModelConfig& c, ModelWeights w, Communicator& comm, ThreadPool& pool, const CpuRunnerOptions& o)
-      : config_(c), layout_(make_parallel_layout(c, comm.size())), mine_(layout_.tp(comm.rank())), w_(std::move(w)), comm_(comm), pool_(pool),
-        max_batch_(o.max_batch), max_seq_len_(o.max_seq_len), inv_freq_(rope_inv_freq(c)) {
+      : config_(c),
+        layout_(make_parallel_layout(c, comm.size(), o.link ? o.link->pp_size() : 1)),
+        mine_(layout_.tp(comm.rank())),
+        w_(std::move(w)),
+        comm_(comm),
+        pool_(pool),
+        link_(o.link),
+        stage_(layout_.stage_layers[static_cast<size_t>(o.link ? o.link->pp_stage() : 0)]),
+        micro_batches_(o.micro_batches > 0 ? o.micro_batches : 2 * layout_.pp_size),
+        max_batch_(o.max_batch),
+        max_seq_len_(o.max_seq_len),
+        inv_freq_(rope_inv_freq(c)) {
     TPS_CHECK(max_batch_ >= 1, "cpu runner: max_batch " + std::to_string(max_batch_) + " must be >= 1",
               "pass --max-batch 1 or more");
     TPS_CHECK(max_seq_len_ >= 1, "cpu runner: max_seq_len " + std::to_string(max_seq_len_) + " must be >= 1",
@@ -32,10 +47,12 @@ class CpuRunner final : public ModelRunner {
     kv_heads_ = mine_.kv_heads.size();
     first_kv_head_ = mine_.kv_heads.begin;
     cache_layer_floats_ = static_cast<size_t>(max_batch_) * kv_heads_ * max_seq_len_ * c.head_dim;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    k_cache_.resize(static_cast<size_t>(c.num_hidden_layers));
+    v_cache_.resize(static_cast<size_t>(c.num_hidden_layers));
+    for (int64_t l = stage_.begin; l < stage_.end; ++l) {  // this stage's layers only
       // new float[] leaves pages untouched until a slot/position is written.
-      k_cache_.emplace_back(new float[cache_layer_floats_]);
-      v_cache_.emplace_back(new float[cache_layer_floats_]);
+      k_cache_[static_cast<size_t>(l)].reset(new float[cache_layer_floats_]);
+      v_cache_[static_cast<size_t>(l)].reset(new float[cache_layer_floats_]);
     }
   }
 
@@ -44,10 +61,18 @@ class CpuRunner final : public ModelRunner {
   int max_seq_len() const override { return max_seq_len_; }
   uint64_t weight_bytes() const override { return w_.bytes; }
   uint64_t kv_cache_bytes() const override {
-    return 2 * cache_layer_floats_ * sizeof(float) * static_cast<uint64_t>(config_.num_hidden_layers);
+    return 2 * cache_layer_floats_ * sizeof(float) * static_cast<uint64_t>(stage_.size());
   }
 
   void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) override;
+  std::string pipeline_report() const override {
+    if (!link_) return {};
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "pp_stage %d (layers %lld-%lld): forward %.3f s, of which waiting for other stages %.3f s (%.1f%%)",
+                  link_->pp_stage(), static_cast<long long>(stage_.begin), static_cast<long long>(stage_.end - 1),
+                  forward_s_, wait_s_, forward_s_ > 0 ? 100.0 * wait_s_ / forward_s_ : 0.0);
+    return buf;
+  }
 
  private:
   struct TokenInfo {
@@ -56,6 +81,14 @@ class CpuRunner final : public ModelRunner {
     int slot;
   };
   void check_chunks(const std::vector<SeqChunk>& chunks) const;
+  /// The chunks' tokens in order; last_row gets the row of each chunk's last token.
+  static std::vector<TokenInfo> tokens_of(const std::vector<SeqChunk>& chunks, std::vector<int64_t>* last_row);
+  /// The stage's layers over x [toks, hidden] in place.
+  void run_layers(const std::vector<TokenInfo>& toks, std::vector<float>& x);
+  /// Final norm and vocab-parallel logits of the rows last_row of x: logits [m, vocab] / argmax [m].
+  void head(const std::vector<int64_t>& last_row, const float* x, float* logits, int32_t* argmax);
+  /// forward() of one micro-batch at a time through the stages (pp_size > 1).
+  void forward_pipeline(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax);
   void embed(const std::vector<TokenInfo>& toks, float* x);
   void attention_block(int layer, const std::vector<TokenInfo>& toks, const float* h, float* out);
   void mlp_block(int layer, const float* h, float* out, int64_t n_tokens);
@@ -79,6 +112,10 @@ class CpuRunner final : public ModelRunner {
   ModelWeights w_;
   Communicator& comm_;
   ThreadPool& pool_;
+  StageLink* link_;  ///< nullptr: one stage
+  Range stage_;      ///< this stage's layers
+  int micro_batches_;
+  double forward_s_ = 0, wait_s_ = 0;  ///< pipeline: time in forward(), and in it waiting for other stages
   int max_batch_, max_seq_len_;
   std::vector<float> inv_freq_;
   int64_t kv_heads_ = 0, first_kv_head_ = 0;
@@ -193,19 +230,19 @@ void CpuRunner::mlp_block(int layer, const float* h, float* out, int64_t n) {
       for (int64_t i = 0; i < H; ++i) out[t * H + i] += lw.ffn_down_bias[i];
 }
 
-void CpuRunner::forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) {
-  check_chunks(chunks);
-  std::vector<TokenInfo> toks;
-  std::vector<int64_t> last_row;  // row of each chunk's last token
+std::vector<CpuRunner::TokenInfo> CpuRunner::tokens_of(const std::vector<SeqChunk>& chunks, std::vector<int64_t>* last_row) {
+  std::vector<CpuRunner::TokenInfo> toks;
   for (const SeqChunk& ch : chunks) {
     for (size_t i = 0; i < ch.tokens.size(); ++i) toks.push_back({ch.tokens[i], ch.start_pos + static_cast<int>(i), ch.slot});
-    last_row.push_back(static_cast<int64_t>(toks.size()) - 1);
+    last_row->push_back(static_cast<int64_t>(toks.size()) - 1);
   }
-  const int64_t n = static_cast<int64_t>(toks.size()), H = config_.hidden_size;
-  std::vector<float> x(n * H), h(n * H), attn_out(n * H), mlp_out(n * H);
-  embed(toks, x.data());
+  return toks;
+}
 
-  for (int layer = 0; layer < static_cast<int>(config_.num_hidden_layers); ++layer) {
+void CpuRunner::run_layers(const std::vector<TokenInfo>& toks, std::vector<float>& x) {
+  const int64_t n = static_cast<int64_t>(toks.size()), H = config_.hidden_size;
+  std::vector<float> h(n * H), attn_out(n * H), mlp_out(n * H);
+  for (int layer = static_cast<int>(stage_.begin); layer < static_cast<int>(stage_.end); ++layer) {
     const LayerWeights& lw = w_.layers[layer];
     norm(lw.attn_norm_weight, lw.attn_norm_bias, x.data(), h.data(), n);
     attention_block(layer, toks, h.data(), attn_out.data());
@@ -221,17 +258,19 @@ void CpuRunner::forward(const std::vector<SeqChunk>& chunks, float* logits, int3
       for (int64_t i = 0; i < n * H; ++i) x[i] += mlp_out[i];
     }
   }
-  if (!logits && !argmax) return;
+}
 
+void CpuRunner::head(const std::vector<int64_t>& last_row, const float* x, float* logits, int32_t* argmax) {
   // Final norm and vocab-parallel logits of each chunk's last token.
-  const int64_t m = static_cast<int64_t>(chunks.size());
+  const int64_t H = config_.hidden_size;
+  const int64_t m = static_cast<int64_t>(last_row.size());
   std::vector<float> last(m * H), hn(m * H);
-  for (int64_t c = 0; c < m; ++c) std::memcpy(last.data() + c * H, x.data() + last_row[c] * H, H * sizeof(float));
+  for (int64_t c = 0; c < m; ++c) std::memcpy(last.data() + c * H, x + last_row[c] * H, H * sizeof(float));
   norm(w_.output_norm_weight, w_.output_norm_bias, last.data(), hn.data(), m);
   const int64_t vpr = mine_.vocab_rows.size(), tp = comm_.size();  // equal on every rank (even split)
-  const std::vector<float>& head = w_.output.empty() ? w_.token_embd : w_.output;
+  const std::vector<float>& lm_head = w_.output.empty() ? w_.token_embd : w_.output;
   std::vector<float> local(m * vpr), gathered(tp * m * vpr);
-  linear(pool_, hn.data(), head.data(), nullptr, local.data(), m, H, vpr);
+  linear(pool_, hn.data(), lm_head.data(), nullptr, local.data(), m, H, vpr);
   comm_.all_gather(local.data(), gathered.data(), m * vpr, DType::F32);
 
   // gathered is [tp][m][vpr]; global id r * vpr + j; ids >= vocab_size are padding and dropped.
@@ -249,6 +288,62 @@ void CpuRunner::forward(const std::vector<SeqChunk>& chunks, float* logits, int3
     }
     if (argmax) argmax[c] = best;
   }
+}
+
+void CpuRunner::forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) {
+  check_chunks(chunks);
+  if (layout_.pp_size > 1) return forward_pipeline(chunks, logits, argmax);
+  std::vector<int64_t> last_row;  // row of each chunk's last token
+  const std::vector<TokenInfo> toks = tokens_of(chunks, &last_row);
+  std::vector<float> x(toks.size() * config_.hidden_size);
+  embed(toks, x.data());
+  run_layers(toks, x);
+  if (logits || argmax) head(last_row, x.data(), logits, argmax);
+}
+
+void CpuRunner::forward_pipeline(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  auto waited = [this](Clock::time_point t0) { wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const int64_t H = config_.hidden_size, V = config_.vocab_size, m = static_cast<int64_t>(chunks.size());
+  const bool want = logits || argmax;  // the same on every rank (SPMD)
+  // Results of the whole step, filled by the last stage micro-batch by micro-batch: logits [m, V]
+  // (when asked for), then the argmax ids' bits.
+  const int64_t logit_floats = logits ? m * V : 0;
+  std::vector<float> results(want ? static_cast<size_t>(logit_floats + m) : 0);
+  const int64_t groups = std::min<int64_t>(m, micro_batches_);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t c0 = g * m / groups, c1 = (g + 1) * m / groups;  // chunks [c0, c1)
+    const std::vector<SeqChunk> part(chunks.begin() + c0, chunks.begin() + c1);
+    std::vector<int64_t> last_row;
+    const std::vector<TokenInfo> toks = tokens_of(part, &last_row);
+    std::vector<float> x(toks.size() * H);
+    if (link_->first_stage()) {
+      embed(toks, x.data());
+    } else {
+      const Clock::time_point t0 = Clock::now();
+      link_->recv_prev(x.data(), x.size());
+      waited(t0);
+    }
+    run_layers(toks, x);
+    if (!link_->last_stage()) {
+      link_->send_next(x.data(), x.size());
+      continue;
+    }
+    if (!want) continue;
+    std::vector<int32_t> ids(static_cast<size_t>(c1 - c0));
+    head(last_row, x.data(), logits ? results.data() + c0 * V : nullptr, ids.data());
+    std::memcpy(results.data() + logit_floats + c0, ids.data(), ids.size() * sizeof(int32_t));
+  }
+  if (want) {
+    const Clock::time_point t0 = Clock::now();
+    link_->share_from_last(results.data(), results.size());
+    if (!link_->last_stage()) waited(t0);
+  }
+  forward_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+  if (!want) return;
+  if (logits) std::memcpy(logits, results.data(), static_cast<size_t>(logit_floats) * sizeof(float));
+  if (argmax) std::memcpy(argmax, results.data() + logit_floats, static_cast<size_t>(m) * sizeof(int32_t));
 }
 
 }  // namespace

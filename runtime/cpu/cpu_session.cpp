@@ -17,43 +17,89 @@
 #include "runtime/cpu/cpu_runner.h"
 #include "runtime/cpu/cpu_weights.h"
 #include "runtime/cpu/thread_comm.h"
+#include "runtime/cpu/thread_mailbox.h"
 #include "runtime/cpu/thread_pool.h"
 
 namespace tpshard::cpu {
+
+namespace {
+
+/// ReplicaSync over an in-process barrier of dp_size threads.
+class ThreadReplicaSync final : public ReplicaSync {
+ public:
+  explicit ThreadReplicaSync(int dp_size) : group_(dp_size) {}
+  void barrier() override { group_.arrive_and_wait(); }
+  void publish(void* p) override { published_ = p; }
+  void* published() const override { return published_; }
+  void abort(const std::string& why) { group_.abort(why); }
+
+ private:
+  ThreadGroup group_;
+  void* published_ = nullptr;  ///< written before a barrier, read after it
+};
+
+}  // namespace
 
 void run_cpu_session(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   TPS_CHECK(opts.nnodes == 1, "--nnodes " + std::to_string(opts.nnodes) + ": the CPU backend runs on one node",
             "drop --nnodes/--node-rank/--master-addr, or use --device cuda");
   const Manifest manifest = load_manifest(opts.model_dir);
-  shards_for(manifest, opts.tp_size, opts.model_dir);  // names the converted tp sizes before any thread starts
   const ModelConfig& config = manifest.model;
-  // A tp_size the model cannot take is named before loading. One thread per world rank; the ranks of
-  // one tp group share one ThreadGroup (today the job is one group).
-  const ParallelLayout layout = make_parallel_layout(config, opts.tp_size);
+  // A layout the model cannot take, or one that was not converted, is named before any thread starts.
+  // One thread per world rank; the ranks of one (replica, stage) share a ThreadGroup.
+  const ParallelLayout layout = make_parallel_layout(config, opts.tp_size, opts.pp_size, opts.dp_size);
+  shards_for(manifest, opts.tp_size, opts.model_dir, opts.pp_size);
   const int max_seq_len = effective_max_seq_len(opts, config);
   const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(opts.model_dir, config);
-  const int threads = opts.cpu_threads > 0 ? opts.cpu_threads : ThreadPool::default_threads_per_rank(opts.tp_size);
-  if (!opts.quiet)
-    std::fprintf(stderr, "tprun: backend cpu (fp32), tp_size %d, %d thread%s per rank\n", opts.tp_size, threads,
+  const int world = layout.world_size();
+  const int threads = opts.cpu_threads > 0 ? opts.cpu_threads : ThreadPool::default_threads_per_rank(world);
+  if (!opts.quiet) {
+    std::string grid = "tp_size " + std::to_string(opts.tp_size);
+    if (opts.pp_size > 1) grid += ", pp_size " + std::to_string(opts.pp_size);
+    if (opts.dp_size > 1) grid += ", dp_size " + std::to_string(opts.dp_size);
+    std::fprintf(stderr, "tprun: backend cpu (fp32), %s, %d thread%s per rank\n", grid.c_str(), threads,
                  threads == 1 ? "" : "s");
+  }
 
-  auto group = std::make_shared<ThreadGroup>(layout.tp_size);
+  std::vector<std::shared_ptr<ThreadGroup>> groups;  // [dp * pp], one per tp group
+  for (int g = 0; g < layout.dp_size * layout.pp_size; ++g) groups.push_back(std::make_shared<ThreadGroup>(layout.tp_size));
+  auto mailbox = std::make_shared<ThreadMailbox>();
+  ThreadReplicaSync replicas(layout.dp_size);
   std::mutex error_mutex;
   std::exception_ptr first_error;
+  bool failed = false;
+  auto abort_all = [&](const std::string& why) {
+    for (auto& g : groups) g->abort(why);
+    mailbox->abort(why);
+    replicas.abort(why);
+  };
   auto rank_main = [&](int world_rank) {
-    const int rank = layout.coord(world_rank).tp_rank;
+    const RankCoord c = layout.coord(world_rank);
+    const std::shared_ptr<ThreadGroup>& group = groups[static_cast<size_t>(c.dp_rank * layout.pp_size + c.pp_stage)];
+    std::string who = "tp_rank " + std::to_string(c.tp_rank);
+    if (layout.pp_size > 1) who += " of pp_stage " + std::to_string(c.pp_stage);
+    if (layout.dp_size > 1) who += " of dp_rank " + std::to_string(c.dp_rank);
     try {
-      const std::unique_ptr<ShardReader> reader = open_rank_shard(manifest, opts.model_dir, layout.tp_size, rank);
-      ThreadComm comm(group, rank);
+      const std::unique_ptr<ShardReader> reader =
+          open_rank_shard(manifest, opts.model_dir, layout.tp_size, c.tp_rank, layout.pp_size, c.pp_stage);
+      ThreadComm comm(group, c.tp_rank);
       ThreadPool pool(threads);
-      cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes);
+      ThreadStageLink link(mailbox, layout, world_rank);
+      cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage);
       cpu::CpuRunnerOptions ro;
       ro.max_batch = opts.max_batch;
       ro.max_seq_len = max_seq_len;
+      ro.link = layout.pp_size > 1 ? &link : nullptr;
+      ro.micro_batches = opts.micro_batches;
       std::unique_ptr<ModelRunner> runner = cpu::make_cpu_runner(config, std::move(weights), comm, pool, ro);
       RankContext ctx;
-      ctx.tp_rank = rank;
+      ctx.tp_rank = c.tp_rank;
       ctx.tp_size = layout.tp_size;
+      ctx.pp_stage = c.pp_stage;
+      ctx.pp_size = layout.pp_size;
+      ctx.dp_rank = c.dp_rank;
+      ctx.dp_size = layout.dp_size;
+      ctx.replicas = layout.dp_size > 1 ? &replicas : nullptr;
       ctx.device = Device::Cpu;
       ctx.manifest = &manifest;
       ctx.model_dir = opts.model_dir;
@@ -63,17 +109,23 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       fn(ctx);
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(error_mutex);
-      // Errors raised because another rank aborted the group are consequences, not causes.
-      if (!group->aborted() && !first_error) first_error = std::current_exception();
-      group->abort("tp_rank " + std::to_string(rank) + " failed: " + e.what());
+      // Errors raised because another rank aborted the job are consequences, not causes.
+      if (!failed) {
+        failed = true;
+        first_error = std::current_exception();
+      }
+      abort_all(who + " failed: " + e.what());
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
-      if (!group->aborted() && !first_error) first_error = std::current_exception();
-      group->abort("tp_rank " + std::to_string(rank) + " failed");
+      if (!failed) {
+        failed = true;
+        first_error = std::current_exception();
+      }
+      abort_all(who + " failed");
     }
   };
   std::vector<std::thread> ranks;
-  for (int r = 1; r < layout.world_size(); ++r) ranks.emplace_back(rank_main, r);
+  for (int r = 1; r < world; ++r) ranks.emplace_back(rank_main, r);
   rank_main(0);
   for (auto& t : ranks) t.join();
   if (first_error) std::rethrow_exception(first_error);

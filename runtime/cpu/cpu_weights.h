@@ -8,6 +8,7 @@
 #include "format/shard_file.h"
 #include "model/model_config.h"
 #include "model/model_tensors.h"
+#include "model/parallel_layout.h"
 
 namespace tpshard::cpu {
 
@@ -18,8 +19,10 @@ struct ModelWeights : ModelTensors<std::vector<float>> {
   uint64_t bytes = 0;  ///< f32 bytes held
 };
 
-/// Read and widen every tensor of the plan from `shard` (opened and checked by open_rank_shard). Throws
-/// Error naming the tensor and the file when a tensor fails its hash check (verify).
-ModelWeights load_weights(const ShardReader& shard, const ModelConfig& c, bool verify);
+/// Read and widen every tensor of the plan that pp_stage of `layout` holds from `shard` (opened and checked
+/// by open_rank_shard); the other layers' slots stay empty. Throws Error naming the tensor and the file
+/// when a tensor fails its hash check (verify).
+ModelWeights load_weights(const ShardReader& shard, const ModelConfig& c, bool verify, const ParallelLayout& layout,
+                          int pp_stage);
 
 }  // namespace tpshard::cpu

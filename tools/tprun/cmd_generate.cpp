@@ -168,6 +168,7 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
   }
   GenerationStats stats;
   generate(*ctx.runner, *ctx.tokenizer, requests, cb, &stats);
+  if (ctx.tp_rank == 0 && ctx.pp_size > 1) std::fprintf(stderr, "tprun: %s\n", ctx.runner->pipeline_report().c_str());
   if (!out) return;
   if (single) std::fputc('\n', stdout);
   cli::flush_stdout();

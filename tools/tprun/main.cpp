@@ -79,6 +79,13 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--tp", g.session.tp_size, "tensor-parallel size (one of those in the manifest)")
       ->check(tpshard::cli::positive_for(g.session.tp_size));
+  app.add_option("--pp", g.session.pp_size, "pipeline stages (CPU backend; a layout converted with tpshard convert --pp)")
+      ->check(tpshard::cli::positive_for(g.session.pp_size));
+  app.add_option("--dp", g.session.dp_size,
+                 "data-parallel replicas (CPU backend): eval / generate --input split their items over them")
+      ->check(tpshard::cli::positive_for(g.session.dp_size));
+  app.add_option("--micro-batches", g.session.micro_batches, "pipeline micro-batches per step (default 2 x --pp)")
+      ->check(tpshard::cli::positive_for(g.session.micro_batches));
   app.add_option("--device", device, "cpu, cuda or auto (cuda when built with it and a GPU is visible)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--max-batch", g.session.max_batch, "kv_cache slots (sequences decoded together)")
@@ -116,9 +123,18 @@ int main(int argc, char** argv) {
     g.checked_by_launcher = worker && env.source == "tprun";
     // Missing inputs, unwritable outputs, bad option combinations: fail in seconds, not after loading.
     for (const auto& check : g.preflight) check();
+    if (g.session.dp_size > 1 && !g.resumable_job)
+      throw UsageError("--dp " + std::to_string(g.session.dp_size) +
+                           ": replicas split the items of a batch job (eval, generate --input); this command runs one",
+                       "drop --dp, or run the prompts as a batch job: generate --input FILE --output FILE");
     if (!worker) {
       tpshard::SessionOptions launch = g.session;
       launch.device = tpshard::resolve_device(g.session.device);  // CUDA with no usable GPU: the error is here
+      if (launch.device == tpshard::Device::Cuda && (launch.pp_size > 1 || launch.dp_size > 1))
+        throw tpshard::Error("--pp " + std::to_string(launch.pp_size) + " --dp " + std::to_string(launch.dp_size) +
+                                 ": pipeline stages and data-parallel replicas run on the CPU backend only; the CUDA "
+                                 "backend runs one tensor-parallel group per job",
+                             "use --device cpu, or run one tprun per replica (--tp only) on separate GPUs (CUDA_VISIBLE_DEVICES)");
       const int rc = tpshard::launch_workers_if_needed(argc, argv, launch);
       if (rc >= 0) throw ExitNow{rc};
     }

@@ -65,10 +65,10 @@ int run_convert(const ConvertOptions& opt) {
   if (opt.progress) {
     std::printf("%-4s %-5s %8s %12s %12s %7s  %-16s  %s\n", "tp", "rank", "tensors", "file", "raw", "ratio", "xxh3", "path");
     for (const auto& s : r.shards) {
-      std::printf("%-4d %-5d %8zu %12s %12s %7.3f  %-16s  tp%d/rank%d.tps\n", s.tp_size, s.tp_rank, s.tensors,
+      std::printf("%-4d %-5d %8zu %12s %12s %7.3f  %-16s  %s\n", s.tp_size, s.tp_rank, s.tensors,
                   human_bytes(s.file_bytes).c_str(), human_bytes(s.raw_bytes).c_str(),
                   s.raw_bytes ? static_cast<double>(s.file_bytes) / static_cast<double>(s.raw_bytes) : 0.0,
-                  hash_to_hex(s.xxh3).c_str(), s.tp_size, s.tp_rank);
+                  hash_to_hex(s.xxh3).c_str(), s.file.c_str());
     }
     if (!r.ignored.empty()) {
       std::printf("skipped %zu source tensor(s):", r.ignored.size());
@@ -77,9 +77,8 @@ int run_convert(const ConvertOptions& opt) {
     }
   }
   if (!r.skipped_line.empty()) std::fprintf(stderr, "tpshard convert: %s\n", r.skipped_line.c_str());
-  std::string tps;
-  for (const auto& [size, _] : r.manifest.shards) tps += (tps.empty() ? "" : ",") + std::to_string(size);
-  std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, tp %s: %s source -> %s of shards in %.1fs (convert %.1fs, %.2f GB/s)\n",
+  const std::string tps = manifest_layouts_text(r.manifest);
+  std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, %s: %s source -> %s of shards in %.1fs (convert %.1fs, %.2f GB/s)\n",
                opt.hf_dir.c_str(), opt.out_dir.c_str(), r.manifest.model.architecture.c_str(), dtype_name(r.manifest.dtype),
                tps.c_str(), human_bytes(r.source_bytes).c_str(), human_bytes(r.output_bytes).c_str(), r.total_seconds, r.seconds,
                r.seconds > 0 ? static_cast<double>(r.output_bytes) / r.seconds / 1e9 : 0.0);

@@ -36,13 +36,21 @@ const char* codec_name(Codec c) {
 
 int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank) {
   const Manifest m = load_manifest(dir);
+  struct Layout {
+    int pp, tp;
+    const std::vector<ManifestShard>* shards;
+  };
+  std::vector<Layout> layouts;
+  for (const auto& [size, shards] : m.shards) layouts.push_back({1, size, &shards});
+  for (const auto& [key, shards] : m.pp_shards) layouts.push_back({key.first, key.second, &shards});
   // Validate and open everything before printing, so an error is never preceded by half a report.
   if (tp_size) shards_for(m, tp_size, dir);  // Error listing the available tp sizes
   // Every listed shard file: its header and tensor table parse (ShardReader), it is the rank the manifest
   // says, and its size is the manifest's (a truncated or replaced file is named here, not printed as fine).
-  for (const auto& [size, shards] : m.shards) {
+  for (const Layout& l : layouts) {
+    const int size = l.tp;
     if (tp_size && size != tp_size) continue;
-    for (const auto& s : shards) {
+    for (const auto& s : *l.shards) {
       const std::string path = dir + "/" + s.file;
       const ShardReader r(path);
       const std::string fix = "run `tpshard verify " + dir + "` for the full check, and re-run tpshard convert";
@@ -82,28 +90,45 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
   for (const auto& s : m.source) std::printf(" %s (%s, %s)", s.name.c_str(), human_bytes(s.bytes).c_str(), hash_to_hex(s.xxh3).c_str());
   std::printf("\ntokenizer ");
   for (const auto& t : m.tokenizer_files) std::printf(" %s", t.c_str());
-  std::printf("\n\n%-4s %-5s %12s %12s  %-9s %-9s %-13s %-13s  %-16s  %s\n", "tp", "rank", "file", "weights", "heads",
-              "kv_heads", "mlp_columns", "vocab_rows", "xxh3", "path");
+  std::printf("\n\n%-3s %-4s %-5s %-7s %-7s %12s %12s  %-9s %-9s %-13s %-13s  %-16s  %s\n", "pp", "tp", "stage", "rank",
+              "layers", "file", "weights", "heads", "kv_heads", "mlp_columns", "vocab_rows", "xxh3", "path");
   auto range = [](const std::optional<TpRankRanges>& r, Range TpRankRanges::*member) {
     if (!r) return std::string("-");
     const Range x = (*r).*member;
     return std::to_string(x.begin) + "-" + std::to_string(x.end - 1);
   };
-  for (const auto& [size, shards] : m.shards) {
-    if (tp_size && size != tp_size) continue;
-    uint64_t sum = 0, hi = 0;
-    int heaviest = 0;
-    for (const auto& s : shards) {
-      std::printf("%-4d %-5d %12s %12s  %-9s %-9s %-13s %-13s  %-16s  %s\n", size, s.tp_rank, human_bytes(s.bytes).c_str(),
-                  human_bytes(s.weight_bytes).c_str(), range(s.ranges, &TpRankRanges::heads).c_str(),
-                  range(s.ranges, &TpRankRanges::kv_heads).c_str(), range(s.ranges, &TpRankRanges::mlp_columns).c_str(),
-                  range(s.ranges, &TpRankRanges::vocab_rows).c_str(), hash_to_hex(s.xxh3).c_str(), s.file.c_str());
-      sum += s.weight_bytes;
-      if (s.weight_bytes > hi) hi = s.weight_bytes, heaviest = s.tp_rank;
+  for (const Layout& l : layouts) {
+    if (tp_size && l.tp != tp_size) continue;
+    std::vector<uint64_t> stage_bytes(static_cast<size_t>(l.pp), 0), rank_bytes;
+    for (const auto& s : *l.shards) {
+      const std::string layers = s.layers ? std::to_string(s.layers->begin) + "-" + std::to_string(s.layers->end - 1) : "all";
+      std::printf("%-3d %-4d %-5d %-7d %-7s %12s %12s  %-9s %-9s %-13s %-13s  %-16s  %s\n", l.pp, l.tp, s.pp_stage, s.tp_rank,
+                  layers.c_str(), human_bytes(s.bytes).c_str(), human_bytes(s.weight_bytes).c_str(),
+                  range(s.ranges, &TpRankRanges::heads).c_str(), range(s.ranges, &TpRankRanges::kv_heads).c_str(),
+                  range(s.ranges, &TpRankRanges::mlp_columns).c_str(), range(s.ranges, &TpRankRanges::vocab_rows).c_str(),
+                  hash_to_hex(s.xxh3).c_str(), s.file.c_str());
+      stage_bytes[static_cast<size_t>(s.pp_stage)] += s.weight_bytes;
+      rank_bytes.push_back(s.weight_bytes);
     }
-    if (size > 1)
-      std::printf("     tp %d weight spread: heaviest rank %d %+.2f%% over total/tp\n", size, heaviest,
-                  100.0 * (static_cast<double>(hi) * size - static_cast<double>(sum)) / static_cast<double>(sum));
+    auto spread = [](const std::vector<uint64_t>& v, int* heaviest) {
+      uint64_t sum = 0, hi = 0;
+      for (size_t i = 0; i < v.size(); ++i) {
+        sum += v[i];
+        if (v[i] > hi) hi = v[i], *heaviest = static_cast<int>(i);
+      }
+      return 100.0 * (static_cast<double>(hi) * static_cast<double>(v.size()) - static_cast<double>(sum)) / static_cast<double>(sum);
+    };
+    int heaviest = 0;
+    if (l.tp > 1 && l.pp == 1) {
+      const double sp = spread(rank_bytes, &heaviest);
+      std::printf("    tp %d weight spread: heaviest tp_rank %d %+.2f%% over total/tp\n", l.tp, heaviest, sp);
+    }
+    if (l.pp > 1) {
+      const double sp = spread(stage_bytes, &heaviest);
+      std::printf("    pp %d x tp %d stage bytes:", l.pp, l.tp);
+      for (uint64_t b : stage_bytes) std::printf(" %s", human_bytes(b).c_str());
+      std::printf("; heaviest stage %d %+.2f%% over total/pp\n", heaviest, sp);
+    }
   }
   for (const auto& [file, reader] : readers) {
     const ShardReader& r = *reader;

@@ -25,7 +25,7 @@ const char* kMissingHint =
 /// Check one shard file against its manifest entry; returns its tensor count, or throws Error naming
 /// the file (and the tensor) at the first mismatch.
 size_t verify_shard(const std::string& dir, const std::string& path, const Manifest& m, int tp_size,
-                    const ManifestShard& s) {
+                    const ManifestShard& s, int pp_size) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw Error(path + ": missing (listed in manifest.json)", kMissingHint);
   if (!S_ISREG(st.st_mode)) {
@@ -49,10 +49,10 @@ size_t verify_shard(const std::string& dir, const std::string& path, const Manif
     if (h != t.xxh3)
       throw Error(path + ": tensor " + t.name + ": XXH3 " + hash_to_hex(h) + " != stored " + hash_to_hex(t.xxh3), kHint);
   }
-  check_tensors_match_model(r, m, tp_size, s.tp_rank);
+  check_tensors_match_model(r, m, tp_size, s.tp_rank, pp_size, s.pp_stage);
   const uint64_t fh = xxh3_file(path);
   if (fh != s.xxh3) throw Error(path + ": file XXH3 " + hash_to_hex(fh) + " != manifest " + hash_to_hex(s.xxh3), kHint);
-  std::printf("ok  tp%-3d rank %-3d %s  %zu tensors\n", tp_size, s.tp_rank, hash_to_hex(fh).c_str(), r.tensors().size());
+  std::printf("ok  %-22s %s  %zu tensors\n", s.file.c_str(), hash_to_hex(fh).c_str(), r.tensors().size());
   return r.tensors().size();
 }
 
@@ -63,10 +63,10 @@ int run_verify(const std::string& dir, int tp_size) {
   if (tp_size) shards_for(m, tp_size, dir);
   size_t files = 0, tensors = 0, bad = 0;
   std::string first_bad, first_hint;
-  for (const auto& [size, shards] : m.shards) {
-    if (tp_size && size != tp_size) continue;
+  auto verify_layout = [&](int pp_size, int size, const std::vector<ManifestShard>& shards) {
+    if (tp_size && size != tp_size) return;
     try {
-      check_manifest_ranges(m, size, dir);
+      check_manifest_ranges(m, size, dir, pp_size);
     } catch (const Error& e) {
       std::fprintf(stderr, "BAD %s\n", e.what());
       if (bad++ == 0) {
@@ -76,7 +76,7 @@ int run_verify(const std::string& dir, int tp_size) {
     }
     for (const auto& s : shards) {
       try {
-        tensors += verify_shard(dir, dir + "/" + s.file, m, size, s);
+        tensors += verify_shard(dir, dir + "/" + s.file, m, size, s, pp_size);
         ++files;
       } catch (const Error& e) {
         std::fprintf(stderr, "BAD %s\n", e.what());
@@ -86,7 +86,9 @@ int run_verify(const std::string& dir, int tp_size) {
         }
       }
     }
-  }
+  };
+  for (const auto& [size, shards] : m.shards) verify_layout(1, size, shards);
+  for (const auto& [key, shards] : m.pp_shards) verify_layout(key.first, key.second, shards);
   if (bad)
     throw Error(std::to_string(bad) + " of " + std::to_string(files + bad) + " shard file(s) are bad; first: " + first_bad,
                 first_hint);

@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> tp_lists;  // "1,2" items; split after parsing (CLI11's delimiter drops "2,,4"'s empty item)
   convert->add_option("--tp", tp_lists, "tp sizes to produce, comma separated")->default_str("1")
       ->check(tpshard::cli::positive_int_list(tpshard::kMaxTpSize, "the largest tp_size"));
+  std::vector<std::string> pp_lists;
+  convert->add_option("--pp", pp_lists, "pipeline stage counts to produce, comma separated (each with every --tp)")
+      ->default_str("1")
+      ->check(tpshard::cli::positive_int_list(4096, "the largest pp_size"));
   convert->add_option("--dtype", copt.dtype, "keep|fp16|bf16|fp32")->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}))->default_str("keep");
   convert->add_option("--compress", compress, "none|zstd[:level]|zstd-planes[:level] (per-tensor zstd, 2-D tensors)")->default_str("none");
   convert->add_option("--threads", copt.threads, "worker threads (default: min(cores, 8))")
@@ -98,6 +102,7 @@ int main(int argc, char** argv) {
   try {
     if (*convert) {
       if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
+      if (!pp_lists.empty()) copt.pp_sizes = cli::int_list_values(pp_lists);
       copt.hash_source = !no_source_hash;
       copt.progress = !quiet;
       rc = cli::run_convert(copt);
