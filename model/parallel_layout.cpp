@@ -84,6 +84,40 @@ std::vector<Range> balance_stages(const std::vector<uint64_t>& layer_elements, u
   }
   std::vector<Range> stages;
   fill(lo, &stages);
+  // Among the layouts whose largest stage is that bound, the one with the smallest sum of squared stage
+  // sizes (the stages that do not set the bound balanced too): a DP over (stage, first layer of the next
+  // stage), O(pp_size x layers^2), run when that is small enough (greedy fill otherwise).
+  const double work = static_cast<double>(pp_size) * static_cast<double>(L) * static_cast<double>(L);
+  if (pp_size > 2 && work <= 5e7) {
+    std::vector<uint64_t> prefix(static_cast<size_t>(L) + 1, 0);
+    for (int64_t i = 0; i < L; ++i) prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + layer_elements[static_cast<size_t>(i)];
+    const double inf = 1e300;
+    // best[p][j]: the least sum of squares of stages 0..p-1 covering layers [0, j); from[p][j]: where stage p-1 starts
+    std::vector<std::vector<double>> best(static_cast<size_t>(pp_size) + 1, std::vector<double>(static_cast<size_t>(L) + 1, inf));
+    std::vector<std::vector<int64_t>> from(static_cast<size_t>(pp_size) + 1, std::vector<int64_t>(static_cast<size_t>(L) + 1, -1));
+    best[0][0] = 0;
+    for (int p = 1; p <= pp_size; ++p)
+      for (int64_t j = p; j <= L - (pp_size - p); ++j)
+        for (int64_t i = p - 1; i < j; ++i) {
+          if (best[static_cast<size_t>(p - 1)][static_cast<size_t>(i)] >= inf) continue;
+          const uint64_t bytes = prefix[static_cast<size_t>(j)] - prefix[static_cast<size_t>(i)] + (p == 1 ? first_elements : 0) +
+                                 (p == pp_size ? last_elements : 0);
+          if (bytes > lo) continue;
+          const double cost = best[static_cast<size_t>(p - 1)][static_cast<size_t>(i)] + static_cast<double>(bytes) * static_cast<double>(bytes);
+          if (cost < best[static_cast<size_t>(p)][static_cast<size_t>(j)]) {
+            best[static_cast<size_t>(p)][static_cast<size_t>(j)] = cost;
+            from[static_cast<size_t>(p)][static_cast<size_t>(j)] = i;
+          }
+        }
+    if (best[static_cast<size_t>(pp_size)][static_cast<size_t>(L)] < inf) {
+      int64_t j = L;
+      for (int p = pp_size; p >= 1; --p) {
+        const int64_t i = from[static_cast<size_t>(p)][static_cast<size_t>(j)];
+        stages[static_cast<size_t>(p - 1)] = {i, j};
+        j = i;
+      }
+    }
+  }
   return stages;
 }
 

@@ -91,7 +91,8 @@ bool stage_holds_role(TensorRole role, const ModelConfig& c, bool first_stage, b
 
 /// Contiguous layer ranges for pp_size stages minimising the largest stage's elements, where stage 0
 /// also carries first_elements (embeddings) and the last stage last_elements (final norm, LM head);
-/// every stage holds at least one layer. Throws Error when pp_size is outside 1..layers.
+/// every stage holds at least one layer; among those, the one with the smallest sum of squared stage
+/// sizes (the other stages balanced as well). Throws Error when pp_size is outside 1..layers.
 std::vector<Range> balance_stages(const std::vector<uint64_t>& layer_elements, uint64_t first_elements,
                                   uint64_t last_elements, int pp_size);
 
