@@ -529,3 +529,23 @@ TEST_CASE("a manifest written before rope_attention_factor existed loads with 1"
   m["rope_attention_factor"] = -1.0;
   CHECK_THROWS_WITH_AS(model_config_from_json(m, "manifest.json"), doctest::Contains("rope_attention_factor"), Error);
 }
+
+TEST_CASE("balance_stages: the largest stage as small as whole layers allow, the others even") {
+  // 8 layers of 10, an embedding and a head of 45: the outer stages take one layer each (55), the six
+  // others split 3 / 3.
+  const std::vector<uint64_t> layers(8, 10);
+  const std::vector<Range> s4 = balance_stages(layers, 45, 45, 4);
+  REQUIRE(s4.size() == 4);
+  CHECK(s4[0] == Range{0, 1});
+  CHECK(s4[1] == Range{1, 4});
+  CHECK(s4[2] == Range{4, 7});
+  CHECK(s4[3] == Range{7, 8});
+  const std::vector<Range> s2 = balance_stages({5, 5, 5, 5}, 0, 0, 2);
+  CHECK(s2[0] == Range{0, 2});
+  CHECK(s2[1] == Range{2, 4});
+  // an embedding heavier on the first stage: it holds fewer layers
+  const std::vector<Range> e = balance_stages(std::vector<uint64_t>(10, 10), 30, 0, 2);
+  CHECK(e[0] == Range{0, 4});  // 30 + 40 = 70 vs 60
+  CHECK(e[1] == Range{4, 10});
+  CHECK_THROWS_AS(balance_stages(layers, 0, 0, 9), Error);
+}
