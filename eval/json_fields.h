@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 
 namespace tpshard::eval {
 
@@ -64,7 +65,7 @@ inline nlohmann::json parse_jsonl_line(const std::string& line, const std::strin
   };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(line, track);
+    j = nlohmann::json::parse(line, json_depth_guard(where, track));
   } catch (const nlohmann::json::parse_error& e) {
     // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 37: REASON"
     const std::string text = e.what();

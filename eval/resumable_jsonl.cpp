@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 
 namespace tpshard::eval {
 namespace {
@@ -54,7 +55,7 @@ JsonlContents read_jsonl_results(const std::string& path) {
     pos = nl + 1;
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    nlohmann::json j = nlohmann::json::parse(line, json_depth_guard(path + ":" + std::to_string(line_no)), false);
     if (j.is_discarded() || !j.is_object() || !j.contains("id"))
       throw Error(path + ":" + std::to_string(line_no) + ": not a results line (a JSON object with \"id\")",
                   "this output file was not written by tprun or was edited; fix the line or choose another --output");

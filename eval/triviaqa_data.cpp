@@ -10,6 +10,7 @@
 #include "eval/answer_normalize.h"
 #include "eval/json_fields.h"
 #include "format/error.h"
+#include "format/json_depth.h"
 
 namespace tpshard::eval {
 namespace {
@@ -151,7 +152,7 @@ TriviaQaLoadResult load_triviaqa(const std::string& path, BadRecordPolicy policy
   };
 
   // A whole-file JSON document (original release, a JSON array, or a one-record file) ...
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json doc = json::parse(text, json_depth_guard(path), /*allow_exceptions=*/false);
   if (!doc.is_discarded()) {
     const json* list = nullptr;
     std::string list_name;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 #include "format/json_error.h"
 #include "format/shard_layout.h"
 
@@ -70,7 +71,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       return true;
     };
     try {
-      h = nlohmann::json::parse(map_ + 8, map_ + 8 + n, track);
+      h = nlohmann::json::parse(map_ + 8, map_ + 8 + n, json_depth_guard(path + ": header", track));
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ": header is not valid JSON: " + json_error_text(e), kBadFile);
     }
@@ -168,7 +169,7 @@ Checkpoint::Checkpoint(const std::string& hf_dir) {
     std::ifstream f(index_path);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(f);
+      j = nlohmann::json::parse(f, json_depth_guard(index_path));
     } catch (const nlohmann::json::exception& e) {
       throw Error(index_path + ": invalid JSON: " + json_error_text(e), "download the index file again");
     }

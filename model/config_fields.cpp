@@ -9,18 +9,34 @@ using nlohmann::json;
 
 bool has(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
 
+namespace {
+
+/// j[key] as an integer in [-kMaxConfigInt, kMaxConfigInt] (a JSON integer; 1e300, 2.5 or 2^64-1 are errors).
+int64_t bounded_int(const json& j, const char* key, const std::string& path) {
+  const json& v = j[key];
+  const bool fits = v.is_number_integer() &&
+                    (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(kMaxConfigInt)
+                                            : v.get<int64_t>() >= -kMaxConfigInt && v.get<int64_t>() <= kMaxConfigInt);
+  if (!v.is_number_integer()) throw Error(path + ": field \"" + key + "\" must be an integer", "fix config.json");
+  if (!fits)
+    throw Error(path + ": field \"" + key + "\" is " + v.dump() + ", outside the +-" + std::to_string(kMaxConfigInt) +
+                    " tpshard accepts",
+                "fix config.json");
+  return v.get<int64_t>();
+}
+
+}  // namespace
+
 int64_t req_int(const json& j, const char* key, const std::string& path) {
   if (!has(j, key)) throw Error(path + ": required field \"" + key + "\" is missing", "add it to config.json (see the model's original config)");
-  if (!j[key].is_number_integer()) throw Error(path + ": field \"" + key + "\" must be an integer", "fix config.json");
-  const int64_t v = j[key].get<int64_t>();
+  const int64_t v = bounded_int(j, key, path);
   if (v <= 0) throw Error(path + ": field \"" + key + "\" must be positive, got " + std::to_string(v), "fix config.json");
   return v;
 }
 
 int64_t opt_int(const json& j, const char* key, int64_t def, const std::string& path) {
   if (!has(j, key)) return def;
-  if (!j[key].is_number_integer()) throw Error(path + ": field \"" + key + "\" must be an integer", "fix config.json");
-  return j[key].get<int64_t>();
+  return bounded_int(j, key, path);
 }
 
 double opt_num(const json& j, const char* key, double def, const std::string& path) {

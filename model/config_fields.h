@@ -13,6 +13,10 @@ namespace tpshard::config_fields {
 /// Present and not null.
 bool has(const nlohmann::json& j, const char* key);
 /// A positive integer; Error when missing, not an integer or not positive.
+/// The largest magnitude of an integer field (INT32_MAX): a number beyond it (2e40, 2^64 - 1) is refused
+/// before any arithmetic.
+constexpr int64_t kMaxConfigInt = 2147483647;
+
 int64_t req_int(const nlohmann::json& j, const char* key, const std::string& path);
 /// An integer, or def when absent / null; Error when not an integer.
 int64_t opt_int(const nlohmann::json& j, const char* key, int64_t def, const std::string& path);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 #include "format/json_error.h"
 #include "format/hash.h"
 #include "format/shard_file.h"
@@ -125,7 +126,7 @@ Manifest load_manifest(const std::string& model_dir) {
   }
   json j;
   try {
-    j = json::parse(f);
+    j = json::parse(f, json_depth_guard(path));
   } catch (const json::exception& e) {
     throw Error(path + ": invalid JSON: " + json_error_text(e), kRerun);
   }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 #include "format/json_error.h"
 #include "model/arch/registry.h"
 #include "model/config_fields.h"
@@ -153,6 +154,22 @@ void parse_rope_top(const json& j, ModelConfig& c, const std::string& path) {
 
 }  // namespace
 
+/// Sizes multiply into tensor shapes and byte counts: each at most kMaxDimension, so that products of a
+/// few of them stay far inside int64. Throws Error naming the field and the file.
+static void check_dimensions(const ModelConfig& c, const std::string& path) {
+  const std::pair<const char*, int64_t> dims[] = {{"hidden_size", c.hidden_size},
+                                                  {"intermediate_size", c.intermediate_size},
+                                                  {"num_attention_heads", c.num_attention_heads},
+                                                  {"head_dim", c.head_dim},
+                                                  {"vocab_size", c.vocab_size},
+                                                  {"num_attention_heads x head_dim", c.num_attention_heads * c.head_dim}};
+  for (const auto& [name, v] : dims)
+    if (v > kMaxDimension)
+      throw Error(path + ": " + name + " " + std::to_string(v) + " is more than the " + std::to_string(kMaxDimension) +
+                      " tpshard accepts",
+                  "fix the file (published models are far below it)");
+}
+
 static ModelConfig parse_hf_config_impl(const json& j, const std::string& path);
 
 ModelConfig parse_hf_config(const json& j, const std::string& path) {
@@ -227,6 +244,7 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   c.eos_token_ids = token_ids(j, "eos_token_id", path);
 
   const double partial = spec->parse_config(j, c, path);
+  check_dimensions(c, path);
   if (c.position_embedding == PositionKind::Learned) {
     c.rotary_ndims = 0;  // no rotary: positions come from the learned table
   } else {
@@ -265,7 +283,7 @@ json read_json_file(const std::string& path) {
     throw Error(path + ": cannot open (" + std::strerror(errno) + ")",
                 "check that the directory is a Hugging Face model directory (config.json and *.safetensors)");
   try {
-    return json::parse(f);
+    return json::parse(f, json_depth_guard(path));
   } catch (const json::exception& e) {
     throw Error(path + ": invalid JSON: " + json_error_text(e), "the file is corrupt; download it again");
   }
@@ -405,6 +423,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
                       std::to_string(c.num_hidden_layers) + " layers", "re-run tpshard convert");
   }
   c.sliding_window = opt_int(j, "sliding_window", 0, where);
+  check_dimensions(c, where);
   if (c.sliding_window > 0 && c.layer_windows.empty()) {
     // A manifest whose sliding_window has no per-layer windows (older converters): Mistral's applies to
     // every layer; Qwen2's layers depend on max_window_layers / layer_types, which it does not hold.

@@ -89,6 +89,9 @@ struct ModelConfig {
 /// The most layers a config may declare (published models have at most a few hundred): bounds every
 /// per-layer table before it is built.
 constexpr int64_t kMaxHiddenLayers = 4096;
+/// The largest hidden_size, intermediate_size, heads, head_dim, vocab_size and heads x head_dim accepted
+/// (2^24): shapes and byte counts built from a few of them then fit int64.
+constexpr int64_t kMaxDimension = int64_t{1} << 24;
 
 /// Parse a Hugging Face config.json object. `path` is only used in error messages.
 /// Reads old and new field spellings (rotary_pct / partial_rotary_factor, rotary_emb_base / rope_theta /

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 #include "format/json_error.h"
 
 namespace tpshard {
@@ -283,7 +284,7 @@ ChatTemplate load_chat_template(const std::string& model_dir) {
   const std::string config_text = read_file(config_path);
   if (!config_text.empty()) {
     try {
-      config = nlohmann::json::parse(config_text);
+      config = nlohmann::json::parse(config_text, json_depth_guard(config_path));
     } catch (const nlohmann::json::exception& e) {
       throw Error(config_path + ": not valid JSON (" + json_error_text(e) + ")", "restore the file from the source checkpoint");
     }

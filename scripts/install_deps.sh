@@ -13,6 +13,11 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq $missing
 fi
+# Optional: clang with libFuzzer for the fuzz smoke run of scripts/test.sh (skipped when absent).
+if ! command -v clang++ >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -qq clang >/dev/null 2>&1 || echo "install_deps: clang not installed; the fuzz smoke run will be skipped" >&2
+fi
 # Python: only what the scripts used by the quickstart and the tests need (no torch). gguf and ml_dtypes are
 # for scripts/smollm2_to_hf.py (GGUF dequantization, bf16 safetensors from numpy). Skipped when importable;
 # ReaderField.contents is the gguf API that script uses (older gguf lacks it).

@@ -17,5 +17,12 @@ if [ ! -f models/smollm2-135m-instruct/config.json ]; then
     exit 1
   fi
 fi
-cd build
-ctest --output-on-failure -j "${JOBS:-$(nproc)}"
+(cd build && ctest --output-on-failure -j "${JOBS:-$(nproc)}")
+# Fuzz smoke run: every libFuzzer target (ASan + UBSan) for a few seconds from the seed corpora; a finding
+# fails the run. Skipped where clang cannot link -fsanitize=fuzzer (docs/FUZZING.md has the long run).
+if echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+   clang++ -x c++ -fsanitize=fuzzer,address,undefined -o /tmp/tpshard_fuzz_probe - >/dev/null 2>&1; then
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-5}" build-fuzz
+else
+  echo "warning: clang with libFuzzer not found: the fuzz smoke run is skipped" >&2
+fi

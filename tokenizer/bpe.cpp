@@ -239,8 +239,9 @@ void BpeModel::merge_heap(std::vector<int32_t>& syms) const {
   };
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   auto push = [&](int32_t pos) {
+    if (pos < 0) return;  // the first symbol has no left neighbour (prev == -1)
     const int32_t nx = next[static_cast<size_t>(pos)];
-    if (pos < 0 || nx < 0) return;
+    if (nx < 0) return;
     if (const Merge* m = find_merge(syms[static_cast<size_t>(pos)], syms[static_cast<size_t>(nx)]))
       heap.push(Cand{m->rank, pos, syms[static_cast<size_t>(pos)], syms[static_cast<size_t>(nx)]});
   };

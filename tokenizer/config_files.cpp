@@ -3,13 +3,16 @@
 #include "tokenizer/config_files.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 #include "format/json_error.h"
+#include "tokenizer/token_id.h"
 
 namespace tpshard {
 namespace {
@@ -21,7 +24,7 @@ nlohmann::json read_json_if_exists(const std::filesystem::path& p) {
   std::ifstream in(p);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in, json_depth_guard(p.string()));
   } catch (const nlohmann::json::exception& e) {
     throw Error(p.string() + ": not valid JSON (" + json_error_text(e) + ")", "re-download or regenerate the file");
   }
@@ -44,8 +47,10 @@ void append_ids(const nlohmann::json& j, const char* key, std::vector<int32_t>& 
   if (!j.is_object() || !j.contains(key)) return;
   const auto& v = j.at(key);
   auto add = [&](const nlohmann::json& x) {
-    if (!x.is_number_integer()) return;
-    const auto id = x.get<int32_t>();
+    if (!x.is_number_integer()) return;  // like any other value that is not an id: ignored
+    if (x.is_number_unsigned() ? x.get<uint64_t>() > uint64_t(kMaxTokenId) : (x.get<int64_t>() < 0 || x.get<int64_t>() > kMaxTokenId))
+      return;
+    const auto id = static_cast<int32_t>(x.get<int64_t>());
     if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
   };
   if (v.is_array()) for (const auto& x : v) add(x);
@@ -70,11 +75,16 @@ TokenizerSideConfig read_side_config(const std::string& dir) {
     }
   }
   if (tc.is_object() && tc.contains("added_tokens_decoder") && tc.at("added_tokens_decoder").is_object()) {
-    for (const auto& [key, v] : tc.at("added_tokens_decoder").items()) {
+    for (const auto& item : tc.at("added_tokens_decoder").items()) {
+      const std::string& key = item.key();
+      const nlohmann::json& v = item.value();
       if (!v.is_object() || !v.contains("content") || !v.at("content").is_string()) continue;
       AddedToken t;
       try {
-        t.id = static_cast<int32_t>(std::stol(key));
+        size_t used = 0;
+        const long long id = std::stoll(key, &used);
+        if (used != key.size() || id < 0 || id > kMaxTokenId) continue;  // not an id: ignored, as a bad entry
+        t.id = static_cast<int32_t>(id);
       } catch (const std::exception&) {
         continue;
       }

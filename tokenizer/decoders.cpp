@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "tokenizer/pre_tokenizers.h"  // metaspace_replacement
 #include "tokenizer/utf8.h"
 
 namespace tpshard {
@@ -120,7 +121,9 @@ class Strip : public Decoder {
 
 class Metaspace : public Decoder {
  public:
-  Metaspace(std::string rep, bool prepend) : rep_(std::move(rep)), prepend_(prepend) {}
+  Metaspace(std::string rep, bool prepend) : rep_(std::move(rep)), prepend_(prepend) {
+    TPS_CHECK(!rep_.empty(), "Metaspace: empty replacement", "this is a bug in the caller (metaspace_replacement checks it)");
+  }
   // The replacement character becomes a space, except in the first token when the pre-tokenizer
   // prepends one (prepend_scheme always/first): there every replacement character is dropped
   // (HF's decode_chain does exactly this).
@@ -174,7 +177,7 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j) {
   if (type == "Metaspace") {
     bool prepend = j.value("add_prefix_space", true);
     if (j.contains("prepend_scheme")) prepend = j.at("prepend_scheme").get<std::string>() != "never";
-    return std::make_unique<Metaspace>(j.value("replacement", std::string("\u2581")), prepend);
+    return std::make_unique<Metaspace>(metaspace_replacement(j, "decoder"), prepend);
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Decoder>> parts;

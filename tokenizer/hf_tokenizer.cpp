@@ -1,5 +1,6 @@
 // hf_tokenizer.cpp: loading tokenizer.json and running the encode/decode pipelines.
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/token_id.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 #include "format/json_error.h"
 #include "tokenizer/utf8.h"
 
@@ -39,7 +41,8 @@ std::unique_ptr<BpeModel> make_model(const json& m, bool byte_level, const std::
 
   std::unordered_map<std::string, int32_t> vocab;
   vocab.reserve(m.at("vocab").size() * 2);
-  for (const auto& [tok, id] : m.at("vocab").items()) vocab.emplace(tok, id.get<int32_t>());
+  for (const auto& item : m.at("vocab").items())
+    vocab.emplace(item.key(), json_token_id(item.value(), path + ": model.vocab[\"" + item.key() + "\"]"));
   std::vector<std::pair<std::string, std::string>> merges;
   const json& jm = m.contains("merges") ? m.at("merges") : json::array();
   merges.reserve(jm.size());
@@ -81,7 +84,8 @@ void parse_post_processor(const json& p, const std::string& path, std::vector<in
     const auto& st = p.at("special_tokens");
     if (!st.contains(name))
       throw Error(path + ": post_processor template names special token '" + name + "' missing from its special_tokens", "fix the file");
-    for (const auto& id : st.at(name).at("ids")) (seen_text ? suffix : prefix).push_back(id.get<int32_t>());
+    for (const auto& id : st.at(name).at("ids"))
+      (seen_text ? suffix : prefix).push_back(json_token_id(id, path + ": post_processor special token '" + name + "'"));
   }
 }
 
@@ -97,7 +101,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path
   }
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(in, json_depth_guard(json_path));
   } catch (const json::exception& e) {
     throw Error(json_path + ": not valid JSON (" + json_error_text(e) + ")", "re-download the tokenizer.json");
   }
@@ -122,7 +126,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path
   t->vocab_size_ = t->model_->size();
   for (const auto& a : j.value("added_tokens", json::array())) {
     AddedToken tok;
-    tok.id = a.at("id").get<int32_t>();
+    tok.id = json_token_id(a.at("id"), json_path + ": added_tokens id");
     tok.content = a.at("content").get<std::string>();
     tok.special = a.value("special", false);
     tok.lstrip = a.value("lstrip", false);

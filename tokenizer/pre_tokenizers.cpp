@@ -187,7 +187,9 @@ class Metaspace : public PreTokenizer {
  public:
   enum class Prepend { Always, First, Never };
   Metaspace(std::string replacement, Prepend scheme, bool split)
-      : rep_(std::move(replacement)), scheme_(scheme), split_(split) {}
+      : rep_(std::move(replacement)), scheme_(scheme), split_(split) {
+    TPS_CHECK(!rep_.empty(), "Metaspace: empty replacement", "this is a bug in the caller (metaspace_replacement checks it)");
+  }
   void split(Pieces& p, bool at_start) const override {
     // Rewrite: spaces -> replacement, then the prefix where the scheme asks for it.
     std::string buf;
@@ -247,6 +249,18 @@ std::string pattern_of(const nlohmann::json& pat, const char* where) {
 
 }  // namespace
 
+std::string metaspace_replacement(const nlohmann::json& j, const char* what) {
+  std::string rep = "\u2581";
+  if (j.contains("replacement")) {
+    const nlohmann::json& r = j.at("replacement");
+    rep = r.is_string() ? r.get<std::string>() : std::string();
+    if (!r.is_string() || rep.empty() || utf8::valid_seq_len(rep, 0) != rep.size())
+      throw Error(std::string("tokenizer.json: ") + what + " Metaspace replacement " + r.dump() + " is not one character",
+                  "the file is corrupt; Metaspace needs one character, normally \"\u2581\"");
+  }
+  return rep;
+}
+
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j) {
   if (j.is_null()) return nullptr;
   const std::string type = j.value("type", "");
@@ -267,7 +281,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j) {
       else if (s == "never") scheme = Metaspace::Prepend::Never;
       else throw Error("tokenizer.json: Metaspace prepend_scheme '" + s + "' is unknown", "use always, first or never");
     }
-    return std::make_unique<Metaspace>(j.value("replacement", std::string("\u2581")), scheme, j.value("split", true));
+    return std::make_unique<Metaspace>(metaspace_replacement(j, "pre_tokenizer"), scheme, j.value("split", true));
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PreTokenizer>> parts;

@@ -32,6 +32,11 @@ class PreTokenizer {
   virtual bool is_byte_level() const { return false; }
 };
 
+/// The "replacement" of a Metaspace pre-tokenizer or decoder object j (default U+2581): exactly one
+/// well-formed UTF-8 character, as HF tokenizers' Metaspace (a char) requires. Throws Error naming the
+/// component (`what`: "pre_tokenizer" / "decoder") otherwise: an empty replacement would never advance.
+std::string metaspace_replacement(const nlohmann::json& j, const char* what);
+
 /// Build from the JSON object (null -> nullptr). Throws Error "unsupported pre_tokenizer type 'X'".
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j);
 

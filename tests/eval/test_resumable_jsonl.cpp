@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "eval/json_fields.h"
 #include "eval/progress.h"
 #include "eval/resumable_jsonl.h"
 #include "format/error.h"
@@ -132,4 +133,15 @@ TEST_CASE("a job that fails before writing leaves no output file it created; an 
   } catch (const std::runtime_error&) {
   }
   CHECK(slurp(written) == "{\"id\":\"b\"}\n");  // results already written are kept for the resume
+}
+
+TEST_CASE("a results file or input line nested thousands of levels deep is refused, naming the line") {
+  const std::string deep = std::string(3000, '[') + std::string(3000, ']');
+  const std::string path = (std::filesystem::temp_directory_path() / ("tpshard_deep_" + std::to_string(::getpid()) + ".jsonl")).string();
+  std::ofstream(path) << "{\"id\": 1, \"x\": 2}\n{\"id\": " << deep << "}\n";
+  CHECK_THROWS_WITH_AS(tpshard::eval::read_jsonl_results(path), doctest::Contains(":2: JSON nested deeper than 100 levels"),
+                       tpshard::Error);
+  CHECK_THROWS_WITH_AS(tpshard::eval::parse_jsonl_line("{\"prompt\": " + deep + "}", "in.jsonl:7", "fix it"),
+                       doctest::Contains("in.jsonl:7: JSON nested deeper"), tpshard::Error);
+  std::filesystem::remove(path);
 }

@@ -9,6 +9,7 @@
 #include "convert/convert.h"
 #include "format/error.h"
 #include "format/safetensors.h"
+#include "model/manifest.h"
 #include "tiny_checkpoint.h"
 
 using namespace tpshard;
@@ -349,4 +350,12 @@ TEST_CASE("multimodal checkpoint: an unprefixed language-model tensor, or no lan
       it = it.key().rfind("language_model.", 0) == 0 ? h.erase(it) : std::next(it);
   });
   CHECK(has(convert_fails(hf, d).what, "holds no tensor of its language model"));
+}
+
+TEST_CASE("a manifest.json nested thousands of levels deep is refused at parse time, naming the file") {
+  ScratchDir d;
+  const std::string deep = std::string(4000, '[') + std::string(4000, ']');
+  write_text(d / "manifest.json", "{\"format\": \"tpshard\", \"x\": " + deep + "}");
+  CHECK_THROWS_WITH_AS(load_manifest(d.path.string()), doctest::Contains("manifest.json: JSON nested deeper than 100 levels"),
+                       Error);
 }

@@ -549,3 +549,28 @@ TEST_CASE("balance_stages: the largest stage as small as whole layers allow, the
   CHECK(e[1] == Range{4, 10});
   CHECK_THROWS_AS(balance_stages(layers, 0, 0, 9), Error);
 }
+
+TEST_CASE("config numbers that would overflow: not integers, beyond int32, or dimensions beyond 2^24") {
+  auto error_for = [](const char* key, const json& v) {
+    json j = llama_base();
+    j[key] = v;
+    try {
+      parse_hf_config(j, "config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  CHECK(error_for("hidden_size", 1e300).find("must be an integer") != std::string::npos);
+  CHECK(error_for("hidden_size", json::parse("20000000000000000000000000000000000000000")).find("must be an integer") !=
+        std::string::npos);  // 2e40: nlohmann reads it as a float
+  CHECK(error_for("hidden_size", uint64_t{18446744073709551615ull}).find("outside the +-2147483647") != std::string::npos);
+  CHECK(error_for("vocab_size", int64_t{1} << 31).find("outside the +-2147483647") != std::string::npos);
+  CHECK(error_for("intermediate_size", int64_t{1} << 25).find("intermediate_size 33554432 is more than the 16777216") !=
+        std::string::npos);
+  CHECK(error_for("max_position_embeddings", int64_t{1} << 30) == "(accepted)");  // positions are not dimensions
+  // the manifest's model section goes through the same checks
+  json m = model_config_to_json(parse_hf_config(llama_base(), "c"));
+  m["hidden_size"] = int64_t{1} << 26;
+  CHECK_THROWS_WITH_AS(model_config_from_json(m, "manifest.json"), doctest::Contains("hidden_size 67108864 is more than"), Error);
+}

@@ -142,7 +142,8 @@ TEST_CASE("multimodal: the nested llm_config / text_config is the language model
   // a declared layer count no model has is refused before any per-layer table is built
   bad = j;
   bad["llm_config"]["num_hidden_layers"] = int64_t(1) << 40;
-  CHECK(error_of(bad).find("num_hidden_layers 1099511627776 is more than the 4096 tpshard accepts") != std::string::npos);
+  CHECK(error_of(bad).find("\"num_hidden_layers\" is 1099511627776, outside the +-2147483647 tpshard accepts") !=
+        std::string::npos);
   // errors in the nested config name it
   bad = j;
   bad["llm_config"].erase("vocab_size");
