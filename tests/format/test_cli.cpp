@@ -485,3 +485,28 @@ TEST_CASE("tpshard verify: the shards' tensors must match manifest.json's model 
   CHECK_MESSAGE(v.find("\nhint: the directory is incomplete") != std::string::npos, v);
   fs::rename(d / "rank1.tps", d / "out/tp2/rank1.tps");
 }
+
+TEST_CASE("tpshard plan from a Hugging Face directory or a bare config.json, at any tp x pp, before converting") {
+  ScratchDir d;
+  LlamaSpec s;
+  s.heads = 10;
+  s.kv_heads = 2;
+  s.hidden = 40;
+  s.layers = 3;
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  REQUIRE(run_tpshard("plan " + (d / "hf/config.json") + " --tp 3 --pp 2 --batch 4 --max-seq 64 --gpu-mem 1", log) == 0);
+  std::string out = read_text(log);
+  CHECK(out.find("per-GPU memory plan: tp 3 x pp 2") != std::string::npos);
+  CHECK(out.find("from config.json's tensor plan, not converted") != std::string::npos);
+  CHECK(out.find("largest batch that fits at max_seq 64:") != std::string::npos);
+  CHECK(out.find("heaviest rank (pp_stage") != std::string::npos);
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 7 --batch 4 --max-seq 64", log) == 0);  // uneven tp, the directory
+  // refusals: more ranks than heads; a directory that is neither; a batch that does not fit names one that does
+  CHECK(run_tpshard("plan " + (d / "hf") + " --tp 11 --batch 4 --max-seq 64", log) == 1);
+  CHECK(read_text(log).find("tp_size 11 is larger than num_attention_heads 10") != std::string::npos);
+  CHECK(run_tpshard("plan " + d.path.string() + " --tp 1 --batch 1 --max-seq 8", log) == 1);
+  CHECK(read_text(log).find("neither a converted model (manifest.json) nor a Hugging Face directory") != std::string::npos);
+  CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 100000 --max-seq 64 --gpu-mem 0.5", log) == 1);
+  CHECK(read_text(log).find("hint: use --batch ") != std::string::npos);
+}

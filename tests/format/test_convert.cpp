@@ -13,6 +13,8 @@
 #include "format/error.h"
 #include "format/hash.h"
 #include "model/manifest.h"
+#include "model/memory_plan.h"
+#include "model/parallel_layout.h"
 #include "format/shard_file.h"
 #include "tiny_checkpoint.h"
 
@@ -453,4 +455,37 @@ TEST_CASE("manifest model_section_xxh3: a hand-edited model section is refused a
   save_manifest(b, d / "out");
   CHECK(nlohmann::json::parse(read_text(path)).contains("model_section_xxh3"));
   CHECK(load_manifest(d / "out").model.max_position_embeddings == b.model.max_position_embeddings);
+}
+
+TEST_CASE("planned_weight_bytes (tpshard plan before converting) equals every converted shard's weight_bytes") {
+  LlamaSpec s;
+  s.heads = 10;
+  s.kv_heads = 2;
+  s.hidden = 40;
+  s.inter = 90;
+  s.layers = 3;
+  ScratchDir d;
+  const TinyModel m = make_llama(s);
+  m.save(d / "hf");
+  ConvertOptions o = opts(d / "hf", d / "out", {1, 3, 4});
+  o.pp_sizes = {1, 2, 3};
+  o.dtype = "bf16";
+  convert_checkpoint(o);
+  const Manifest man = load_manifest(d / "out");
+  auto check = [&](int pp, int tp, const std::vector<ManifestShard>& shards) {
+    const ParallelLayout l = make_parallel_layout(man.model, tp, pp);
+    for (const ManifestShard& sh : shards) {
+      CAPTURE(sh.file);
+      CHECK(planned_weight_bytes(man.model, l, sh.pp_stage, sh.tp_rank, DType::BF16) == sh.weight_bytes);
+    }
+  };
+  for (const auto& [tp, shards] : man.shards) check(1, tp, shards);
+  for (const auto& [key, shards] : man.pp_shards) check(key.first, key.second, shards);
+  CHECK(man.pp_shards.size() == 6);
+  // the plan from the config agrees with the plan from the converted directory
+  const MemoryPlan a = plan_memory(man, 3, 4, 64, d / "out");
+  const MemoryPlan b = plan_memory_for_config(man.model, DType::BF16, 3, 1, 4, 64);
+  CHECK(a.total_bytes() == b.total_bytes());
+  CHECK(largest_batch_that_fits([&](int64_t batch) { return plan_memory_for_config(man.model, DType::BF16, 3, 1, batch, 64); },
+                                b.total_bytes()) >= 4);
 }

@@ -1,63 +1,130 @@
-// cmd_plan.cpp: `tpshard plan`: prints plan_memory (model/memory_plan.h) for one tp size, and at tp > 1
-// each rank's ranges and memory with the weight spread and the heaviest rank; with --gpu-mem, exit 1
-// when the plan does not fit.
+// cmd_plan.cpp: `tpshard plan`: the per-GPU memory plan (model/memory_plan.h) of one layout, from a
+// converted directory (its manifest's weight_bytes) or, before downloading weights or converting, from a
+// Hugging Face directory or a bare config.json (weights from the tensor plan) at any tp x pp. At tp or
+// pp > 1, each rank's ranges and memory with the weight spread and the heaviest rank; with --gpu-mem,
+// whether it fits and the largest batch that would, exit 1 when the plan does not fit.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "convert/progress.h"
 #include "format/error.h"
+#include "format/json_depth.h"
+#include "format/json_error.h"
 #include "model/memory_plan.h"
+#include "model/model_config.h"
 #include "model/parallel_layout.h"
 #include "tools/tpshard/commands.h"
 
 namespace tpshard::cli {
 
-int run_plan(const std::string& dir, int tp_size, int64_t batch, int64_t max_seq, double gpu_gib) {
-  const Manifest m = load_manifest(dir);
+namespace {
+
+/// The stored dtype a checkpoint would be converted to without --dtype: its torch_dtype.
+DType config_dtype(const ModelConfig& c, const std::string& dtype_opt) {
+  if (!dtype_opt.empty() && dtype_opt != "keep") return dtype_from_string(dtype_opt);
+  if (c.torch_dtype == "float32") return DType::F32;
+  if (c.torch_dtype == "float16") return DType::F16;
+  return DType::BF16;
+}
+
+}  // namespace
+
+int run_plan(const std::string& dir, int tp_size, int pp_size, int64_t batch, int64_t max_seq, double gpu_gib,
+             const std::string& dtype_opt) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool converted = fs::exists(fs::path(dir) / "manifest.json", ec);
+  const bool config_file = !converted && fs::is_regular_file(dir, ec);
+  ModelConfig c;
+  DType dtype = DType::BF16;
+  std::string source;
+  Manifest m;
+  if (converted) {
+    m = load_manifest(dir);
+    c = m.model;
+    dtype = m.dtype;
+    TPS_CHECK(pp_size == 1, "plan --pp " + std::to_string(pp_size) + ": planning a converted directory's pipeline layouts is not supported",
+              "plan from the Hugging Face directory or its config.json instead (tpshard plan HF_DIR --tp T --pp P ...)");
+    TPS_CHECK(dtype_opt.empty() || dtype_opt == "keep", "plan --dtype: a converted model's dtype is fixed (" +
+                                                            std::string(dtype_name(dtype)) + ")",
+              "drop --dtype, or plan from the Hugging Face directory");
+    source = "manifest weight_bytes";
+  } else {
+    const std::string hf_dir = config_file ? fs::path(dir).parent_path().string() : dir;
+    TPS_CHECK(config_file || fs::exists(fs::path(dir) / "config.json", ec),
+              dir + ": neither a converted model (manifest.json) nor a Hugging Face directory (config.json)",
+              "point at a directory written by tpshard convert, a Hugging Face model directory, or its config.json");
+    if (config_file) {
+      std::ifstream f(dir);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(f, json_depth_guard(dir));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(dir + ": invalid JSON: " + json_error_text(e), "give a Hugging Face config.json");
+      }
+      c = parse_hf_config(j, dir);
+    } else {
+      c = load_hf_config(hf_dir);
+    }
+    dtype = config_dtype(c, dtype_opt);
+    source = "from config.json's tensor plan, not converted";
+  }
   // the limits tprun applies (runtime/session_types.h effective_max_seq_len): plan only what can run
-  const int64_t model_max = m.model.max_position_embeddings;
+  const int64_t model_max = c.max_position_embeddings;
   TPS_CHECK(model_max <= 0 || max_seq <= model_max,
             "plan: --max-seq " + std::to_string(max_seq) + " exceeds the model's max_position_embeddings " +
                 std::to_string(model_max),
             "pass --max-seq " + std::to_string(model_max) + " or less");
-  const MemoryPlan p = plan_memory(m, tp_size, batch, max_seq, dir);
-  std::printf("per-GPU memory plan: tp %d, batch %lld, max_seq %lld, dtype %s\n", tp_size, (long long)batch,
-              (long long)max_seq, dtype_name(m.dtype));
-  std::printf("  weights      %12s  (largest rank arena, manifest weight_bytes)\n", human_bytes(p.weight_bytes).c_str());
-  std::printf("  kv_cache     %12s  (2 * layers * (batch + 1) * max_seq * kv_heads_per_rank * head_dim * dtype bytes)\n",
+  auto plan_at = [&](int64_t b) {
+    return converted ? plan_memory(m, tp_size, b, max_seq, dir) : plan_memory_for_config(c, dtype, tp_size, pp_size, b, max_seq);
+  };
+  const MemoryPlan p = plan_at(batch);
+  std::printf("per-GPU memory plan: tp %d%s, batch %lld, max_seq %lld, dtype %s\n", tp_size,
+              pp_size > 1 ? (" x pp " + std::to_string(pp_size)).c_str() : "", (long long)batch, (long long)max_seq,
+              dtype_name(dtype));
+  std::printf("  weights      %12s  (largest rank arena, %s)\n", human_bytes(p.weight_bytes).c_str(), source.c_str());
+  std::printf("  kv_cache     %12s  (2 * stage layers * (batch + 1) * max_seq * kv_heads_per_rank * head_dim * dtype bytes)\n",
               human_bytes(p.kv_cache_bytes).c_str());
   std::printf("  activations  %12s  (the CUDA runner's step workspace: up to 1024 tokens, logits)\n", human_bytes(p.activation_bytes).c_str());
   std::printf("  workspace    %12s  (cuBLASLt, custom all_reduce, NCCL, allocator slack)\n", human_bytes(p.workspace_bytes).c_str());
   std::printf("  total        %12s\n", human_bytes(p.total_bytes()).c_str());
-  if (tp_size > 1) {
-    const ParallelLayout layout = make_parallel_layout(m.model, tp_size);
+  if (p.ranks.size() > 1) {
+    const ParallelLayout layout = make_parallel_layout(c, tp_size, pp_size);
     uint64_t sum = 0, lo = UINT64_MAX;
     for (const RankMemory& r : p.ranks) sum += r.weight_bytes, lo = std::min(lo, r.weight_bytes);
-    std::printf("\n  %-7s %-9s %-9s %-13s %12s %12s %12s %12s\n", "tp_rank", "heads", "kv_heads", "mlp_columns",
-                "weights", "kv_cache", "activations", "total");
+    std::printf("\n  %-8s %-7s %-9s %-9s %-13s %12s %12s %12s %12s\n", "pp_stage", "tp_rank", "heads", "kv_heads",
+                "mlp_columns", "weights", "kv_cache", "activations", "total");
     for (const RankMemory& r : p.ranks) {
       const TpRankRanges& t = layout.tp(r.tp_rank);
       auto range = [](const Range& x) { return std::to_string(x.begin) + "-" + std::to_string(x.end - 1); };
-      std::printf("  %-7d %-9s %-9s %-13s %12s %12s %12s %12s\n", r.tp_rank, range(t.heads).c_str(),
+      std::printf("  %-8d %-7d %-9s %-9s %-13s %12s %12s %12s %12s\n", r.pp_stage, r.tp_rank, range(t.heads).c_str(),
                   range(t.kv_heads).c_str(), range(t.mlp_columns).c_str(), human_bytes(r.weight_bytes).c_str(),
                   human_bytes(r.kv_cache_bytes).c_str(), human_bytes(r.activation_bytes).c_str(),
                   human_bytes(r.total_bytes).c_str());
     }
-    const double even = static_cast<double>(sum) / tp_size;
-    const uint64_t hi = p.ranks[static_cast<size_t>(p.heaviest_rank)].weight_bytes;
-    std::printf("  weight spread: heaviest tp_rank %d (the slowest decode step) holds %s, %+.2f%% over total/tp %s; "
-                "lightest %s\n",
-                p.heaviest_rank, human_bytes(hi).c_str(), 100.0 * (static_cast<double>(hi) - even) / even,
-                human_bytes(static_cast<uint64_t>(even)).c_str(), human_bytes(lo).c_str());
+    const double even = static_cast<double>(sum) / static_cast<double>(p.ranks.size());
+    const RankMemory& h = p.ranks[static_cast<size_t>(p.heaviest_rank)];
+    std::printf("  weight spread: heaviest rank (pp_stage %d, tp_rank %d: the slowest decode step) holds %s, %+.2f%% over "
+                "the mean %s; lightest %s\n",
+                h.pp_stage, h.tp_rank, human_bytes(h.weight_bytes).c_str(),
+                100.0 * (static_cast<double>(h.weight_bytes) - even) / even, human_bytes(static_cast<uint64_t>(even)).c_str(),
+                human_bytes(lo).c_str());
   }
   if (gpu_gib > 0) {
     const double cap = gpu_gib * 1073741824.0;
     const bool fits = static_cast<double>(p.total_bytes()) <= cap;
     std::printf("  %s in %.1f GiB (%.1f%%)\n", fits ? "fits" : "DOES NOT FIT", gpu_gib, 100.0 * p.total_bytes() / cap);
+    const int64_t largest = largest_batch_that_fits(plan_at, static_cast<uint64_t>(cap));
+    std::printf("  largest batch that fits at max_seq %lld: %lld\n", (long long)max_seq, (long long)largest);
     if (!fits)
       throw Error("plan: " + human_bytes(p.total_bytes()) + " per GPU does not fit in " + std::to_string(gpu_gib) + " GiB",
-                  "use a larger tp size, a smaller --batch or --max-seq");
+                  largest > 0 ? "use --batch " + std::to_string(largest) + " or less, a larger tp size, or a smaller --max-seq"
+                              : "use a larger tp or pp size, or a smaller --max-seq");
   }
   return 0;
 }

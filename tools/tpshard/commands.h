@@ -13,7 +13,8 @@ int run_convert(const ConvertOptions& opt);
 int run_inspect(const std::string& model_dir, int tp_size, bool list_tensors, int rank);
 /// Recompute every tensor hash and file hash; Error naming the first bad tensor/file.
 int run_verify(const std::string& model_dir, int tp_size);
-int run_plan(const std::string& model_dir, int tp_size, int64_t batch, int64_t max_seq, double gpu_gib);
+int run_plan(const std::string& model_dir, int tp_size, int pp_size, int64_t batch, int64_t max_seq, double gpu_gib,
+             const std::string& dtype);
 
 /// "none" | "zstd[:level]" | "zstd-planes[:level]" -> codec and level. Error on anything else.
 void parse_compress(const std::string& s, Codec* codec, int* level);

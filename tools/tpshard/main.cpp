@@ -61,9 +61,17 @@ int main(int argc, char** argv) {
 
   int64_t batch = 1, max_seq = 2048;
   double gpu_gib = 0;
+  int pp = 1;
+  std::string plan_dtype;
   auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace");
-  plan->add_option("MODEL_DIR", model_dir, "directory written by tpshard convert")->required();
+  plan->add_option("MODEL_DIR", model_dir,
+                   "directory written by tpshard convert, or (before converting) a Hugging Face directory or a config.json")
+      ->required();
   plan->add_option("--tp", tp, "tp size")->required()->check(tpshard::cli::positive_for(tp));
+  plan->add_option("--pp", pp, "pipeline stages (Hugging Face directory or config.json only)")
+      ->check(tpshard::cli::positive_for(pp));
+  plan->add_option("--dtype", plan_dtype, "stored dtype to plan for (Hugging Face directory or config.json; default its torch_dtype)")
+      ->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}));
   plan->add_option("--batch", batch, "sequences per batch")
       ->required()
       ->check(tpshard::cli::positive_for(batch));
@@ -111,7 +119,7 @@ int main(int argc, char** argv) {
     } else if (*verify) {
       rc = cli::run_verify(model_dir, tp);
     } else if (*plan) {
-      rc = cli::run_plan(model_dir, tp, batch, max_seq, gpu_gib);
+      rc = cli::run_plan(model_dir, tp, pp, batch, max_seq, gpu_gib, plan_dtype);
     }
   } catch (const Error& e) {
     report(e);
