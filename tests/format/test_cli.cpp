@@ -91,7 +91,7 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
 
   // kv_cache = 2 * 2 layers * (3 batch + 1 scratch) * 10 seq * 1 kv head per rank * 4 head_dim * 2 bytes = 1280 B
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10", log) == 0);
-  CHECK(read_text(log).find(" 1.25 KiB  (2 * layers") != std::string::npos);
+  CHECK(read_text(log).find(" 1.25 KiB  (2 * stage layers") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem 0.01", log) == 1);
   CHECK(read_text(log).find("does not fit") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 10 --gpu-mem -1", log) == 2);
