@@ -291,6 +291,8 @@ json read_json_file(const std::string& path) {
 
 }  // namespace
 
+ModelConfig load_hf_config_file(const std::string& path) { return parse_hf_config(read_json_file(path), path); }
+
 ModelConfig load_hf_config(const std::string& hf_dir) {
   const std::string path = hf_dir + "/config.json";
   ModelConfig c = parse_hf_config(read_json_file(path), path);

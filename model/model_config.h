@@ -104,6 +104,8 @@ ModelConfig parse_hf_config(const nlohmann::json& config, const std::string& pat
 
 /// Read and parse HF_DIR/config.json (and generation_config.json, when present, for bos/eos ids).
 ModelConfig load_hf_config(const std::string& hf_dir);
+/// One config.json file by its path (any name; generation_config.json is not read). Errors as load_hf_config.
+ModelConfig load_hf_config_file(const std::string& path);
 
 /// The normalized config as stored in manifest.json under "model" (HF field names, plus "arch").
 nlohmann::json model_config_to_json(const ModelConfig& c);

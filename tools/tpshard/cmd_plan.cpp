@@ -7,14 +7,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "convert/progress.h"
 #include "format/error.h"
-#include "format/json_depth.h"
-#include "format/json_error.h"
 #include "model/memory_plan.h"
 #include "model/model_config.h"
 #include "model/parallel_layout.h"
@@ -59,18 +54,7 @@ int run_plan(const std::string& dir, int tp_size, int pp_size, int64_t batch, in
     TPS_CHECK(config_file || fs::exists(fs::path(dir) / "config.json", ec),
               dir + ": neither a converted model (manifest.json) nor a Hugging Face directory (config.json)",
               "point at a directory written by tpshard convert, a Hugging Face model directory, or its config.json");
-    if (config_file) {
-      std::ifstream f(dir);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(f, json_depth_guard(dir));
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(dir + ": invalid JSON: " + json_error_text(e), "give a Hugging Face config.json");
-      }
-      c = parse_hf_config(j, dir);
-    } else {
-      c = load_hf_config(hf_dir);
-    }
+    c = config_file ? load_hf_config_file(dir) : load_hf_config(hf_dir);
     dtype = config_dtype(c, dtype_opt);
     source = "from config.json's tensor plan, not converted";
   }
