@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <chrono>
-#include <mutex>
 #include <memory>
 #include <numeric>
 #include <unordered_map>
@@ -84,14 +83,31 @@ std::string stored_mismatch(const std::string& line, const BatchItem& item,
 
 namespace {
 
-/// What the replicas of a data-parallel job share, owned by dp_rank 0's output rank and published to the
-/// others through ctx.replicas: the one results file and the sums of their reports.
-struct SharedOutput {
-  std::mutex mutex;
-  ResumableJsonlWriter* writer = nullptr;
+/// One round of a data-parallel job as a replica's output rank sends it to the others: its batch's
+/// result lines (already serialized) and token counts.
+std::string encode_round(const std::vector<std::string>& lines, size_t generated, int64_t prompt_tokens,
+                         int64_t output_tokens) {
+  const nlohmann::json j = {{"lines", lines}, {"n", generated}, {"p", prompt_tokens}, {"o", output_tokens}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+struct Round {
+  std::vector<std::string> lines;
   size_t generated = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;
 };
+
+Round decode_round(const std::string& blob, int dp_rank) {
+  const nlohmann::json j = nlohmann::json::parse(blob, nullptr, false);
+  TPS_CHECK(j.is_object() && j.contains("lines") && j["lines"].is_array(),
+            "batch job: dp_rank " + std::to_string(dp_rank) + " sent a malformed round", "this is a bug in eval/batch_job");
+  Round r;
+  r.lines = j["lines"].get<std::vector<std::string>>();
+  r.generated = j["n"].get<size_t>();
+  r.prompt_tokens = j["p"].get<int64_t>();
+  r.output_tokens = j["o"].get<int64_t>();
+  return r;
+}
 
 }  // namespace
 
@@ -101,10 +117,13 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
             "open the model with run_on_ranks first");
   TPS_CHECK(opts.batch_size >= 1, "--batch-size " + std::to_string(opts.batch_size) + " must be at least 1",
             "use a positive batch size, e.g. 48");
-  // With replicas (dp_size > 1) each replica's output rank writes its share of the items through the
-  // one writer of dp_rank 0; without, the job's output rank writes everything.
-  const bool replicated = ctx.dp_size > 1 && ctx.replicas != nullptr;
+  // With replicas (dp_size > 1) each replica's output rank sends its share's lines to dp_rank 0, whose
+  // output rank writes the one file; without, the job's output rank writes everything.
+  const bool replicated = ctx.dp_size > 1;
   const bool writer_rank = replicated ? ctx.is_replica_output_rank() : ctx.is_output_rank();
+  TPS_CHECK(!replicated || !writer_rank || ctx.replicas != nullptr,
+            "batch job: dp_rank " + std::to_string(ctx.dp_rank) + " has no exchange with the other replicas",
+            "this is a bug in the session (RankContext::replicas)");
   const bool owner = writer_rank && ctx.dp_rank == 0;  // opens, finally rewrites and releases the file
   BatchJobReport report;
   report.total = items.size();
@@ -158,20 +177,12 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   report.already_done = items.size() - todo.size();
 
   std::unique_ptr<ResumableJsonlWriter> writer;
-  SharedOutput own;
-  SharedOutput* shared = &own;
   if (owner) {
     writer = std::make_unique<ResumableJsonlWriter>(opts.output_path);
-    own.writer = writer.get();
     report.truncated_bytes = writer->truncated_bytes();
     if (report.truncated_bytes > 0)
       std::fprintf(stderr, "%s: %s: cut a torn last line (%zu bytes) left by an interrupted run\n", opts.label.c_str(),
                    opts.output_path.c_str(), report.truncated_bytes);
-  }
-  if (replicated && writer_rank) {  // the other replicas write through dp_rank 0's writer
-    if (owner) ctx.replicas->publish(&own);
-    ctx.replicas->barrier();
-    shared = static_cast<SharedOutput*>(ctx.replicas->published());
   }
 
   // Longest prompts first: equal-length neighbours share batches (little padding), and a prompt that
@@ -179,22 +190,30 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) {
     return items[a].request.prompt_ids.size() > items[b].request.prompt_ids.size();
   });
-  if (replicated) {  // this replica's share: every dp_size-th item of the sorted list (similar lengths)
+  const size_t bs = static_cast<size_t>(opts.batch_size);
+  // With replicas, every replica takes every dp_size-th item of the sorted list (similar lengths), and
+  // the job runs in rounds of one batch per replica: after each round the replicas' output ranks
+  // exchange their lines (ctx.replicas) and dp_rank 0 writes them all. Replica 0 has the most items, so
+  // its batch count is the number of rounds; a replica without a batch in a round sends nothing new.
+  size_t rounds = (todo.size() + bs - 1) / bs;
+  if (replicated) {
+    const size_t dp = static_cast<size_t>(ctx.dp_size);
+    rounds = ((todo.size() + dp - 1) / dp + bs - 1) / bs;
     std::vector<size_t> mine;
-    for (size_t k = static_cast<size_t>(ctx.dp_rank); k < todo.size(); k += static_cast<size_t>(ctx.dp_size))
-      mine.push_back(todo[k]);
+    for (size_t k = static_cast<size_t>(ctx.dp_rank); k < todo.size(); k += dp) mine.push_back(todo[k]);
     todo.swap(mine);
   }
 
-  // With replicas, dp_rank 0 shows its own share's progress.
-  const size_t shown_total = replicated ? report.already_done + todo.size() : items.size();
-  Progress progress(replicated ? opts.label + " (replica 0 of " + std::to_string(ctx.dp_size) + ")" : opts.label,
-                    shown_total, report.already_done, owner, opts.progress_interval_s);
+  Progress progress(opts.label, items.size(), report.already_done, owner, opts.progress_interval_s);
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t bs = static_cast<size_t>(opts.batch_size);
-  for (size_t start = 0; start < todo.size(); start += bs) {
-    std::vector<size_t> batch(todo.begin() + static_cast<std::ptrdiff_t>(start),
-                              todo.begin() + static_cast<std::ptrdiff_t>(std::min(todo.size(), start + bs)));
+  size_t job_generated = 0;
+  int64_t job_prompt_tokens = 0, job_output_tokens = 0;
+  for (size_t round = 0; round < rounds; ++round) {
+    const size_t start = round * bs;
+    std::vector<size_t> batch;
+    if (start < todo.size())
+      batch.assign(todo.begin() + static_cast<std::ptrdiff_t>(start),
+                   todo.begin() + static_cast<std::ptrdiff_t>(std::min(todo.size(), start + bs)));
     std::sort(batch.begin(), batch.end());  // input order within the batch
     std::vector<GenerationRequest> requests;
     requests.reserve(batch.size());
@@ -202,16 +221,17 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       requests.push_back(items[i].request);
       requests.back().id = items[i].id.is_string() ? items[i].id.get<std::string>() : keys[i];
     }
-    std::vector<GenerationResult> results = generate(*ctx.runner, *ctx.tokenizer, requests);
+    std::vector<GenerationResult> results;
+    if (!requests.empty()) results = generate(*ctx.runner, *ctx.tokenizer, requests);
     TPS_CHECK(results.size() == batch.size(), "batch job: generate() returned " + std::to_string(results.size()) +
                                                   " results for " + std::to_string(batch.size()) + " requests",
               "this is a bug in runtime/generate");
     std::vector<std::string> lines;
-    int64_t batch_tokens = 0;
+    int64_t batch_tokens = 0, batch_prompt_tokens = 0;
     for (size_t k = 0; k < batch.size(); ++k) {
       const size_t i = batch[k];
       batch_tokens += static_cast<int64_t>(results[k].output_ids.size());
-      report.prompt_tokens += static_cast<int64_t>(requests[k].prompt_ids.size());
+      batch_prompt_tokens += static_cast<int64_t>(requests[k].prompt_ids.size());
       if (!writer_rank) continue;
       nlohmann::ordered_json line;
       line["id"] = items[i].id;
@@ -222,31 +242,35 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       line["request_xxh3"] = request_fingerprint(items[i].request);
       lines.push_back(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
     }
-    if (writer_rank) {
-      std::lock_guard<std::mutex> lock(shared->mutex);
-      shared->writer->append(lines);
-    }
     report.generated += batch.size();
+    report.prompt_tokens += batch_prompt_tokens;
     report.output_tokens += batch_tokens;
-    progress.advance(batch.size(), batch_tokens);
+    std::vector<Round> round_of;  // every replica's part of this round (one entry without replicas)
+    if (replicated && writer_rank) {
+      const std::vector<std::string> blobs =
+          ctx.replicas->all_gather(encode_round(lines, batch.size(), batch_prompt_tokens, batch_tokens));
+      for (size_t r = 0; r < blobs.size(); ++r) round_of.push_back(decode_round(blobs[r], static_cast<int>(r)));
+    } else {
+      round_of.push_back(Round{std::move(lines), batch.size(), batch_prompt_tokens, batch_tokens});
+    }
+    size_t round_items = 0;
+    int64_t round_tokens = 0;
+    for (Round& r : round_of) {
+      if (owner) writer->append(r.lines);
+      round_items += r.generated;
+      round_tokens += r.output_tokens;
+      job_generated += r.generated;
+      job_prompt_tokens += r.prompt_tokens;
+      job_output_tokens += r.output_tokens;
+    }
+    progress.advance(round_items, round_tokens);
   }
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   progress.finish();
-
-  if (replicated && writer_rank) {
-    {
-      std::lock_guard<std::mutex> lock(shared->mutex);
-      shared->generated += report.generated;
-      shared->prompt_tokens += report.prompt_tokens;
-      shared->output_tokens += report.output_tokens;
-    }
-    ctx.replicas->barrier();  // every replica has written its share
-    report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (owner) {  // the job's totals
-      report.generated = own.generated;
-      report.prompt_tokens = own.prompt_tokens;
-      report.output_tokens = own.output_tokens;
-    }
+  if (replicated && owner) {  // the job's totals, all replicas together
+    report.generated = job_generated;
+    report.prompt_tokens = job_prompt_tokens;
+    report.output_tokens = job_output_tokens;
   }
   if (ctx.tp_rank == 0 && ctx.dp_rank == 0 && ctx.pp_size > 1)
     std::fprintf(stderr, "%s: %s\n", opts.label.c_str(), ctx.runner->pipeline_report().c_str());

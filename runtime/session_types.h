@@ -7,6 +7,7 @@
 
 #include "model/manifest.h"
 #include "runtime/comm.h"
+#include "runtime/host_exchange.h"
 #include "runtime/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,8 +18,8 @@ enum class Device { Auto, Cpu, Cuda };
 struct SessionOptions {
   std::string model_dir;
   int tp_size = 1;
-  int pp_size = 1;               ///< pipeline stages (CPU backend; the model converted with --pp)
-  int dp_size = 1;               ///< data-parallel replicas (CPU backend): eval / generate --input split their items
+  int pp_size = 1;               ///< pipeline stages (the model converted with --pp)
+  int dp_size = 1;               ///< data-parallel replicas: eval / generate --input split their items
   int micro_batches = 0;         ///< pipeline micro-batches per step; 0 = 2 x pp_size
   Device device = Device::Auto;  ///< Auto: CUDA when this build has it and a GPU is present, else CPU
   int max_batch = 8;             ///< kv_cache slots
@@ -47,18 +48,9 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, co
 /// "cpu" / "cuda" / "auto".
 const char* device_name(Device d);
 
-/// The data-parallel replicas of one job, for work split over them (eval, generate --input). Only the
-/// output rank of each replica (tp_rank 0 of stage 0) calls it. Set by the CPU backend, where the
-/// replicas are threads of one process; nullptr with one replica.
-class ReplicaSync {
- public:
-  virtual ~ReplicaSync() = default;
-  /// Block until the output rank of every replica arrived. Throws Error when a rank of the job failed.
-  virtual void barrier() = 0;
-  /// dp_rank 0 publishes a pointer before a barrier(); the others read it after that barrier.
-  virtual void publish(void* p) = 0;
-  virtual void* published() const = 0;
-};
+/// Seconds the output rank of a replica waits for the others at a batch job's round (one batch each):
+/// a week, since a round is as long as the slowest replica's batch; a failing rank ends the wait at once.
+constexpr double kReplicaRoundTimeoutS = 7 * 24 * 3600.0;
 
 /// What a rank's function gets.
 struct RankContext {
@@ -68,7 +60,10 @@ struct RankContext {
   int pp_size = 1;
   int dp_rank = 0;
   int dp_size = 1;
-  ReplicaSync* replicas = nullptr;  ///< dp_size > 1: the replicas' meeting point (replica output ranks only)
+  /// dp_size > 1, on the output rank of each replica (tp_rank 0 of stage 0) only: the exchange of those
+  /// dp_size ranks (rank() = dp_rank), through which batch jobs send their lines to dp_rank 0. nullptr
+  /// elsewhere. CPU: threads of one process; CUDA: a TCP rendezvous of the replicas' processes.
+  HostExchange* replicas = nullptr;
   Device device = Device::Cpu;   ///< the backend actually used
   const Manifest* manifest = nullptr;
   ModelRunner* runner = nullptr;

@@ -19,26 +19,9 @@
 #include "runtime/cpu/thread_comm.h"
 #include "runtime/cpu/thread_mailbox.h"
 #include "runtime/cpu/thread_pool.h"
+#include "runtime/host_exchange.h"
 
 namespace tpshard::cpu {
-
-namespace {
-
-/// ReplicaSync over an in-process barrier of dp_size threads.
-class ThreadReplicaSync final : public ReplicaSync {
- public:
-  explicit ThreadReplicaSync(int dp_size) : group_(dp_size) {}
-  void barrier() override { group_.arrive_and_wait(); }
-  void publish(void* p) override { published_ = p; }
-  void* published() const override { return published_; }
-  void abort(const std::string& why) { group_.abort(why); }
-
- private:
-  ThreadGroup group_;
-  void* published_ = nullptr;  ///< written before a barrier, read after it
-};
-
-}  // namespace
 
 void run_cpu_session(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   TPS_CHECK(opts.nnodes == 1, "--nnodes " + std::to_string(opts.nnodes) + ": the CPU backend runs on one node",
@@ -64,14 +47,15 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
   std::vector<std::shared_ptr<ThreadGroup>> groups;  // [dp * pp], one per tp group
   for (int g = 0; g < layout.dp_size * layout.pp_size; ++g) groups.push_back(std::make_shared<ThreadGroup>(layout.tp_size));
   auto mailbox = std::make_shared<ThreadMailbox>();
-  ThreadReplicaSync replicas(layout.dp_size);
+  // The replicas' output ranks meet once per batch round; a round may take long (a failure aborts it).
+  auto replicas = std::make_shared<ThreadExchangeGroup>(layout.dp_size, kReplicaRoundTimeoutS);
   std::mutex error_mutex;
   std::exception_ptr first_error;
   bool failed = false;
   auto abort_all = [&](const std::string& why) {
     for (auto& g : groups) g->abort(why);
     mailbox->abort(why);
-    replicas.abort(why);
+    replicas->abort(why);
   };
   auto rank_main = [&](int world_rank) {
     const RankCoord c = layout.coord(world_rank);
@@ -85,6 +69,7 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       ThreadComm comm(group, c.tp_rank);
       ThreadPool pool(threads);
       ThreadStageLink link(mailbox, layout, world_rank);
+      ThreadExchange replica_exchange(replicas, c.dp_rank);
       cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage);
       cpu::CpuRunnerOptions ro;
       ro.max_batch = opts.max_batch;
@@ -99,7 +84,8 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       ctx.pp_size = layout.pp_size;
       ctx.dp_rank = c.dp_rank;
       ctx.dp_size = layout.dp_size;
-      ctx.replicas = layout.dp_size > 1 ? &replicas : nullptr;
+      const bool replica_output = c.tp_rank == 0 && c.pp_stage == 0;
+      ctx.replicas = layout.dp_size > 1 && replica_output ? &replica_exchange : nullptr;
       ctx.device = Device::Cpu;
       ctx.manifest = &manifest;
       ctx.model_dir = opts.model_dir;

@@ -370,7 +370,7 @@ TEST_CASE("generate --input: resuming refuses stored results of other requests u
     CHECK(runner.forwards == before);
   }
   SUBCASE("a stub line (neither request_xxh3 nor prompt) is refused, whatever else it holds") {
-    for (const std::string stub : {std::string("{\"id\": 2}"),
+    for (const std::string& stub : {std::string("{\"id\": 2}"),
                                    "{\"id\": 2, \"text\": \"x\", \"model_xxh3\": " + js[1]["model_xxh3"].dump() + "}"}) {
       CAPTURE(stub);
       std::ofstream(out, std::ios::trunc) << js[0].dump() << "\n" << stub << "\n";
