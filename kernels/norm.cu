@@ -30,6 +30,7 @@ __global__ void add_norm_kernel(AddNormParams p) {
     }
     s += v;
   }
+  if (!p.out0) return;  // the adds only (block-uniform: every thread returns)
   const float mean = kLayerNorm ? block_sum(s, scratch) / p.hidden : 0.f;
   float ss = 0.f;
   for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
@@ -50,7 +51,8 @@ __global__ void add_norm_kernel(AddNormParams p) {
 
 void add_norm(const AddNormParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  TPS_CHECK(p.weight0 && p.out0, "kernels/add_norm: weight0 and out0 are required", "pass the norm weight");
+  TPS_CHECK((p.weight0 && p.out0) || (!p.out0 && !p.out1), "kernels/add_norm: weight0 and out0 are required",
+            "pass the norm weight, or no output at all for the adds only");
   const int threads = p.hidden >= 1024 ? 1024 : (p.hidden >= 512 ? 512 : 256);
   if (p.kind == NormKind::LayerNorm) {
     TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(add_norm_kernel<T, true>, dim3(p.n), dim3(threads), 0, stream, p));

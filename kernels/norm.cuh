@@ -15,9 +15,9 @@ struct AddNormParams {
   const void* add0 = nullptr;       ///< [n, hidden] of dtype, optional: residual += add0
   const void* add_bias0 = nullptr;  ///< [hidden] of dtype, optional: residual += add_bias0
   const void* add_bias1 = nullptr;  ///< [hidden] of dtype, optional: residual += add_bias1
-  const void* weight0 = nullptr;    ///< [hidden] of dtype, required (gamma)
+  const void* weight0 = nullptr;    ///< [hidden] of dtype, required with out0 (gamma)
   const void* bias0 = nullptr;      ///< [hidden] of dtype, LayerNorm beta (optional)
-  void* out0 = nullptr;             ///< [n, hidden] of dtype, required
+  void* out0 = nullptr;             ///< [n, hidden] of dtype; nullptr (and no out1): only the adds, no norm
   const void* weight1 = nullptr;    ///< second norm's gamma, optional (then bias1/out1 like above)
   const void* bias1 = nullptr;
   void* out1 = nullptr;

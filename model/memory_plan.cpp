@@ -83,12 +83,13 @@ int64_t largest_batch_that_fits(const std::function<MemoryPlan(int64_t batch)>& 
 }
 
 MemoryPlan plan_memory(const Manifest& m, int tp_size, int64_t batch, int64_t max_seq, const std::string& model_dir,
-                       size_t kv_dtype_bytes) {
+                       size_t kv_dtype_bytes, int pp_size) {
   if (batch < 1 || max_seq < 1) throw Error("plan: batch and max_seq must be positive", "pass --batch B --max-seq S with B, S >= 1");
-  const auto& shards = shards_for(m, tp_size, model_dir);
-  const ParallelLayout layout = make_parallel_layout(m.model, tp_size);
-  return plan_layout(m.model, layout, m.dtype, batch, max_seq, kv_dtype_bytes,
-                     [&](int, int r) { return shards[static_cast<size_t>(r)].weight_bytes; });
+  const auto& shards = shards_for(m, tp_size, model_dir, pp_size);
+  const ParallelLayout layout = make_parallel_layout(m.model, tp_size, pp_size);
+  return plan_layout(m.model, layout, m.dtype, batch, max_seq, kv_dtype_bytes, [&](int stage, int r) {
+    return shards[static_cast<size_t>(stage) * static_cast<size_t>(tp_size) + static_cast<size_t>(r)].weight_bytes;
+  });
 }
 
 }  // namespace tpshard

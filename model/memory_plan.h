@@ -47,10 +47,11 @@ struct MemoryPlan {
 
 constexpr uint64_t kWorkspaceBytes = 256ull << 20;
 
-/// Compute the plan. kv_dtype_bytes 0 means "the weight dtype's size". Throws Error when the manifest
-/// has no shards for tp_size (shards_for) or batch/max_seq are not positive.
+/// Compute the plan of the (pp_size, tp_size) layout; each stage's kv_cache counts its own layers.
+/// kv_dtype_bytes 0 means "the weight dtype's size". Throws Error when the manifest has no shards for
+/// the layout (shards_for) or batch/max_seq are not positive.
 MemoryPlan plan_memory(const Manifest& m, int tp_size, int64_t batch, int64_t max_seq, const std::string& model_dir,
-                       size_t kv_dtype_bytes = 0);
+                       size_t kv_dtype_bytes = 0, int pp_size = 1);
 
 /// Device bytes of (pp_stage, tp_rank)'s weight arena for c stored in dtype, from the tensor plan (each
 /// tensor 4096-aligned, as tpshard convert lays it out): what its shard's weight_bytes will be.

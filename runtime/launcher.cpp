@@ -186,13 +186,14 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
   if (is_worker_process()) return -1;
   if (opts.device != Device::Cuda) return -1;
   const int nnodes = std::max(1, opts.nnodes);
-  TPS_CHECK(opts.tp_size >= 1 && opts.tp_size % nnodes == 0,
-            "--tp " + std::to_string(opts.tp_size) + " is not a multiple of --nnodes " + std::to_string(nnodes),
-            "tp spans all nodes with the same number of GPUs on each: use --tp = nnodes x GPUs per node");
+  const int world = opts.dp_size * opts.pp_size * opts.tp_size;  // ranks by dp_rank, pp_stage, tp_rank
+  TPS_CHECK(opts.tp_size >= 1 && world % nnodes == 0,
+            "--tp x --pp x --dp = " + std::to_string(world) + " ranks is not a multiple of --nnodes " + std::to_string(nnodes),
+            "the ranks span all nodes with the same number of GPUs on each: ranks = nnodes x GPUs per node");
   TPS_CHECK(opts.node_rank >= 0 && opts.node_rank < nnodes,
             "--node-rank " + std::to_string(opts.node_rank) + " is outside 0.." + std::to_string(nnodes - 1),
             "number the nodes 0..nnodes-1, with 0 on the --master-addr host");
-  const int local = opts.tp_size / nnodes;
+  const int local = world / nnodes;
   if (nnodes == 1 && local == 1) return -1;  // one GPU: run in this process
   std::string master = opts.master_addr;
   if (master.empty()) {
@@ -243,7 +244,7 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
       }
       setenv("TPRUN_RANK", std::to_string(c.rank).c_str(), 1);
       setenv("TPRUN_LOCAL_RANK", std::to_string(l).c_str(), 1);
-      setenv("TPRUN_WORLD_SIZE", std::to_string(opts.tp_size).c_str(), 1);
+      setenv("TPRUN_WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("TPRUN_LOCAL_WORLD_SIZE", std::to_string(local).c_str(), 1);
       setenv("TPRUN_MASTER", master.c_str(), 1);
       setenv("NCCL_NVLS_ENABLE", "0", 0);
@@ -359,7 +360,7 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
     // Only "a peer failed" here: the failing rank runs on another node; its message came through rank 0.
     msg = "error: stopped because another rank failed" + (detail.empty() ? std::string() : ": " + detail);
   } else {
-    msg = "error: rank " + std::to_string(culprit->rank) + " of " + std::to_string(opts.tp_size) + " (local rank " +
+    msg = "error: rank " + std::to_string(culprit->rank) + " of " + std::to_string(world) + " (local rank " +
           std::to_string(culprit->local_rank) + ", pid " + std::to_string(culprit->pid) + ") failed with " +
           describe_status(culprit->status) + (detail.empty() ? std::string() : ": " + detail);
   }

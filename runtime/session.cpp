@@ -3,10 +3,14 @@
 // builds with the CUDA backend (TPSHARD_HAVE_CUDA).
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "format/error.h"
+#include "model/manifest.h"
+#include "model/parallel_layout.h"
+#include "runtime/tuning.h"
 #include "runtime/cpu/cpu_session.h"
 #if TPSHARD_HAVE_CUDA
 #include "runtime/cuda/cuda_session.h"
@@ -32,6 +36,26 @@ Device resolve_device(Device d) {
   return Device::Cpu;
 }
 
+void check_layout_runs(const SessionOptions& opts, Device device) {
+  const Manifest manifest = load_manifest(opts.model_dir);
+  const ParallelLayout layout = make_parallel_layout(manifest.model, opts.tp_size, opts.pp_size, opts.dp_size);
+  shards_for(manifest, opts.tp_size, opts.model_dir, opts.pp_size);
+#if TPSHARD_HAVE_CUDA
+  if (device == Device::Cuda && !tuning().share_gpus) {
+    const int nnodes = std::max(1, opts.nnodes);
+    const int per_node = (layout.world_size() + nnodes - 1) / nnodes, gpus = cuda::cuda_device_count();
+    TPS_CHECK(per_node <= gpus,
+              "--tp " + std::to_string(opts.tp_size) + " x --pp " + std::to_string(opts.pp_size) + " x --dp " +
+                  std::to_string(opts.dp_size) + " = " + std::to_string(layout.world_size()) + " ranks" +
+                  (nnodes > 1 ? " over " + std::to_string(nnodes) + " nodes" : std::string()) + " need " +
+                  std::to_string(per_node) + " GPUs per node, but this node has " + std::to_string(gpus),
+              "use fewer ranks (one process per GPU: tp x pp x dp <= GPUs x nodes), or more nodes (--nnodes)");
+  }
+#else
+  (void)device;
+#endif
+}
+
 void run_on_ranks(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   TPS_CHECK(opts.tp_size >= 1, "--tp " + std::to_string(opts.tp_size) + " is not positive", "pass --tp 1 or more");
   const Device device = resolve_device(opts.device);
@@ -40,16 +64,16 @@ void run_on_ranks(const SessionOptions& opts, const std::function<void(RankConte
             "pass --pp and --dp of 1 or more");
   if (device == Device::Cuda) {
 #if TPSHARD_HAVE_CUDA
-    TPS_CHECK(opts.pp_size == 1 && opts.dp_size == 1,
-              "--pp " + std::to_string(opts.pp_size) + " --dp " + std::to_string(opts.dp_size) +
-                  ": pipeline stages and data-parallel replicas run on the CPU backend only; the CUDA backend runs "
-                  "one tensor-parallel group per job",
-              "use --device cpu, or run one tprun per replica (--tp only) on separate GPUs (CUDA_VISIBLE_DEVICES)");
     SessionOptions o = opts;
     o.device = Device::Cuda;
     const bool quiet = opts.quiet;
     cuda::run_cuda_worker(o, [&](RankContext& ctx) {
-      if (!quiet && ctx.tp_rank == 0) std::fprintf(stderr, "tprun: backend cuda, tp_size %d\n", ctx.tp_size);
+      if (!quiet && ctx.is_output_rank()) {
+        std::string grid = "tp_size " + std::to_string(ctx.tp_size);
+        if (ctx.pp_size > 1) grid += ", pp_size " + std::to_string(ctx.pp_size);
+        if (ctx.dp_size > 1) grid += ", dp_size " + std::to_string(ctx.dp_size);
+        std::fprintf(stderr, "tprun: backend cuda, %s\n", grid.c_str());
+      }
       fn(ctx);
     });
     return;

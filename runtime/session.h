@@ -16,6 +16,13 @@ namespace tpshard {
 /// Cuda in a CUDA build that sees no usable GPU: Error (hint: --device cpu or auto).
 Device resolve_device(Device d);
 
+/// Before any process starts or weight loads: Error naming the numbers and the fix when the layout
+/// (opts.tp_size, pp_size, dp_size) cannot run: the model cannot take it (more stages than layers, a tp
+/// the heads cannot split), it was not converted, or (device Cuda) this node has fewer GPUs than its
+/// ranks (world_size / nnodes; several ranks per GPU only under TPSHARD_TEST_SHARE_GPUS). `device` must
+/// be resolved.
+void check_layout_runs(const SessionOptions& opts, Device device);
+
 /// Load the model on every rank of this process and call fn(ctx) on each (concurrently for CPU
 /// threads). An exception on any rank stops all ranks and is rethrown here (the first one).
 void run_on_ranks(const SessionOptions& opts, const std::function<void(RankContext&)>& fn);

@@ -374,6 +374,80 @@ print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/out.txt" 2
   done
 fi
 
+# Pipeline stages and replicas with their ranks on one GPU (TPSHARD_TEST_SHARE_GPUS=1; stage pairs and
+# tp groups over the peer communicator): logits of every layout vs the CPU backend at tp 1; a batch job's
+# file at each layout vs the same job at tp 1 on the GPU (greedy ids, byte-identical); a corrupted stage
+# shard ends the job naming the file.
+if [ -x "$BIN/tprun" ] && [ "${SHARE_GPU_CHECKS:-1}" = 1 ]; then
+  FIX=$REPO/tests/fixtures
+  PROMPTS=$WORK/pp_prompts.jsonl
+  python3 -c "
+import json
+for i in range(13):
+    print(json.dumps({'id': 'p%d' % i, 'prompt': 'Once upon a time ' + 'a' * (i % 5 * 6), 'max_new_tokens': 6 + i % 7}))" > "$PROMPTS"
+  for fx in tiny-llama tiny-gpt-neox-par stories260K; do
+    MD=$WORK/pp_$fx
+    run_logged "convert $fx --tp 1,2 --pp 1,2" "$BIN/tpshard" convert "$FIX/$fx" -o "$MD" --tp 1,2 --pp 1,2 -q ||
+      { result FAIL "convert $fx --tp 1,2 --pp 1,2" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"; continue; }
+    IDS=193,411,293,143,317,13,369,302,415,36,17
+    "$BIN/tprun" "$MD" --tp 1 --device cpu logits --ids $IDS > "$WORK/cpu.json" 2>> "$KLOG"
+    for layout in "--tp 1 --pp 2" "--tp 2 --pp 2"; do
+      if run_logged "shared gpu $fx $layout logits" env TPSHARD_TEST_SHARE_GPUS=1 timeout 120 "$BIN/tprun" "$MD" $layout --device cuda logits --ids $IDS; then
+        D=$(python3 -c "
+import json, sys
+a = json.load(open(sys.argv[1]))['logits']; b = json.load(open(sys.argv[2]))['logits']
+assert len(a) == len(b), (len(a), len(b))
+print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/out.txt" 2>&1)
+      else
+        D="tprun failed: $(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+      fi
+      if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-3 else 1)" "$D" 2>/dev/null; then
+        result PASS "$layout on one GPU: $fx cuda logits vs cpu tp 1" "max abs diff $D"
+      else
+        result FAIL "$layout on one GPU: $fx cuda logits vs cpu tp 1" "$D"
+      fi
+    done
+    [ -f "$MD/tokenizer.json" ] || continue  # the batch job needs a tokenizer (stories260K has one)
+    REF=$WORK/pp_ref_$fx.jsonl
+    run_logged "$fx batch job tp 1 (cuda)" timeout 120 "$BIN/tprun" "$MD" --tp 1 --device cuda --max-batch 4 generate \
+      --input "$PROMPTS" --output "$REF" --batch-size 4 || { result FAIL "$fx batch job tp 1 (cuda)"; continue; }
+    for layout in "--tp 1 --pp 2" "--tp 1 --dp 2" "--tp 2 --dp 2" "--tp 1 --pp 2 --dp 2"; do
+      OUTF=$WORK/pp_out.jsonl
+      rm -f "$OUTF"
+      T0=$(date +%s.%N)
+      if run_logged "$fx batch job $layout" env TPSHARD_TEST_SHARE_GPUS=1 timeout 180 "$BIN/tprun" "$MD" $layout --device cuda \
+           --max-batch 4 generate --input "$PROMPTS" --output "$OUTF" --batch-size 4 && cmp -s "$REF" "$OUTF"; then
+        result PASS "$layout on one GPU: $fx batch job file identical to tp 1" \
+          "$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f s", b-a}'); $(grep -o 'pp_stage 0[^;]*' "$WORK/err.txt" | head -1)"
+      else
+        result FAIL "$layout on one GPU: $fx batch job file identical to tp 1" \
+          "$(tail -2 "$WORK/err.txt" | tr '\n' ' ') $(diff <(head -c 400 "$REF") <(head -c 400 "$OUTF" 2>/dev/null) | head -4 | tr '\n' ' ')"
+      fi
+    done
+  done
+  # a stage whose shard is corrupted: the job ends with its error, naming the file, within seconds
+  MD=$WORK/pp_tiny-llama
+  if [ -d "$MD" ]; then
+    BAD=$WORK/pp_bad
+    rm -rf "$BAD"; cp -r "$MD" "$BAD"
+    python3 -c "
+import json, struct, sys
+p = sys.argv[1]
+data = bytearray(open(p, 'rb').read())
+data[len(data) - 100] ^= 0x5a  # inside the last tensor's bytes
+open(p, 'wb').write(data)" "$BAD/pp2-tp1/stage1-rank0.tps"
+    T0=$(date +%s)
+    run_logged "corrupt stage 1" env TPSHARD_TEST_SHARE_GPUS=1 timeout 60 "$BIN/tprun" "$BAD" --tp 1 --pp 2 --device cuda logits --ids 1,2,3
+    RC=$?
+    DT=$(( $(date +%s) - T0 ))
+    if [ $RC -ne 0 ] && [ $RC -ne 124 ] && grep -q "stage1-rank0.tps" "$WORK/err.txt"; then
+      result PASS "corrupt stage 1 shard: job ends naming it" "exit $RC after ${DT} s: $(grep -m1 'stage1-rank0' "$WORK/err.txt" | cut -c1-160)"
+    else
+      result FAIL "corrupt stage 1 shard: job ends naming it" "exit $RC after ${DT} s: $(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+    fi
+  fi
+fi
+
 # decode building blocks: GEMV vs cuBLASLt per linear layer, custom all_reduce vs NCCL (tables)
 if [ "${SKIP_BENCH:-0}" != 1 ] || [ "${KERNEL_BENCH:-0}" = 1 ]; then
   if [ -x "$BIN/bench_kernels" ] && timeout 300 "$BIN/bench_kernels" > "$OUT/bench_kernels.log" 2>&1; then

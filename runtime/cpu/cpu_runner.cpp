@@ -66,12 +66,7 @@ class CpuRunner final : public ModelRunner {
 
   void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) override;
   std::string pipeline_report() const override {
-    if (!link_) return {};
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "pp_stage %d (layers %lld-%lld): forward %.3f s, of which waiting for other stages %.3f s (%.1f%%)",
-                  link_->pp_stage(), static_cast<long long>(stage_.begin), static_cast<long long>(stage_.end - 1),
-                  forward_s_, wait_s_, forward_s_ > 0 ? 100.0 * wait_s_ / forward_s_ : 0.0);
-    return buf;
+    return link_ ? pipeline_report_line(link_->pp_stage(), stage_, forward_s_, wait_s_) : std::string();
   }
 
  private:
@@ -322,12 +317,12 @@ void CpuRunner::forward_pipeline(const std::vector<SeqChunk>& chunks, float* log
       embed(toks, x.data());
     } else {
       const Clock::time_point t0 = Clock::now();
-      link_->recv_prev(x.data(), x.size());
+      link_->recv_prev(x.data(), x.size() * sizeof(float));
       waited(t0);
     }
     run_layers(toks, x);
     if (!link_->last_stage()) {
-      link_->send_next(x.data(), x.size());
+      link_->send_next(x.data(), x.size() * sizeof(float));
       continue;
     }
     if (!want) continue;
@@ -337,7 +332,7 @@ void CpuRunner::forward_pipeline(const std::vector<SeqChunk>& chunks, float* log
   }
   if (want) {
     const Clock::time_point t0 = Clock::now();
-    link_->share_from_last(results.data(), results.size());
+    link_->share_from_last(results.data(), results.size() * sizeof(float));
     if (!link_->last_stage()) waited(t0);
   }
   forward_s_ += std::chrono::duration<double>(Clock::now() - start).count();

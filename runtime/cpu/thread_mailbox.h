@@ -20,16 +20,16 @@ namespace tpshard::cpu {
 class ThreadMailbox {
  public:
   /// Queue `data` for `to` (never blocks).
-  void send(int from, int to, std::vector<float> data);
+  void send(int from, int to, std::vector<char> data);
   /// The oldest message from `from` to `to`; blocks. Throws Error after abort().
-  std::vector<float> recv(int to, int from);
+  std::vector<char> recv(int to, int from);
   /// Wake every receiver with an Error naming `reason`; later receives throw too.
   void abort(const std::string& reason);
 
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::map<std::pair<int, int>, std::deque<std::vector<float>>> queues_;  ///< (from, to)
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> queues_;  ///< (from, to)
   bool aborted_ = false;
   std::string reason_;
 };
@@ -41,9 +41,9 @@ class ThreadStageLink final : public StageLink {
   ThreadStageLink(std::shared_ptr<ThreadMailbox> mailbox, const RankGrid& grid, int world_rank);
   int pp_stage() const override { return coord_.pp_stage; }
   int pp_size() const override { return grid_.pp_size; }
-  void send_next(const float* data, size_t floats) override;
-  void recv_prev(float* data, size_t floats) override;
-  void share_from_last(float* data, size_t floats) override;
+  void send_next(const void* data, size_t bytes) override;
+  void recv_prev(void* data, size_t bytes) override;
+  void share_from_last(void* data, size_t bytes) override;
 
  private:
   int stage_rank(int pp_stage) const;

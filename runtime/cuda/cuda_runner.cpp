@@ -51,13 +51,16 @@ class CudaRunner : public ModelRunner {
               "build the CUDA runner with the communicator of runtime/cuda/make_device_comm.h");
     device_comm_ = device_comm;
     stream_ = device_comm->stream();
-    layout_ = make_parallel_layout(config_, tp_size);
-    weights_ = bind_weights(weights, config_);
+    link_ = opts.link;
+    const int pp_size = link_ ? link_->pp_size() : 1, pp_stage = link_ ? link_->pp_stage() : 0;
+    layout_ = make_parallel_layout(config_, tp_size, pp_size);
+    weights_ = bind_weights(weights, config_, layout_, pp_stage);
+    micro_batches_ = opts.micro_batches > 0 ? opts.micro_batches : 2 * pp_size;
     weight_bytes_ = weights.bytes();
     max_rows_ = decode_bucket(opts.max_batch);  // model/activation_plan.h: 1, 2, 4, 8, then multiples of 8
     const int max_tokens = static_cast<int>(step_tokens(opts.max_batch, opts.max_seq_len, max_rows_,
                                                         opts.max_step_tokens > 0 ? opts.max_step_tokens : kMaxStepTokens));
-    model_ = std::make_unique<Transformer>(config_, layout_, tp_rank, weights_, comm, stream_, max_tokens, max_rows_,
+    model_ = std::make_unique<Transformer>(config_, layout_, tp_rank, pp_stage, weights_, comm, stream_, max_tokens, max_rows_,
                                            opts.max_batch + 1, opts.max_seq_len);
     auto* nccl = dynamic_cast<NcclCommunicator*>(&comm);
     if (tp_size > 1 && nccl) {  // collective: every rank gets here in the same order, with the same kind
@@ -82,8 +85,8 @@ class CudaRunner : public ModelRunner {
     TPS_CUDA_CHECK(cudaMallocHost(&host_logits_, ap.gathered_logits));
     TPS_CUDA_CHECK(cudaMallocHost(&host_pairs_, ap.gathered_argmax));
     set_pdl_enabled(opts.pdl);
-    use_graphs_ = opts.use_cuda_graphs;
-    lookahead_ = opts.lookahead;
+    use_graphs_ = opts.use_cuda_graphs && !link_;  // stages: every step passes through the link (host)
+    lookahead_ = opts.lookahead && !link_;
     TPS_CUDA_CHECK(cudaMalloc(&ids_dev_, static_cast<size_t>(max_rows_) * sizeof(int32_t)));
     for (int p = 0; p < 2; ++p) {
       TPS_CUDA_CHECK(cudaMallocHost(&ids_host_[p], static_cast<size_t>(max_rows_) * sizeof(int32_t)));
@@ -114,8 +117,15 @@ class CudaRunner : public ModelRunner {
   uint64_t weight_bytes() const override { return weight_bytes_; }
   uint64_t kv_cache_bytes() const override { return model_->kv_cache_bytes(); }
 
+  std::string pipeline_report() const override {
+    if (!link_) return {};
+    return pipeline_report_line(link_->pp_stage(), layout_.stage_layers[static_cast<size_t>(link_->pp_stage())],
+                                forward_s_, wait_s_);
+  }
+
   void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) override {
     validate(chunks);
+    if (link_) return forward_pipeline(chunks, logits, argmax);
     const bool decode = std::all_of(chunks.begin(), chunks.end(), [](const SeqChunk& c) { return c.tokens.size() == 1; });
     if (decode && static_cast<int>(chunks.size()) <= max_rows_) {
       decode_step(chunks, logits, argmax);
@@ -154,6 +164,75 @@ class CudaRunner : public ModelRunner {
   }
 
  private:
+  /// forward() with several stages: the chunks in micro-batches, each packed into steps as in forward();
+  /// per step the first stage embeds the tokens, the others receive the previous stage's hidden states
+  /// (residual stream, f32) into the transformer's residual(); stages before the last send theirs on.
+  /// The last stage gathers each micro-batch's rows, then shares the step's results with every stage.
+  void forward_pipeline(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    auto waited = [this](Clock::time_point t0) { wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count(); };
+    const size_t m = chunks.size(), V = static_cast<size_t>(config_.vocab_size);
+    const size_t H = static_cast<size_t>(config_.hidden_size);
+    const bool want = logits || argmax;  // the same on every rank (SPMD)
+    // The step's results, filled by the last stage: logits [m, V] f32 when asked for, then m int32 ids.
+    const size_t logit_bytes = logits ? m * V * sizeof(float) : 0;
+    std::vector<char> results(want ? logit_bytes + m * sizeof(int32_t) : 0);
+    float* res_logits = logits ? reinterpret_cast<float*>(results.data()) : nullptr;
+    int32_t* res_ids = want ? reinterpret_cast<int32_t*>(results.data() + logit_bytes) : nullptr;
+    const int max_tokens = model_->max_tokens();
+    int32_t* meta = model_->meta_host();
+    int n = 0;
+    std::vector<int> row_chunk;  // chunk index of each logits row of this step
+    auto step = [&] {
+      if (n == 0) return;
+      model_->upload_meta();
+      if (!model_->first_stage()) {
+        const Clock::time_point t0 = Clock::now();
+        link_->recv_prev(model_->residual(), static_cast<size_t>(n) * H * sizeof(float));
+        waited(t0);
+      }
+      model_->run(model_->meta_device(n, static_cast<int>(row_chunk.size())));
+      if (!model_->last_stage()) {
+        device_comm_->synchronize();  // the hidden states are complete (and the metadata copied)
+        link_->send_next(model_->residual(), static_cast<size_t>(n) * H * sizeof(float));
+      } else if (want) {
+        collect(row_chunk, res_logits, res_ids);
+      } else {
+        device_comm_->synchronize();
+      }
+      n = 0;
+      row_chunk.clear();
+    };
+    const size_t groups = std::min<size_t>(m, static_cast<size_t>(micro_batches_));
+    for (size_t g = 0; g < groups; ++g) {
+      for (size_t ci = g * m / groups; ci < (g + 1) * m / groups; ++ci) {
+        const SeqChunk& c = chunks[ci];
+        for (size_t k = 0; k < c.tokens.size(); ++k) {
+          if (n == max_tokens) step();
+          meta[n] = c.tokens[k];
+          meta[max_tokens + n] = c.slot;
+          meta[2 * max_tokens + n] = c.start_pos + static_cast<int>(k);
+          if (k + 1 == c.tokens.size()) {
+            meta[3 * max_tokens + row_chunk.size()] = n;
+            row_chunk.push_back(static_cast<int>(ci));
+          }
+          ++n;
+          if (static_cast<int>(row_chunk.size()) == max_rows_) step();
+        }
+      }
+      step();  // a micro-batch ends a step: it moves to the next stage while this one takes the next
+    }
+    if (want) {
+      const Clock::time_point t0 = Clock::now();
+      link_->share_from_last(results.data(), results.size());
+      if (!model_->last_stage()) waited(t0);
+    }
+    forward_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+    if (logits) std::memcpy(logits, res_logits, logit_bytes);
+    if (argmax) std::memcpy(argmax, res_ids, m * sizeof(int32_t));
+  }
+
   void validate(const std::vector<SeqChunk>& chunks) const {
     for (const SeqChunk& c : chunks) {
       TPS_CHECK(!c.tokens.empty(), "cuda runner: a chunk for slot " + std::to_string(c.slot) + " has no tokens",
@@ -398,6 +477,9 @@ class CudaRunner : public ModelRunner {
 
   ModelConfig config_;
   int tp_rank_ = 0, tp_size_ = 1;
+  StageLink* link_ = nullptr;  ///< nullptr: one stage
+  int micro_batches_ = 2;
+  double forward_s_ = 0, wait_s_ = 0;  ///< pipeline: time in forward(), and in it waiting for other stages
   CudaRunnerOptions opts_;
   Communicator& comm_;
   DeviceCommunicator* device_comm_ = nullptr;  ///< comm_ as the CUDA communicator (stream, synchronize)

@@ -7,6 +7,7 @@
 #include "runtime/comm.h"
 #include "runtime/cuda/weight_arena.h"
 #include "runtime/model_runner.h"
+#include "runtime/stage_link.h"
 
 namespace tpshard::cuda {
 
@@ -23,6 +24,13 @@ struct CudaRunnerOptions {
   /// Programmatic dependent launch of the decode kernels (kernels/pdl.cuh, process-wide: the runner sets
   /// it when it is built). Off with TPSHARD_NO_PDL=1 (runtime/tuning.h; A/B timing, debugging).
   bool pdl = true;
+  /// Pipeline parallelism: this runner is stage `link->pp_stage()` of `link->pp_size()` (the weights hold
+  /// that stage's tensors); nullptr = one stage. Must outlive the runner. With several stages decode runs
+  /// eagerly (no CUDA graphs, no lookahead): every step passes through the link.
+  StageLink* link = nullptr;
+  /// Micro-batches per forward() with several stages (chunks split into that many groups; 0 = 2 x
+  /// pp_size): while stage s runs micro-batch k, stage s - 1 runs k + 1.
+  int micro_batches = 0;
 };
 
 /// Build the runner for this rank. `comm` is a DeviceCommunicator (make_device_comm.h: local, peer or NCCL;

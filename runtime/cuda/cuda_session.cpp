@@ -18,6 +18,7 @@
 #include "format/shard_file.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/cuda_runner.h"
+#include "runtime/cuda/device_stage_link.h"
 #include "runtime/cuda/make_device_comm.h"
 #include "runtime/cuda/weight_arena.h"
 #include "runtime/cuda/worker.h"
@@ -50,18 +51,19 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
   }
   check_tp_rank() = env_.rank;
   device_ = env_.local_rank;
+  grid_.dp_size = opts.dp_size;
+  grid_.pp_size = opts.pp_size;
   grid_.tp_size = opts.tp_size;
+  const std::string layout = "--tp " + std::to_string(opts.tp_size) +
+                             (opts.pp_size > 1 ? " --pp " + std::to_string(opts.pp_size) : std::string()) +
+                             (opts.dp_size > 1 ? " --dp " + std::to_string(opts.dp_size) : std::string());
   TPS_CHECK(env_.world_size == grid_.world_size(),
             "rank " + std::to_string(env_.rank) + ": the launcher (" + (env_.source.empty() ? "none" : env_.source) +
-                ") started " + std::to_string(env_.world_size) + " processes but --tp is " + std::to_string(opts.tp_size),
-            "start exactly one process per tp rank (e.g. mpirun -np " + std::to_string(opts.tp_size) +
-                "), or let tprun start them: tprun MODEL --tp N ...");
+                ") started " + std::to_string(env_.world_size) + " processes but " + layout + " needs " +
+                std::to_string(grid_.world_size()),
+            "start exactly one process per rank (e.g. mpirun -np " + std::to_string(grid_.world_size()) +
+                "), or let tprun start them: tprun MODEL " + layout + " ...");
   coord_ = grid_.coord(env_.rank);
-  // The communicator below spans the exchange's ranks: with one tp group per job that is the tp group of
-  // this rank's (dp_rank, pp_stage). Jobs of several groups build one exchange per group.
-  TPS_CHECK(static_cast<int>(grid_.tp_group(coord_.dp_rank, coord_.pp_stage).size()) == env_.world_size,
-            "rank " + std::to_string(env_.rank) + ": a job of several tp groups needs one communicator per group",
-            "run one tp group per job");
   if (env_.rank != 0) {  // only rank 0 writes to stdout
     fflush(stdout);
     int devnull = open("/dev/null", O_WRONLY);
@@ -81,16 +83,17 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
     throw Error("rank " + std::to_string(env_.rank) + ": needs GPU " + std::to_string(env_.local_rank) +
                     " (local rank) but this node has " + std::to_string(e == cudaSuccess ? count : 0) + " visible GPUs" +
                     (e != cudaSuccess ? std::string(" (") + cudaGetErrorString(e) + ")" : std::string()),
-                "use --tp <= GPUs per node x nodes, and check CUDA_VISIBLE_DEVICES");
+                "use --tp x --pp x --dp <= GPUs per node x nodes, and check CUDA_VISIBLE_DEVICES");
   }
   TPS_CUDA_CHECK(cudaSetDevice(device_));
   TPS_CUDA_CHECK(cudaFree(nullptr));  // create the context now so its memory is measured on its own
   TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_context, &marks_.total));
 
   const double timeout = worker_timeout_s();
-  SingleExchange single;
-  std::unique_ptr<RendezvousExchange> over_rendezvous;
-  HostExchange* exchange = &single;
+  DeviceCommOptions co;
+  co.timeout_s = timeout;
+  co.force_nccl = tuning().force_nccl;
+  co.custom_all_reduce = tuning().custom_all_reduce;
   if (env_.world_size > 1) {
     std::string master = opts.master_addr.empty() ? env_.master_addr : opts.master_addr;
     if (env_.source == "tprun") master = env_.master_addr;  // the launcher resolved it
@@ -98,44 +101,80 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
               "rank " + std::to_string(env_.rank) + ": no rendezvous address for a multi-node " + env_.source + " job",
               "export TPRUN_MASTER=HOST:PORT (rank 0's host) or MASTER_ADDR/MASTER_PORT, or pass --master-addr");
     rendezvous_ = std::make_unique<Rendezvous>(master, env_.rank, env_.world_size, timeout);
-    over_rendezvous = std::make_unique<RendezvousExchange>(*rendezvous_);
-    exchange = over_rendezvous.get();
-  }
-  DeviceCommOptions co;
-  co.timeout_s = timeout;
-  co.force_nccl = tuning().force_nccl;
-  co.custom_all_reduce = tuning().custom_all_reduce;
-  co.exchange_done = [this] {  // the rendezvous' exchanges are over: watch the peers from now on
-    if (!rendezvous_) return;
+    // The world rendezvous' only exchange: where each rank listens when it leads a group. Then it watches
+    // the peers: when another rank fails this one prints its message and exits.
+    const std::vector<RankGroup> groups = job_groups(grid_);
+    const std::vector<std::string> addresses = exchange_group_addresses(*rendezvous_, groups);
     const int me = env_.rank;
     rendezvous_->start_monitor([me](const std::string& why) {
       std::string msg = "error: rank " + std::to_string(me) + " stopping: " + why + "\n";
       if (write(2, msg.data(), msg.size()) < 0) {}
       _exit(kExitPeerFailed);  // the driver frees the context; spinning kernels die with the process
     });
-  };
-  comm_ = make_device_comm(*exchange, co, &comm_choice_);
+    // Every group this rank belongs to, in the one order of job_groups (rank_groups.h: no deadlock).
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const RankGroup& g = groups[i];
+      const int index = g.index_of(env_.rank);
+      if (index < 0) continue;
+      const double group_timeout = g.kind == GroupKind::Replicas ? kReplicaRoundTimeoutS : timeout;
+      group_rendezvous_.push_back(meet_group(g, addresses[i], env_.rank, group_timeout));
+      Rendezvous& meeting = *group_rendezvous_.back();
+      if (g.kind == GroupKind::Replicas) {
+        replica_exchange_ = std::make_unique<RendezvousExchange>(meeting);
+        continue;
+      }
+      RendezvousExchange exchange(meeting);
+      std::unique_ptr<DeviceCommunicator> comm =
+          make_device_comm(exchange, co, g.kind == GroupKind::TensorParallel ? &comm_choice_ : nullptr);
+      if (g.kind == GroupKind::TensorParallel) {
+        comm_ = std::move(comm);
+      } else if (index == 0) {
+        to_next_stage_ = std::move(comm);
+      } else {
+        to_prev_stage_ = std::move(comm);
+      }
+    }
+  }
+  if (!comm_) {  // tp 1: the local communicator (no peers)
+    SingleExchange single;
+    comm_ = make_device_comm(single, co, &comm_choice_);
+  }
   comm_->barrier();  // the first collective sets up NCCL's connections and buffers: count them as the comm's
+  for (DeviceCommunicator* c : {to_prev_stage_.get(), to_next_stage_.get()})
+    if (c) c->barrier();
   TPS_CUDA_CHECK(cudaMemGetInfo(&marks_.free_after_comm, &marks_.total));
 }
 
 CudaWorker::~CudaWorker() {
+  to_prev_stage_.reset();
+  to_next_stage_.reset();
   comm_.reset();
+  replica_exchange_.reset();
+  group_rendezvous_.clear();
   rendezvous_.reset();
 }
 
 void CudaWorker::report_failure(const std::string& message) {
   if (rendezvous_) rendezvous_->report_failure(message);
+  for (DeviceCommunicator* c : {to_prev_stage_.get(), to_next_stage_.get()})
+    if (c) c->abort();
   if (comm_) comm_->abort();  // the peers are stopping: never wait for them (NCCL finalize, peer barrier)
 }
 
 void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,
-                       size_t free_bytes, size_t total_bytes) {
-  auto total_of = [&](int tp, int batch, int seq) {
-    return ::tpshard::plan_memory(m, tp, batch, seq, model_dir).total_bytes();
+                       size_t free_bytes, size_t total_bytes, int pp_size, int pp_stage) {
+  // This rank's stage only (its layers' kv_cache, its weights); the largest rank of that stage.
+  auto stage_total = [&](const ::tpshard::MemoryPlan& p) {
+    uint64_t t = 0;
+    for (const RankMemory& r : p.ranks)
+      if (r.pp_stage == pp_stage) t = std::max(t, r.total_bytes);
+    return t;
   };
-  const ::tpshard::MemoryPlan p = ::tpshard::plan_memory(m, tp_size, max_batch, max_seq_len, model_dir);
-  if (p.total_bytes() <= free_bytes) return;
+  auto total_of = [&](int tp, int batch, int seq) {
+    return stage_total(::tpshard::plan_memory(m, tp, batch, seq, model_dir, 0, pp_size));
+  };
+  const ::tpshard::MemoryPlan p = ::tpshard::plan_memory(m, tp_size, max_batch, max_seq_len, model_dir, 0, pp_size);
+  if (stage_total(p) <= free_bytes) return;
   std::string fits;
   for (int b = max_batch - 1; b >= 1; --b)
     if (total_of(tp_size, b, max_seq_len) <= free_bytes) {
@@ -147,8 +186,8 @@ void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_s
       fits += " --max-seq-len " + std::to_string(s) + " (with --max-batch " + std::to_string(max_batch) + ");";
       break;
     }
-  for (const auto& kv : m.shards) {
-    if (kv.first <= tp_size) continue;
+  for (const auto& kv : m.shards) {  // pp 1 layouts
+    if (pp_size > 1 || kv.first <= tp_size) continue;
     if (total_of(kv.first, max_batch, max_seq_len) <= free_bytes) {
       fits += " --tp " + std::to_string(kv.first) + " (already converted in this model dir);";
       break;
@@ -164,32 +203,45 @@ void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_s
 
 void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   CudaWorker worker(opts);
-  const int rank = worker.tp_rank();
+  const RankCoord me = worker.coord();
+  const RankGrid& grid = worker.grid();
   try {
     const Manifest manifest = load_manifest(opts.model_dir);
-    const std::unique_ptr<ShardReader> shard = open_rank_shard(manifest, opts.model_dir, worker.tp_size(), rank);  // its own shard only
+    // its own shard only: the (pp_stage, tp_rank) file of the (pp_size, tp_size) layout
+    const std::unique_ptr<ShardReader> shard =
+        open_rank_shard(manifest, opts.model_dir, grid.tp_size, me.tp_rank, grid.pp_size, me.pp_stage);
     const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session_types.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    check_memory_plan(manifest, opts.model_dir, worker.tp_size(), opts.max_batch, max_seq_len, free_b, total_b);
+    check_memory_plan(manifest, opts.model_dir, grid.tp_size, opts.max_batch, max_seq_len, free_b, total_b, grid.pp_size,
+                      me.pp_stage);
 
     LoadOptions lo;
     lo.verify_hashes = opts.verify_hashes;
     WeightArena arena(*shard, lo);
+    std::unique_ptr<DeviceStageLink> link;
+    if (grid.pp_size > 1)
+      link = std::make_unique<DeviceStageLink>(me.pp_stage, grid.pp_size, worker.to_prev_stage(), worker.to_next_stage());
     CudaRunnerOptions ro;
     ro.max_batch = opts.max_batch;
     ro.max_seq_len = max_seq_len;
     ro.use_cuda_graphs = tuning().cuda_graphs;
     ro.lookahead = tuning().lookahead;
     ro.pdl = tuning().pdl;
-    std::unique_ptr<ModelRunner> runner =
-        make_cuda_runner(manifest, rank, worker.tp_size(), arena, worker.comm(), ro);
+    ro.link = link.get();
+    ro.micro_batches = opts.micro_batches;
+    std::unique_ptr<ModelRunner> runner = make_cuda_runner(manifest, me.tp_rank, grid.tp_size, arena, worker.comm(), ro);
 
     const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(opts.model_dir, manifest.model);
 
     RankContext ctx;
-    ctx.tp_rank = rank;
-    ctx.tp_size = worker.tp_size();
+    ctx.tp_rank = me.tp_rank;
+    ctx.tp_size = grid.tp_size;
+    ctx.pp_stage = me.pp_stage;
+    ctx.pp_size = grid.pp_size;
+    ctx.dp_rank = me.dp_rank;
+    ctx.dp_size = grid.dp_size;
+    ctx.replicas = worker.replica_exchange();
     ctx.device = Device::Cuda;
     ctx.manifest = &manifest;
     ctx.model_dir = opts.model_dir;

@@ -9,12 +9,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/manifest.h"
 #include "model/parallel_layout.h"
 #include "runtime/comm_select.h"
 #include "runtime/cuda/device_comm.h"
+#include "runtime/host_exchange.h"
 #include "runtime/launcher.h"
+#include "runtime/rank_groups.h"
 #include "runtime/rendezvous.h"
 #include "runtime/session_types.h"
 
@@ -29,12 +32,14 @@ struct DeviceMemoryMarks {
   size_t comm_bytes() const { return free_after_context - free_after_comm; }  ///< the communicator's memory
 };
 
-/// One worker process of a CUDA job. The constructor does, in order: read_worker_env (or rank 0 of 1 when
-/// no launcher is involved), check world size == the grid's (RankGrid of opts), cudaSetDevice(local_rank),
-/// create the context, rendezvous on the master address, create the communicator of this rank's tp group
-/// (make_device_comm.h;
-/// NCCL only when needed, its unique id sent over the rendezvous), and start watching the peers: when another rank fails this process prints its message and exits with
-/// kExitPeerFailed within about a second. Ranks != 0 get stdout on /dev/null. Throws Error naming the rank.
+/// One worker process of a CUDA job (dp_size x pp_size x tp_size processes). The constructor does, in
+/// order: read_worker_env (or rank 0 of 1 when no launcher is involved), check world size == the grid's
+/// (RankGrid of opts), cudaSetDevice(local_rank), create the context, rendezvous on the master address,
+/// start watching the peers (when another rank fails this process prints its message and exits with
+/// kExitPeerFailed within about a second), then meet each of its groups (rank_groups.h) and build on
+/// them: the communicator of its tp group (make_device_comm.h; NCCL only when needed), the two-rank
+/// communicators to its neighbouring stages, and the replicas' exchange (replica output ranks).
+/// Ranks != 0 get stdout on /dev/null. Throws Error naming the rank.
 class CudaWorker {
  public:
   explicit CudaWorker(const SessionOptions& opts);
@@ -50,7 +55,14 @@ class CudaWorker {
   int tp_size() const { return grid_.tp_size; }
   int device() const { return device_; }
   const WorkerEnv& env() const { return env_; }
-  DeviceCommunicator& comm() { return *comm_; }
+  DeviceCommunicator& comm() { return *comm_; }  ///< this rank's tp group
+  /// The two-rank communicator with the same tp_rank of stage pp_stage - 1 (this rank its rank 1) /
+  /// pp_stage + 1 (its rank 0); nullptr on the first / last stage.
+  DeviceCommunicator* to_prev_stage() { return to_prev_stage_.get(); }
+  DeviceCommunicator* to_next_stage() { return to_next_stage_.get(); }
+  /// The exchange of the replicas' output ranks (rank() = dp_rank); nullptr unless dp_size > 1 and this
+  /// is tp_rank 0 of stage 0.
+  HostExchange* replica_exchange() { return replica_exchange_.get(); }
   const CommChoice& comm_choice() const { return comm_choice_; }  ///< which communicator, and why
   const DeviceMemoryMarks& marks() const { return marks_; }
   /// Tell the other ranks this one failed (they stop at once); call before rethrowing.
@@ -59,19 +71,23 @@ class CudaWorker {
  private:
   WorkerEnv env_;
   int device_ = 0;  ///< the GPU: env_.local_rank (or local_rank % visible GPUs under TPSHARD_TEST_SHARE_GPUS)
-  RankGrid grid_;    ///< the job's ranks: one tensor-parallel group of opts.tp_size today
+  RankGrid grid_;    ///< the job's ranks: dp_size x pp_size x tp_size
   RankCoord coord_;
   DeviceMemoryMarks marks_;
   std::unique_ptr<Rendezvous> rendezvous_;
+  std::vector<std::unique_ptr<Rendezvous>> group_rendezvous_;  ///< one per group of this rank (rank_groups.h)
   std::unique_ptr<DeviceCommunicator> comm_;
+  std::unique_ptr<DeviceCommunicator> to_prev_stage_, to_next_stage_;
+  std::unique_ptr<HostExchange> replica_exchange_;
   CommChoice comm_choice_;
 };
 
 /// Throws Error when the memory plan of model/memory_plan.h (weights + kv_cache + activations +
 /// workspace, the numbers `tpshard plan` prints) exceeds free_bytes, giving the numbers and settings that
 /// would fit: a smaller --max-batch, a smaller --max-seq-len, or a larger --tp among the manifest's sizes.
+/// With pp_size > 1 the plan of the (pp_size, tp_size) layout, and only pp_stage's ranks count.
 void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_size, int max_batch, int max_seq_len,
-                       size_t free_bytes, size_t total_bytes);
+                       size_t free_bytes, size_t total_bytes, int pp_size = 1, int pp_stage = 0);
 
 /// Seconds to wait for peers (rendezvous, NCCL init, collectives): TPRUN_NCCL_TIMEOUT, default 300.
 double worker_timeout_s();

@@ -79,10 +79,10 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--tp", g.session.tp_size, "tensor-parallel size (one of those in the manifest)")
       ->check(tpshard::cli::positive_for(g.session.tp_size));
-  app.add_option("--pp", g.session.pp_size, "pipeline stages (CPU backend; a layout converted with tpshard convert --pp)")
+  app.add_option("--pp", g.session.pp_size, "pipeline stages (a layout converted with tpshard convert --pp)")
       ->check(tpshard::cli::positive_for(g.session.pp_size));
   app.add_option("--dp", g.session.dp_size,
-                 "data-parallel replicas (CPU backend): eval / generate --input split their items over them")
+                 "data-parallel replicas: eval / generate --input split their items over them")
       ->check(tpshard::cli::positive_for(g.session.dp_size));
   app.add_option("--micro-batches", g.session.micro_batches, "pipeline micro-batches per step (default 2 x --pp)")
       ->check(tpshard::cli::positive_for(g.session.micro_batches));
@@ -130,11 +130,7 @@ int main(int argc, char** argv) {
     if (!worker) {
       tpshard::SessionOptions launch = g.session;
       launch.device = tpshard::resolve_device(g.session.device);  // CUDA with no usable GPU: the error is here
-      if (launch.device == tpshard::Device::Cuda && (launch.pp_size > 1 || launch.dp_size > 1))
-        throw tpshard::Error("--pp " + std::to_string(launch.pp_size) + " --dp " + std::to_string(launch.dp_size) +
-                                 ": pipeline stages and data-parallel replicas run on the CPU backend only; the CUDA "
-                                 "backend runs one tensor-parallel group per job",
-                             "use --device cpu, or run one tprun per replica (--tp only) on separate GPUs (CUDA_VISIBLE_DEVICES)");
+      tpshard::check_layout_runs(launch, launch.device);  // a layout that cannot run: before any process starts
       const int rc = tpshard::launch_workers_if_needed(argc, argv, launch);
       if (rc >= 0) throw ExitNow{rc};
     }

@@ -43,8 +43,6 @@ int run_plan(const std::string& dir, int tp_size, int pp_size, int64_t batch, in
     m = load_manifest(dir);
     c = m.model;
     dtype = m.dtype;
-    TPS_CHECK(pp_size == 1, "plan --pp " + std::to_string(pp_size) + ": planning a converted directory's pipeline layouts is not supported",
-              "plan from the Hugging Face directory or its config.json instead (tpshard plan HF_DIR --tp T --pp P ...)");
     TPS_CHECK(dtype_opt.empty() || dtype_opt == "keep", "plan --dtype: a converted model's dtype is fixed (" +
                                                             std::string(dtype_name(dtype)) + ")",
               "drop --dtype, or plan from the Hugging Face directory");
@@ -65,7 +63,7 @@ int run_plan(const std::string& dir, int tp_size, int pp_size, int64_t batch, in
                 std::to_string(model_max),
             "pass --max-seq " + std::to_string(model_max) + " or less");
   auto plan_at = [&](int64_t b) {
-    return converted ? plan_memory(m, tp_size, b, max_seq, dir) : plan_memory_for_config(c, dtype, tp_size, pp_size, b, max_seq);
+    return converted ? plan_memory(m, tp_size, b, max_seq, dir, 0, pp_size) : plan_memory_for_config(c, dtype, tp_size, pp_size, b, max_seq);
   };
   const MemoryPlan p = plan_at(batch);
   std::printf("per-GPU memory plan: tp %d%s, batch %lld, max_seq %lld, dtype %s\n", tp_size,

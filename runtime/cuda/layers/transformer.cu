@@ -29,20 +29,22 @@ void alloc(P*& p, size_t bytes, size_t& total) {
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, const ModelWeights& w,
-                         Communicator& comm, cudaStream_t stream, int max_tokens, int max_rows, int kv_slots,
-                         int max_seq_len)
+Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, int pp_stage,
+                         const ModelWeights& w, Communicator& comm, cudaStream_t stream, int max_tokens, int max_rows,
+                         int kv_slots, int max_seq_len)
     : c_(c),
       layout_(layout),
       mine_(layout.tp(tp_rank)),
       tp_rank_(tp_rank),
+      pp_stage_(pp_stage),
+      stage_(layout.stage_layers.at(static_cast<size_t>(pp_stage))),
       w_(w),
       comm_(comm),
       stream_(stream),
       max_tokens_(max_tokens),
       max_rows_(max_rows),
       max_seq_len_(max_seq_len),
-      kv_(static_cast<int>(c.num_hidden_layers), kv_slots, static_cast<int>(mine_.kv_heads.size()), max_seq_len,
+      kv_(static_cast<int>(stage_.size()), kv_slots, static_cast<int>(mine_.kv_heads.size()), max_seq_len,
           static_cast<int>(c.head_dim), w.dtype) {
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
@@ -126,6 +128,32 @@ void Transformer::reduce_add_norm(const AddNormParams& p, bool reduce) {
 void Transformer::linear(const GemvArgs& a, void* scratch) { cuda::linear(a, gemm_, scratch, /*use_gemv=*/true, stream_); }
 
 void Transformer::run(const StepMeta& m) {
+  if (first_stage()) embed(m);  // other stages: the previous stage's hidden states are in residual_
+  Pending pending;
+  for (int i = static_cast<int>(stage_.begin); i < static_cast<int>(stage_.end); ++i) layer(i, m, pending);
+  if (last_stage()) {
+    head(m, pending);
+  } else {
+    flush_pending(pending, m);
+  }
+}
+
+void Transformer::flush_pending(const Pending& pending, const StepMeta& m) {
+  const int H = static_cast<int>(c_.hidden_size);
+  if (pending.reduce && layout_.tp_size > 1) all_reduce(const_cast<void*>(pending.add0), static_cast<size_t>(m.n) * H, w_.dtype);
+  AddNormParams p;  // no output: the adds only
+  p.residual = residual_;
+  p.add0 = pending.add0;
+  p.add_bias0 = pending.bias0;
+  p.add_bias1 = pending.bias1;
+  p.dtype = w_.dtype;
+  p.kind = c_.norm;
+  p.n = m.n;
+  p.hidden = H;
+  add_norm(p, stream_);
+}
+
+void Transformer::embed(const StepMeta& m) {
   const int H = static_cast<int>(c_.hidden_size);
   EmbeddingParams e;
   e.tokens = m.tokens;
@@ -142,10 +170,10 @@ void Transformer::run(const StepMeta& m) {
   }
   embedding_lookup(e, stream_);
   all_reduce(residual_, static_cast<size_t>(m.n) * H, DType::F32);
+}
 
-  Pending pending;
-  for (int i = 0; i < static_cast<int>(c_.num_hidden_layers); ++i) layer(i, m, pending);
-
+void Transformer::head(const StepMeta& m, const Pending& pending) {
+  const int H = static_cast<int>(c_.hidden_size);
   AddNormParams fn;
   fn.residual = residual_;
   fn.add0 = pending.add0;
@@ -291,8 +319,8 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   AttentionParams a;
   a.q = qkv_;
   a.q_stride = qkv_rows;
-  a.k_cache = kv_.k(i);
-  a.v_cache = kv_.v(i);
+  a.k_cache = kv_.k(i - static_cast<int>(stage_.begin));
+  a.v_cache = kv_.v(i - static_cast<int>(stage_.begin));
   a.slots = m.slots;
   a.positions = m.positions;
   a.out = attn_;
@@ -342,8 +370,8 @@ void Transformer::apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows
   KvAppendParams kv;
   kv.qkv = qkv_;
   kv.row_stride = qkv_rows;
-  kv.k_cache = kv_.k(i);
-  kv.v_cache = kv_.v(i);
+  kv.k_cache = kv_.k(i - static_cast<int>(stage_.begin));
+  kv.v_cache = kv_.v(i - static_cast<int>(stage_.begin));
   kv.slots = m.slots;
   kv.positions = m.positions;
   kv.dtype = w_.dtype;

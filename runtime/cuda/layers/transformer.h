@@ -37,8 +37,10 @@ struct StepMeta {
 class Transformer {
  public:
   /// max_tokens: tokens per step; max_rows: logits rows per step; kv_slots includes the scratch slot.
-  Transformer(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, const ModelWeights& w, Communicator& comm,
-              cudaStream_t stream, int max_tokens, int max_rows, int kv_slots, int max_seq_len);
+  /// pp_stage of layout.pp_size: the transformer runs that stage's layers only (layout.stage_layers) and
+  /// holds their kv_cache; w holds that stage's tensors.
+  Transformer(const ModelConfig& c, const ParallelLayout& layout, int tp_rank, int pp_stage, const ModelWeights& w,
+              Communicator& comm, cudaStream_t stream, int max_tokens, int max_rows, int kv_slots, int max_seq_len);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -48,9 +50,16 @@ class Transformer {
   StepMeta meta_device(int n, int n_rows, bool decode = false) const;
   void upload_meta();  ///< enqueue meta_host -> device (layout: tokens | slots | positions | last_rows, max_tokens each)
 
-  /// Enqueue the whole forward of one step: after it, logits_local() holds [n_rows, vocab_pr] f32 and
-  /// argmax_local() holds [n_rows] (value, global id) pairs of this rank's vocabulary range.
+  /// Enqueue this stage's forward of one step. The first stage starts from the token embeddings, the
+  /// others from the hidden states the caller wrote into residual() ([n, hidden] f32, the previous stage's
+  /// residual()). The last stage ends with logits_local() = [n_rows, vocab_pr] f32 and argmax_local() =
+  /// [n_rows] (value, global id) pairs of this rank's vocabulary range; the others with the hidden
+  /// states after their last layer in residual() (the residual stream, fp32, so that a pipeline computes
+  /// exactly what one stage does).
   void run(const StepMeta& m);
+  float* residual() const { return residual_; }  ///< [max_tokens, hidden] f32
+  bool first_stage() const { return pp_stage_ == 0; }
+  bool last_stage() const { return pp_stage_ == layout_.pp_size - 1; }
   /// Use `car` (not owned; may be null) for all_reduces it is eligible for, the communicator for the rest
   /// (the runner sets its own on the NCCL path, the peer communicator's on the peer path).
   void set_custom_all_reduce(CustomAllReduce* car) { car_ = car; }
@@ -72,6 +81,12 @@ class Transformer {
   /// (CustomAllReduce::all_reduce_add_norm) when the custom all_reduce takes it, else all_reduce + add_norm.
   void reduce_add_norm(const AddNormParams& p, bool reduce);
   void layer(int i, const StepMeta& m, Pending& pending);
+  /// The vocab-parallel embedding (+ learned positions) into residual_, all_reduced (the first stage).
+  void embed(const StepMeta& m);
+  /// After the last layer: final norm (with the pending adds), LM head, argmax (the last stage).
+  void head(const StepMeta& m, const Pending& pending);
+  /// The end of a stage that is not the last: the pending adds (after their all_reduce) into the residual.
+  void flush_pending(const Pending& pending, const StepMeta& m);
   /// The layer's products as GemvArgs (shapes of this rank): column-parallel QKV (+bias) of h into qkv_;
   /// row-parallel output projection of attn_ into out (+ beta out); MLP up/gate (+bias, activation) of h
   /// into act_; row-parallel MLP down of act_ into out (+ beta out).
@@ -92,6 +107,8 @@ class Transformer {
   ParallelLayout layout_;
   TpRankRanges mine_;  ///< this tp_rank's ranges (layout_.tp(tp_rank_))
   int tp_rank_ = 0;
+  int pp_stage_ = 0;
+  Range stage_;  ///< this stage's layers (global indices); the kv_cache holds these, from 0
   ModelWeights w_;
   Communicator& comm_;
   cudaStream_t stream_;

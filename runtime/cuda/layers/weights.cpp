@@ -5,11 +5,14 @@
 
 namespace tpshard::cuda {
 
-ModelWeights bind_weights(const WeightArena& arena, const ModelConfig& c) {
+ModelWeights bind_weights(const WeightArena& arena, const ModelConfig& c, const ParallelLayout& layout, int pp_stage) {
   ModelWeights w;
   bool first = true;
+  std::vector<OutputTensor> plan;
+  for (OutputTensor& t : plan_tensors(c))
+    if (stage_holds(t, c, layout, pp_stage)) plan.push_back(std::move(t));
   static_cast<ModelTensors<const void*>&>(w) =
-      bind_model_tensors<const void*>(c, plan_tensors(c), [&](const OutputTensor& t) {
+      bind_model_tensors<const void*>(c, plan, [&](const OutputTensor& t) {
         const void* p = arena.at(t.name);  // throws Error naming the tensor and the shard file
         const TensorRecord& r = arena.record(t.name);
         if (first) {

@@ -7,6 +7,7 @@
 #include "format/dtype.h"
 #include "model/model_config.h"
 #include "model/model_tensors.h"
+#include "model/parallel_layout.h"
 #include "runtime/cuda/weight_arena.h"
 
 namespace tpshard::cuda {
@@ -18,8 +19,10 @@ struct ModelWeights : ModelTensors<const void*> {
   DType dtype = DType::F16;  ///< every tensor has this dtype
 };
 
-/// Resolve every planned tensor in the arena. Throws Error naming the tensor when one is missing or its
-/// dtype differs from the others (the CUDA backend runs one dtype; hint: convert with --dtype).
-ModelWeights bind_weights(const WeightArena& arena, const ModelConfig& c);
+/// Resolve every planned tensor that pp_stage of layout holds (stage_holds, model/tensor_plan.h; all of
+/// them with one stage) in the arena; the other layers' slots stay nullptr. Throws Error naming the
+/// tensor when one is missing or its dtype differs from the others (the CUDA backend runs one dtype;
+/// hint: convert with --dtype).
+ModelWeights bind_weights(const WeightArena& arena, const ModelConfig& c, const ParallelLayout& layout, int pp_stage);
 
 }  // namespace tpshard::cuda
