@@ -425,6 +425,25 @@ print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/out.txt" 2
       fi
     done
   done
+  # more ranks than GPUs (without TPSHARD_TEST_SHARE_GPUS): refused before any worker starts
+  MD=$WORK/pp_stories260K
+  if [ -d "$MD" ] && [ "$NGPU" -lt 4 ]; then
+    run_logged "too many ranks" timeout 60 "$BIN/tprun" "$MD" --tp 2 --pp 2 --device cuda logits --ids 1,2,3
+    RC=$?
+    if [ $RC -ne 0 ] && grep -q "4 ranks need 4 GPUs per node, but this node has $NGPU" "$WORK/err.txt" && ! grep -q "^\[rank" "$WORK/err.txt"; then
+      result PASS "tp 2 x pp 2 on $NGPU GPU(s): refused before any worker starts" "$(grep -m1 'ranks need' "$WORK/err.txt" | cut -c1-160)"
+    else
+      result FAIL "tp 2 x pp 2 on $NGPU GPU(s): refused before any worker starts" "exit $RC: $(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+    fi
+    # the per-rank GPU memory lines of a pp 2 x dp 2 job (stage 0 holds the embedding, the last stage the head)
+    run_logged "memory lines" env TPSHARD_TEST_SHARE_GPUS=1 timeout 120 "$BIN/tprun" "$MD" --tp 1 --pp 2 --dp 2 --device cuda \
+      --max-batch 4 generate --input "$PROMPTS" --output "$WORK/mem.jsonl" --batch-size 4
+    if [ "$(grep -c 'GPU [0-9]* memory of dp_rank' "$WORK/err.txt")" = 4 ]; then
+      result PASS "pp 2 x dp 2: one GPU memory line per rank" "$(grep -m1 'memory of dp_rank 0, pp_stage 1' "$WORK/err.txt" | cut -c1-200)"
+    else
+      result FAIL "pp 2 x dp 2: one GPU memory line per rank" "$(grep -c 'memory of' "$WORK/err.txt") lines"
+    fi
+  fi
   # a stage whose shard is corrupted: the job ends with its error, naming the file, within seconds
   MD=$WORK/pp_tiny-llama
   if [ -d "$MD" ]; then
@@ -434,7 +453,8 @@ print(max(abs(x - y) for x, y in zip(a, b)))" "$WORK/cpu.json" "$WORK/out.txt" 2
 import json, struct, sys
 p = sys.argv[1]
 data = bytearray(open(p, 'rb').read())
-data[len(data) - 100] ^= 0x5a  # inside the last tensor's bytes
+at = len(data.rstrip(b'\\0')) - 1  # the last non-zero byte: inside the last tensor (padding is zeros)
+data[at] ^= 0x5a
 open(p, 'wb').write(data)" "$BAD/pp2-tp1/stage1-rank0.tps"
     T0=$(date +%s)
     run_logged "corrupt stage 1" env TPSHARD_TEST_SHARE_GPUS=1 timeout 60 "$BIN/tprun" "$BAD" --tp 1 --pp 2 --device cuda logits --ids 1,2,3

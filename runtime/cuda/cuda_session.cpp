@@ -201,6 +201,33 @@ void check_memory_plan(const Manifest& m, const std::string& model_dir, int tp_s
               "settings that would fit:" + fits);
 }
 
+namespace {
+
+/// One stderr line per rank at the end of a job: what this process holds on its GPU, by category
+/// (device bytes; "other" = activations, cuBLASLt workspace, graphs and allocator slack, measured as
+/// the memory in use minus the rest). Several ranks on one GPU (TPSHARD_TEST_SHARE_GPUS) see each
+/// other's allocations in "other".
+void print_rank_memory(CudaWorker& worker, const ModelRunner& runner) {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const DeviceMemoryMarks& m = worker.marks();
+  const uint64_t used_after_comm = m.free_after_comm > free_b ? m.free_after_comm - free_b : 0;
+  const uint64_t held = runner.weight_bytes() + runner.kv_cache_bytes();
+  const RankCoord& c = worker.coord();
+  std::fprintf(stderr,
+               "tprun: GPU %d memory of dp_rank %d, pp_stage %d, tp_rank %d: weights %s, kv_cache %s, other %s, "
+               "communicators %s, CUDA context %s; %s in use of %s%s\n",
+               worker.device(), c.dp_rank, c.pp_stage, c.tp_rank, mib(runner.weight_bytes()).c_str(),
+               mib(runner.kv_cache_bytes()).c_str(), mib(used_after_comm > held ? used_after_comm - held : 0).c_str(),
+               mib(m.comm_bytes()).c_str(), mib(m.context_bytes()).c_str(), mib(total_b - free_b).c_str(),
+               mib(total_b).c_str(), tuning().share_gpus ? " (GPU shared by several ranks: other includes theirs)" : "");
+}
+
+}  // namespace
+
 void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   CudaWorker worker(opts);
   const RankCoord me = worker.coord();
@@ -250,6 +277,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     ctx.tokenizer = tokenizer.get();
     fn(ctx);
     worker.comm().synchronize();
+    if (!opts.quiet) print_rank_memory(worker, *runner);
   } catch (const std::exception& e) {
     worker.report_failure(e.what());
     throw;
