@@ -165,6 +165,21 @@ RankSlice local_slice(const OutputTensor& t, const ModelConfig& c, const Paralle
       local_rows = 2 * mlp.size();
       break;
     }
+    case Transform::PackedQkv: {
+      const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+      s.spans.push_back({0, heads.begin * hd, heads.size() * hd, 0});
+      s.spans.push_back({0, q_rows + kv.begin * hd, kv.size() * hd, 0});
+      s.spans.push_back({0, q_rows + kv_rows + kv.begin * hd, kv.size() * hd, 0});
+      local_rows = (heads.size() + 2 * kv.size()) * hd;
+      break;
+    }
+    case Transform::PackedGateUp: {
+      const int64_t I = c.intermediate_size;
+      s.spans.push_back({0, mlp.begin, mlp.size(), 0});
+      s.spans.push_back({0, I + mlp.begin, mlp.size(), 0});
+      local_rows = 2 * mlp.size();
+      break;
+    }
   }
   if (one_d) {
     s.local_shape = {local_rows};

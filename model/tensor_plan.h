@@ -61,6 +61,11 @@ enum class Transform {
   /// head g, its heads/kv_heads query heads, then its key head, then its value head -> this rank's
   /// Q heads | K heads | V heads (KV heads replicated if needed, like LlamaQkv).
   GroupedQkv,
+  /// One fused qkv [(heads + 2 kv_heads) head_dim, hidden] as [all query heads | all key heads | all value
+  /// heads] (Phi-3 qkv_proj) -> this rank's Q heads | K heads | V heads, like LlamaQkv.
+  PackedQkv,
+  /// One fused [2 intermediate, hidden] as [gate | up] (Phi-3 gate_up_proj) -> this rank's gate rows | up rows.
+  PackedGateUp,
 };
 
 /// One output tensor of every shard, in arena order.

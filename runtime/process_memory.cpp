@@ -38,4 +38,8 @@ uint64_t peak_rss_bytes() {
 
 uint64_t current_rss_bytes() { return status_kib_field("VmRSS"); }
 
+uint64_t rss_anon_bytes() { return status_kib_field("RssAnon"); }
+
+uint64_t rss_file_bytes() { return status_kib_field("RssFile"); }
+
 }  // namespace tpshard

@@ -13,4 +13,10 @@ uint64_t peak_rss_bytes();
 /// Current resident set size in bytes (VmRSS of /proc/self/status); 0 when unavailable.
 uint64_t current_rss_bytes();
 
+/// The private part of the current RSS (RssAnon: heap, stacks, anonymous and pinned host buffers) and
+/// the file-backed part (RssFile: the program's and shared libraries' pages, mapped files), in bytes;
+/// 0 when unavailable. A loading rank's own memory is RssAnon.
+uint64_t rss_anon_bytes();
+uint64_t rss_file_bytes();
+
 }  // namespace tpshard

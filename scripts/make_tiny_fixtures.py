@@ -6,7 +6,7 @@ Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OU
 
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
 tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
-tiny-llama-yarn (yarn rope scaling), and the repacked fixtures tiny-internlm2
+tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -71,6 +71,16 @@ def mistral_swa_config():
                          intermediate_size=160, vocab_size=VOCAB, rms_norm_eps=1e-5,
                          max_position_embeddings=128, rope_theta=10000.0, sliding_window=6,
                          tie_word_embeddings=False)
+
+
+def phi3_config():
+    # fused qkv_proj / gate_up_proj, GQA 8/2 (KV groups split at tp 3); sliding_window 6, shorter than
+    # the prompts, as Phi-3-mini-4k's 2047 is shorter than its 4096 positions.
+    from transformers import Phi3Config
+    return Phi3Config(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                      intermediate_size=160, vocab_size=VOCAB, rms_norm_eps=1e-5, max_position_embeddings=128,
+                      original_max_position_embeddings=128, rope_theta=10000.0, sliding_window=6,
+                      tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
 def llama_yarn_config():
@@ -291,6 +301,7 @@ def main():
         ("tiny-gpt-neo", gpt_neo_config(), 600),
         ("tiny-mistral-swa", mistral_swa_config(), 800),
         ("tiny-llama-yarn", llama_yarn_config(), 900),
+        ("tiny-phi3", phi3_config(), 1000),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

@@ -14,6 +14,7 @@ const ArchSpec& arch_spec(Arch arch) {
     case Arch::Qwen2: return kQwen2Arch;
     case Arch::InternLM2: return kInternLM2Arch;
     case Arch::GptNeo: return kGptNeoArch;
+    case Arch::Phi3: return kPhi3Arch;
   }
   throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
 }
@@ -21,7 +22,7 @@ const ArchSpec& arch_spec(Arch arch) {
 namespace {
 
 /// Every Arch value, in the order error messages list them.
-constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::InternLM2, Arch::GptNeo};
+constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::InternLM2, Arch::GptNeo, Arch::Phi3};
 
 }  // namespace
 

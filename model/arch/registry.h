@@ -44,5 +44,6 @@ extern const ArchSpec kMistralArch;
 extern const ArchSpec kQwen2Arch;
 extern const ArchSpec kInternLM2Arch;
 extern const ArchSpec kGptNeoArch;
+extern const ArchSpec kPhi3Arch;
 
 }  // namespace tpshard

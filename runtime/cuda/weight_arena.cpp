@@ -1,7 +1,10 @@
 // weight_arena.cpp: WeightArena (see weight_arena.h): one cudaMalloc sized from the shard header, and
 // the data section streamed into it through a ring of pinned host buffers.
-//   reader threads: pread (or O_DIRECT) a chunk into a free ring buffer -> XXH3 (in tensor order) ->
-//   cudaMemcpyAsync on the thread's copy stream -> event; a buffer is reused after its event.
+//   reader threads take whole tensors, largest first; per chunk of its tensor a thread preads (or
+//   O_DIRECT) into a free ring buffer -> XXH3 (its own running state: the chunk is still in cache) ->
+//   cudaMemcpyAsync on the thread's copy stream -> event; a buffer is reused after its event. Threads
+//   never wait for each other (each tensor's hash is one thread's), so reading, hashing and copying of
+//   different tensors overlap; the largest tensors start first so that none is left alone at the end.
 // zstd tensors: one reader decompresses the whole tensor (streaming) into ring buffers; byte-plane
 // tensors land in a device scratch buffer first and are interleaved by a kernel.
 #include "runtime/cuda/weight_arena.h"
@@ -118,21 +121,21 @@ const uint8_t* read_range(int fd, bool direct, uint64_t off, size_t len, uint8_t
   return buf + (off - start);
 }
 
-/// One unit of reader work: a chunk of an uncompressed tensor, or a whole compressed tensor.
+/// One unit of reader work: a whole tensor (its chunks are read one after another by one thread).
 struct WorkItem {
   size_t tensor = 0;
-  uint64_t offset = 0;  ///< within the tensor's stored bytes
-  uint64_t bytes = 0;
-  uint32_t seq = 0;     ///< chunk index within the tensor
-  bool last = false;
+  uint64_t bytes = 0;  ///< stored bytes
 };
 
-/// Per-tensor XXH3 state, updated strictly in chunk order by whichever reader holds the next chunk.
-struct TensorHash {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint32_t next_seq = 0;
-  XXH3_state_t* state = nullptr;
+/// An XXH3 streaming state owned by one reader thread.
+struct HashState {
+  HashState() : state(XXH3_createState()) {
+    TPS_CHECK(state != nullptr, "out of host memory for a hash state", "free host memory");
+  }
+  ~HashState() { XXH3_freeState(state); }
+  HashState(const HashState&) = delete;
+  HashState& operator=(const HashState&) = delete;
+  XXH3_state_t* state;
 };
 
 class Loader {
@@ -144,8 +147,8 @@ class Loader {
     const auto& tensors = shard_.tensors();
     const uint64_t arena_bytes = shard_.header().arena_bytes;
     const size_t buf_bytes = opts_.ring_buffer_bytes;
-    TPS_CHECK(buf_bytes >= 4 * kPage && opts_.ring_buffers >= 1,
-              "load options: ring buffers must be at least 16 KiB and at least one", "use the defaults (4 x 64 MiB)");
+    TPS_CHECK(buf_bytes >= 4 * kPage, "load options: ring buffers must be at least 16 KiB",
+              "use the defaults (8 MiB buffers, 2 per reader thread)");
     const uint64_t chunk = (buf_bytes - 2 * kPage) & ~(kPage - 1);  // slack for O_DIRECT widening
     size_t max_planes = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -159,21 +162,15 @@ class Loader {
         TPS_CHECK(t.stored_bytes == t.raw_bytes,
                   shard_.path() + ": tensor " + t.name + " is uncompressed but stored_bytes != raw_bytes",
                   "the shard file is corrupt; re-run tpshard convert");
-        uint32_t seq = 0;
-        for (uint64_t off = 0; off < t.stored_bytes; off += chunk) {
-          uint64_t n = std::min<uint64_t>(chunk, t.stored_bytes - off);
-          items_.push_back({i, off, n, seq++, off + n == t.stored_bytes});
-        }
-      } else {
-        items_.push_back({i, 0, t.stored_bytes, 0, true});
-        if (t.codec == Codec::ZstdBytePlanes) max_planes = std::max<size_t>(max_planes, t.raw_bytes);
+      } else if (t.codec == Codec::ZstdBytePlanes) {
+        max_planes = std::max<size_t>(max_planes, t.raw_bytes);
       }
+      if (t.stored_bytes > 0) items_.push_back({i, t.stored_bytes});
     }
-    hashes_ = std::vector<TensorHash>(tensors.size());
-    for (auto& h : hashes_) {
-      h.state = XXH3_createState();
-      XXH3_64bits_reset(h.state);
-    }
+    chunk_ = chunk;
+    // Largest first (ties in file order): the long single-thread tensors (embedding, LM head) start at
+    // once, the small ones fill the gaps at the end.
+    std::stable_sort(items_.begin(), items_.end(), [](const WorkItem& a, const WorkItem& b) { return a.bytes > b.bytes; });
 
     auto t_setup = Clock::now();
     int fd = shard_.fd();
@@ -186,19 +183,23 @@ class Loader {
       fd = direct_fd;
     }
     // Small shards: no buffer larger than the largest piece of work, no more buffers than pieces.
-    uint64_t largest = 0;
+    uint64_t largest = 0, pieces = 0;
     for (const WorkItem& w : items_) {
       const TensorRecord& t = tensors[w.tensor];
-      largest = std::max<uint64_t>(largest, t.codec == Codec::None ? w.bytes : t.raw_bytes);
+      const uint64_t piece = std::min<uint64_t>(chunk, t.codec == Codec::None ? w.bytes : t.raw_bytes);
+      largest = std::max<uint64_t>(largest, piece);
+      pieces += (std::max<uint64_t>(t.codec == Codec::None ? w.bytes : t.raw_bytes, 1) + chunk - 1) / chunk;
     }
+    const int want_threads = opts_.reader_threads > 0 ? opts_.reader_threads : default_reader_threads(1);
+    const size_t want_buffers = opts_.ring_buffers > 0 ? opts_.ring_buffers : 2 * static_cast<size_t>(want_threads);
     const size_t ring_bytes = size_t(std::min<uint64_t>(buf_bytes, ((largest + kPage - 1) & ~(kPage - 1)) + 2 * kPage));
-    const size_t ring_count = std::max<size_t>(1, std::min(opts_.ring_buffers, items_.size()));
+    const size_t ring_count = std::max<size_t>(1, std::min<size_t>(want_buffers, static_cast<size_t>(pieces)));
     ring_ = std::make_unique<PinnedRing>(ring_count, std::max<size_t>(ring_bytes, 4 * kPage));
     rep_.pinned_bytes = ring_count * ring_->bytes();
     if (max_planes > 0) TPS_CUDA_CHECK(cudaMalloc(&planes_scratch_, max_planes));
     rep_.setup_seconds += seconds_since(t_setup);
 
-    int threads = std::max(1, std::min<int>(opts_.reader_threads, int(ring_count)));
+    int threads = std::max(1, std::min<int>(want_threads, int(ring_count)));
     threads = std::min<int>(threads, std::max<int>(1, int(items_.size())));
     rep_.reader_threads = threads;
     std::vector<std::thread> pool;
@@ -226,7 +227,6 @@ class Loader {
     ring_.reset();
     if (planes_scratch_) cudaFree(planes_scratch_);
     if (direct_fd >= 0) close(direct_fd);
-    for (auto& h : hashes_) XXH3_freeState(h.state);
     rep_.read_seconds = read_ns_.load() * 1e-9;
     rep_.hash_seconds = hash_ns_.load() * 1e-9;
     rep_.decompress_seconds = zstd_ns_.load() * 1e-9;
@@ -239,10 +239,6 @@ class Loader {
     std::lock_guard<std::mutex> lk(err_mu_);
     if (!error_) error_ = e;
     abort_ = true;
-    for (auto& h : hashes_) {
-      std::lock_guard<std::mutex> hl(h.mu);  // no lost wake-up between a waiter's check and its wait
-      h.cv.notify_all();
-    }
   }
 
   static int64_t ns_since(Clock::time_point t) {
@@ -258,55 +254,50 @@ class Loader {
   }
 
   void reader(int fd, bool direct, cudaStream_t stream) {
+    HashState hash;
     for (;;) {
       if (abort_) return;
       size_t k = next_.fetch_add(1);
       if (k >= items_.size()) return;
       const WorkItem& w = items_[k];
       const TensorRecord& t = shard_.tensors()[w.tensor];
+      XXH3_64bits_reset(hash.state);
       if (t.codec == Codec::None) {
-        copy_chunk(fd, direct, w, t, stream);
+        copy_tensor(fd, direct, t, stream, hash.state);
       } else {
-        decompress_tensor(fd, direct, w, t, stream);
+        decompress_tensor(fd, direct, t, stream, hash.state);
       }
     }
   }
 
-  void copy_chunk(int fd, bool direct, const WorkItem& w, const TensorRecord& t, cudaStream_t stream) {
-    size_t b = ring_->acquire();
-    const uint8_t* src;
-    try {
-      auto t0 = Clock::now();
-      src = read_range(fd, direct, shard_.header().data_offset + t.file_offset + w.offset, size_t(w.bytes),
-                       ring_->data(b), ring_->bytes(), shard_.path());
-      read_ns_ += ns_since(t0);
-      bytes_read_ += w.bytes;
-      if (opts_.verify_hashes) {
-        TensorHash& h = hashes_[w.tensor];
-        std::unique_lock<std::mutex> lk(h.mu);
-        h.cv.wait(lk, [&] { return h.next_seq == w.seq || abort_.load(); });
-        if (abort_) {
-          ring_->release(b, nullptr);
-          return;
+  /// An uncompressed tensor, chunk by chunk through the ring; its hash checked after the last chunk.
+  void copy_tensor(int fd, bool direct, const TensorRecord& t, cudaStream_t stream, XXH3_state_t* hs) {
+    for (uint64_t off = 0; off < t.stored_bytes; off += chunk_) {
+      if (abort_) return;
+      const size_t n = size_t(std::min<uint64_t>(chunk_, t.stored_bytes - off));
+      size_t b = ring_->acquire();
+      try {
+        auto t0 = Clock::now();
+        const uint8_t* src = read_range(fd, direct, shard_.header().data_offset + t.file_offset + off, n,
+                                        ring_->data(b), ring_->bytes(), shard_.path());
+        read_ns_ += ns_since(t0);
+        bytes_read_ += n;
+        if (opts_.verify_hashes) {
+          auto t1 = Clock::now();
+          XXH3_64bits_update(hs, src, n);
+          hash_ns_ += ns_since(t1);
         }
-        auto t1 = Clock::now();
-        XXH3_64bits_update(h.state, src, size_t(w.bytes));
-        if (w.last) check_hash(t, XXH3_64bits_digest(h.state));
-        hash_ns_ += ns_since(t1);
-        h.next_seq++;
-        lk.unlock();
-        h.cv.notify_all();
+        TPS_CUDA_CHECK(cudaMemcpyAsync(arena_ + t.arena_offset + off, src, n, cudaMemcpyHostToDevice, stream));
+      } catch (...) {
+        ring_->release(b, nullptr);
+        throw;
       }
-      TPS_CUDA_CHECK(cudaMemcpyAsync(arena_ + t.arena_offset + w.offset, src, size_t(w.bytes),
-                                     cudaMemcpyHostToDevice, stream));
-    } catch (...) {
-      ring_->release(b, nullptr);
-      throw;
+      ring_->release(b, stream);
     }
-    ring_->release(b, stream);
+    if (opts_.verify_hashes) check_hash(t, XXH3_64bits_digest(hs));
   }
 
-  void decompress_tensor(int fd, bool direct, const WorkItem& w, const TensorRecord& t, cudaStream_t stream) {
+  void decompress_tensor(int fd, bool direct, const TensorRecord& t, cudaStream_t stream, XXH3_state_t* hs) {
     TPS_CHECK(t.codec == Codec::Zstd || t.codec == Codec::ZstdBytePlanes,
               shard_.path() + ": tensor " + t.name + " has unknown codec " + std::to_string(int(t.codec)),
               "this build cannot read it; update tprun");
@@ -324,7 +315,6 @@ class Loader {
     std::unique_ptr<uint8_t, decltype(&free)> in(static_cast<uint8_t*>(aligned_alloc(kPage, in_cap + 2 * kPage)), &free);
     std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> dctx(ZSTD_createDCtx(), &ZSTD_freeDCtx);
     TPS_CHECK(in && dctx, "out of host memory while loading " + t.name, "free host memory");
-    XXH3_state_t* hs = hashes_[w.tensor].state;
 
     uint64_t consumed = 0, produced = 0;
     size_t b = ring_->acquire();
@@ -398,8 +388,8 @@ class Loader {
   const LoadOptions& opts_;
   uint8_t* arena_;
   LoadReport& rep_;
-  std::vector<WorkItem> items_;
-  std::vector<TensorHash> hashes_;
+  std::vector<WorkItem> items_;  ///< largest first
+  uint64_t chunk_ = 0;           ///< bytes per read of an uncompressed tensor
   std::unique_ptr<PinnedRing> ring_;
   void* planes_scratch_ = nullptr;
   std::mutex scratch_mu_;
@@ -412,6 +402,11 @@ class Loader {
 };
 
 }  // namespace
+
+int default_reader_threads(int local_ranks) {
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp(hw / std::max(1, local_ranks), 2, 32);
+}
 
 WeightArena::WeightArena(const ShardReader& shard, const LoadOptions& opts, LoadReport* report)
     : path_(shard.path()) {

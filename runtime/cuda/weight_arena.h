@@ -11,10 +11,14 @@
 
 namespace tpshard::cuda {
 
+/// Reader threads for one of `local_ranks` ranks loading at once on this host: the hardware threads
+/// shared out (hardware_concurrency / local_ranks), at least 2, at most 32.
+int default_reader_threads(int local_ranks);
+
 struct LoadOptions {
-  size_t ring_buffers = 4;               ///< pinned host buffers
-  size_t ring_buffer_bytes = 64u << 20;  ///< bytes each
-  int reader_threads = 2;
+  size_t ring_buffers = 0;              ///< pinned host buffers; 0: 2 per reader thread
+  size_t ring_buffer_bytes = 8u << 20;  ///< bytes each (a read of an uncompressed tensor is this minus 8 KiB)
+  int reader_threads = 0;               ///< 0: default_reader_threads(1); the worker passes its local ranks
   bool verify_hashes = true;             ///< XXH3 of every tensor while streaming
   bool direct_io = false;                ///< O_DIRECT reads (cold cache)
 };

@@ -184,6 +184,10 @@ TEST_CASE("Mistral, sliding_window 6 (shorter than the prompts), GQA 8/2: vs tra
   check_against_hf("tiny-mistral-swa");
 }
 
+TEST_CASE("Phi-3, fused qkv_proj and gate_up_proj, sliding_window 6, GQA 8/2: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-phi3", {1, 2, 3, 4});
+}
+
 TEST_CASE("yarn rope scaling (factor 4, original_max_position_embeddings 32): vs transformers at tp 1, 2") {
   check_against_hf("tiny-llama-yarn", {1, 2});
 }

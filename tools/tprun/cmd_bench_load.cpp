@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -36,9 +37,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchLoadOptions {
-  size_t ring_buffers = 4;
-  size_t ring_mib = 64;
-  int readers = 2;
+  size_t ring_buffers = 0;  ///< 0: 2 per reader thread
+  size_t ring_mib = 8;
+  int readers = 0;          ///< 0: default_reader_threads(local ranks)
   bool no_verify = false;
   bool direct_io = false;
   bool no_runner = false;
@@ -50,6 +51,8 @@ struct BenchLoadOptions {
 struct RankStats {
   double load_s, gbps, read_s, hash_s, zstd_s, setup_s;
   double rss_before_mib, rss_peak_mib, rss_after_load_mib;
+  double rss_anon_load_mib, rss_file_load_mib;  ///< RssAnon / RssFile sampled while the last load ran (its largest)
+  double readers, pinned_mib;                    ///< what the loader used
   double weights_mib, kv_cache_mib, workspace_mib, context_mib, comm_mib, total_mib;
   double file_mib;
 };
@@ -71,7 +74,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     LoadOptions lo;
     lo.ring_buffers = o.ring_buffers;
     lo.ring_buffer_bytes = o.ring_mib << 20;
-    lo.reader_threads = o.readers;
+    lo.reader_threads = o.readers > 0 ? o.readers : default_reader_threads(worker.env().local_world_size);
     lo.verify_hashes = !o.no_verify && g.session.verify_hashes;
     lo.direct_io = o.direct_io;
 
@@ -82,13 +85,34 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     LoadReport best;
     best.seconds = 1e30;
     std::unique_ptr<WeightArena> arena;
+    std::atomic<uint64_t> anon_max{0}, file_max{0};
     for (int i = 0; i < std::max(1, o.repeat); ++i) {
       arena.reset();
       worker.comm().barrier();  // all ranks start together, so the spread means something
       LoadReport rep;
-      arena = std::make_unique<WeightArena>(*shard, lo, &rep);
+      std::atomic<bool> loading{true};
+      std::thread sampler([&] {  // RssAnon / RssFile every 5 ms while the load runs (the ring is freed after it)
+        while (loading.load()) {
+          anon_max = std::max<uint64_t>(anon_max.load(), rss_anon_bytes());
+          file_max = std::max<uint64_t>(file_max.load(), rss_file_bytes());
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      });
+      try {
+        arena = std::make_unique<WeightArena>(*shard, lo, &rep);
+      } catch (...) {
+        loading = false;
+        sampler.join();
+        throw;
+      }
+      loading = false;
+      sampler.join();
       if (rep.seconds < best.seconds) best = rep;
     }
+    s.rss_anon_load_mib = mib(double(anon_max.load()));
+    s.rss_file_load_mib = mib(double(file_max.load()));
+    s.readers = best.reader_threads;
+    s.pinned_mib = mib(double(best.pinned_bytes));
     s.rss_after_load_mib = current_rss_mib();  // current, not peak: tells a transient peak from a lasting one
     size_t free1 = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
@@ -136,29 +160,34 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
             "\"zstd_s\": %.4f, \"setup_s\": %.4f, \"file_mib\": %.1f, \"rss_before_mib\": %.1f, \"rss_peak_mib\": %.1f, "
             "\"rss_after_load_mib\": %.1f, "
             "\"weights_mib\": %.1f, \"kv_cache_mib\": %s, \"workspace_mib\": %s, \"context_mib\": %.1f, "
-            "\"comm_mib\": %.1f, \"comm\": \"%s\", \"device_total_mib\": %.1f, \"verify\": %s, \"ring\": \"%zux%zuMiB\", \"readers\": %d}\n",
+            "\"comm_mib\": %.1f, \"comm\": \"%s\", \"device_total_mib\": %.1f, \"verify\": %s, \"pinned_mib\": %.1f, \"readers\": %d, "
+            "\"rss_anon_load_mib\": %.1f, \"rss_file_load_mib\": %.1f}\n",
             r, worker.tp_size(), x.load_s, x.gbps, x.read_s, x.hash_s, x.zstd_s, x.setup_s, x.file_mib,
             x.rss_before_mib, x.rss_peak_mib, x.rss_after_load_mib, x.weights_mib, cell(x.kv_cache_mib) == "n/a" ? "null" : cell(x.kv_cache_mib).c_str(),
             cell(x.workspace_mib) == "n/a" ? "null" : cell(x.workspace_mib).c_str(), x.context_mib, x.comm_mib,
-            worker.comm().name(), x.total_mib, lo.verify_hashes ? "true" : "false", o.ring_buffers, o.ring_mib, o.readers);
+            worker.comm().name(), x.total_mib, lo.verify_hashes ? "true" : "false", x.pinned_mib, int(x.readers),
+            x.rss_anon_load_mib, x.rss_file_load_mib);
       }
     }
-    std::printf("bench-load %s tp %d: ring %zu x %zu MiB pinned, %d readers, hashes %s%s, best of %d\n",
-                g.session.model_dir.c_str(), worker.tp_size(), o.ring_buffers, o.ring_mib, o.readers,
+    std::printf("bench-load %s tp %d: ring %.0f MiB pinned (%zu MiB buffers), %d readers, hashes %s%s, best of %d\n",
+                g.session.model_dir.c_str(), worker.tp_size(), st[0].pinned_mib, o.ring_mib, int(st[0].readers),
                 lo.verify_hashes ? "verified" : "not verified", o.direct_io ? ", O_DIRECT" : "", std::max(1, o.repeat));
-    std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s\n", "rank", "load_s", "GB/s", "read_s",
-                "hash_s", "file_MiB", "RSS_MiB", "peakRSS", "weights", "kv_cache", "workspace", "ctx", "comm");
+    std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s %8s %8s\n", "rank", "load_s", "GB/s", "read_s",
+                "hash_s", "file_MiB", "RSS_MiB", "peakRSS", "weights", "kv_cache", "workspace", "ctx", "comm",
+                "RssAnon", "RssFile");
     double tmin = 1e30, tmax = 0;
     for (int r = 0; r < worker.tp_size(); ++r) {
       const RankStats& x = st[size_t(r)];
       tmin = std::min(tmin, x.load_s);
       tmax = std::max(tmax, x.load_s);
-      std::printf("%4d %8.3f %7.2f %7.3f %7.3f %9.0f %9.0f %10.0f %9.0f %10s %9s %7.0f %9.0f\n", r, x.load_s, x.gbps,
-                  x.read_s, x.hash_s, x.file_mib, x.rss_before_mib, x.rss_peak_mib, x.weights_mib,
-                  cell(x.kv_cache_mib).c_str(), cell(x.workspace_mib).c_str(), x.context_mib, x.comm_mib);
+      std::printf("%4d %8.3f %7.2f %7.3f %7.3f %9.0f %9.0f %10.0f %9.0f %10s %9s %7.0f %9.0f %8.0f %8.0f\n", r, x.load_s,
+                  x.gbps, x.read_s, x.hash_s, x.file_mib, x.rss_before_mib, x.rss_peak_mib, x.weights_mib,
+                  cell(x.kv_cache_mib).c_str(), cell(x.workspace_mib).c_str(), x.context_mib, x.comm_mib,
+                  x.rss_anon_load_mib, x.rss_file_load_mib);
     }
     std::printf("spread: load time min %.3f s, max %.3f s (max/min %.2f); device MiB: weights, kv_cache and "
-                "workspace from cudaMemGetInfo deltas (kv_cache by formula), ctx = CUDA context, comm = communicator (%s)\n",
+                "workspace from cudaMemGetInfo deltas (kv_cache by formula), ctx = CUDA context, comm = communicator (%s); "
+                "host MiB: RssAnon / RssFile = the largest private / file-backed resident set while loading\n",
                 tmin, tmax, tmax / std::max(tmin, 1e-9), worker.comm().name());
     std::fflush(stdout);
   } catch (const std::exception& e) {
@@ -304,12 +333,12 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
 void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<BenchLoadOptions>();
   CLI::App* sub = app.add_subcommand("bench-load", "Load this rank's shard onto its GPU and report time, GB/s and memory");
-  sub->add_option("--ring-buffers", o->ring_buffers, "pinned host buffers in the ring")->capture_default_str()
-      ->check(tpshard::cli::integer_in_range(1, 1024));
+  sub->add_option("--ring-buffers", o->ring_buffers, "pinned host buffers in the ring (0: 2 per reader thread)")
+      ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 1024));
   sub->add_option("--ring-mib", o->ring_mib, "MiB per ring buffer")->capture_default_str()
       ->check(tpshard::cli::integer_in_range(1, 65536));
-  sub->add_option("--readers", o->readers, "reader threads")->capture_default_str()
-      ->check(tpshard::cli::integer_in_range(1, 256));
+  sub->add_option("--readers", o->readers, "reader threads (0: the host's hardware threads / its ranks, 2..32)")
+      ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 256));
   sub->add_flag("--no-verify", o->no_verify, "skip the XXH3 check while streaming (to measure its cost)");
   sub->add_flag("--direct-io", o->direct_io, "read with O_DIRECT (bypasses the page cache)");
   sub->add_flag("--no-runner", o->no_runner, "do not build the runner (no kv_cache / workspace numbers)");
