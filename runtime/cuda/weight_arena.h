@@ -17,7 +17,7 @@ int default_reader_threads(int local_ranks);
 
 struct LoadOptions {
   size_t ring_buffers = 0;              ///< pinned host buffers; 0: 2 per reader thread
-  size_t ring_buffer_bytes = 8u << 20;  ///< bytes each (a read of an uncompressed tensor is this minus 8 KiB)
+  size_t ring_buffer_bytes = 2u << 20;  ///< bytes each (a read of an uncompressed tensor is this minus 8 KiB)
   int reader_threads = 0;               ///< 0: default_reader_threads(1); the worker passes its local ranks
   bool verify_hashes = true;             ///< XXH3 of every tensor while streaming
   bool direct_io = false;                ///< O_DIRECT reads (cold cache)
