@@ -169,6 +169,10 @@ WorkerEnv read_worker_env() {
     return w;
   }
   w.found = true;
+  if (const char* v = env("CUDA_VISIBLE_DEVICES")) {
+    const std::string list = v;
+    w.own_visible_gpu = !list.empty() && list.find(',') == std::string::npos;
+  }
   if (env("TPRUN_MASTER")) {
     w.master_addr = env("TPRUN_MASTER");
   } else if (env("MASTER_ADDR")) {

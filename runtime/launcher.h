@@ -25,6 +25,9 @@ struct WorkerEnv {
   int world_size = 1;
   int local_world_size = 1;
   std::string master_addr;       ///< HOST:PORT of rank 0's rendezvous
+  /// CUDA_VISIBLE_DEVICES lists exactly one device: the launcher gave this process its own GPU (srun
+  /// --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES), which is device 0 whatever its local rank.
+  bool own_visible_gpu = false;
 };
 WorkerEnv read_worker_env();
 

@@ -28,7 +28,7 @@ struct SessionOptions {
   int nnodes = 1;                ///< CUDA: nodes, one tprun launcher each (like torchrun --nnodes)
   int node_rank = 0;             ///< CUDA: this node's index
   std::string master_addr;       ///< CUDA: HOST:PORT of the rendezvous (rank 0's node); empty = 127.0.0.1:free port
-  int cpu_threads = 0;           ///< CPU: matmul threads per rank; 0 = max(1, hardware_concurrency / tp_size)
+  int cpu_threads = 0;           ///< CPU: matmul threads per rank; 0 = max(1, usable_cpus() / tp_size), runtime/cpu_budget.h
   bool quiet = false;            ///< do not print the "backend" line on stderr
 };
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "runtime/cpu_budget.h"
+
 namespace tpshard {
 
 namespace {
@@ -29,8 +31,7 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::default_threads_per_rank(int tp_size) {
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, hw / std::max(1, tp_size));
+  return std::max(1, usable_cpus() / std::max(1, tp_size));  // affinity mask and cgroup quota, not the machine
 }
 
 void ThreadPool::worker_loop(int index) {

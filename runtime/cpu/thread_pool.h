@@ -1,5 +1,5 @@
 // thread_pool.h: a small fixed pool of worker threads for the CPU backend's big loops (matrix products,
-// attention). Each tp rank owns one pool; keep tp_size * pool threads <= hardware_concurrency.
+// attention). Each tp rank owns one pool; keep tp_size * pool threads <= usable_cpus().
 // Owns: parallel_for only (no task queue, no futures).
 #pragma once
 #include <condition_variable>
@@ -27,7 +27,7 @@ class ThreadPool {
   /// is rethrown here (the first one).
   void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
-  /// Threads per rank for tp_size ranks in one process: max(1, hardware_concurrency / tp_size).
+  /// Threads per rank for tp_size ranks in one process: max(1, usable_cpus() / tp_size) (runtime/cpu_budget.h).
   static int default_threads_per_rank(int tp_size);
 
  private:

@@ -78,6 +78,8 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e == cudaSuccess && count > 0 && tuning().share_gpus) device_ = env_.local_rank % count;  // tests only
+  // One GPU per process (srun --gpus-per-task=1): its only visible device, whatever the local rank.
+  if (e == cudaSuccess && count == 1 && env_.own_visible_gpu) device_ = 0;
   if (e != cudaSuccess || device_ >= count) {
     (void)cudaGetLastError();
     throw Error("rank " + std::to_string(env_.rank) + ": needs GPU " + std::to_string(env_.local_rank) +

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/cpu_budget.h"
 #include "runtime/cuda/byte_planes.cuh"
 #include "runtime/cuda/check.h"
 
@@ -422,8 +423,7 @@ class Loader {
 }  // namespace
 
 int default_reader_threads(int local_ranks) {
-  const int hw = std::max(1u, std::thread::hardware_concurrency());
-  return std::clamp(hw / std::max(1, local_ranks), 2, 32);
+  return std::clamp(usable_cpus() / std::max(1, local_ranks), 2, 32);  // affinity mask and cgroup quota
 }
 
 WeightArena::WeightArena(const ShardReader& shard, const LoadOptions& opts, LoadReport* report)

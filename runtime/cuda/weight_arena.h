@@ -12,7 +12,7 @@
 namespace tpshard::cuda {
 
 /// Reader threads for one of `local_ranks` ranks loading at once on this host: the hardware threads
-/// shared out (hardware_concurrency / local_ranks), at least 2, at most 32.
+/// shared out (usable_cpus() / local_ranks, runtime/cpu_budget.h), at least 2, at most 32.
 int default_reader_threads(int local_ranks);
 
 struct LoadOptions {

@@ -240,6 +240,10 @@ TEST_CASE("[cpu] worker environment of each launcher") {
     CHECK(w.source == "srun");
     CHECK(w.world_size == 2);
     CHECK(w.master_addr.empty());  // multi-node unknown: the worker asks for TPRUN_MASTER
+    e.set("CUDA_VISIBLE_DEVICES", "3");  // srun --gpus-per-task=1: this task's one GPU
+    CHECK(read_worker_env().own_visible_gpu);
+    e.set("CUDA_VISIBLE_DEVICES", "0,1");
+    CHECK_FALSE(read_worker_env().own_visible_gpu);
   }
   {
     ScopedEnv e;
