@@ -390,7 +390,8 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     }
   }
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                        "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json"}) {
+                        "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json",
+                        "chat_template.jinja"}) {  // transformers 5 keeps the chat template in its own file
     const std::string src = o.hf_dir + "/" + f;
     std::error_code ec;
     if (!fs::is_regular_file(src, ec)) continue;

@@ -314,6 +314,7 @@ TEST_CASE("manifest: saved fields load back; tokenizer files are copied; shards_
   m.save(d / "hf");
   write_text(d / "hf/tokenizer.json", "{\"model\": {}}");
   write_text(d / "hf/generation_config.json", "{\"eos_token_id\": [0, 5], \"bos_token_id\": 0}");
+  write_text(d / "hf/chat_template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
   const ConvertResult res = convert_checkpoint(opts(d / "hf", d / "out", {1, 4}));
   const Manifest a = res.manifest, b = load_manifest(d / "out");
   CHECK(b.format_version == 1);
@@ -325,8 +326,9 @@ TEST_CASE("manifest: saved fields load back; tokenizer files are copied; shards_
   CHECK(b.source[0].xxh3 != 0);
   CHECK(b.model.eos_token_ids == std::vector<int64_t>{0, 5});  // generation_config.json wins
   CHECK(model_config_to_json(b.model) == model_config_to_json(a.model));
-  CHECK(b.tokenizer_files == std::vector<std::string>{"tokenizer.json", "generation_config.json"});
+  CHECK(b.tokenizer_files == std::vector<std::string>{"tokenizer.json", "generation_config.json", "chat_template.jinja"});
   CHECK(fs::exists(d / "out/tokenizer.json"));
+  CHECK(fs::exists(d / "out/chat_template.jinja"));
   for (int tp : {1, 4})
     for (int r = 0; r < tp; ++r) {
       CHECK(b.shards.at(tp)[r].file == "tp" + std::to_string(tp) + "/rank" + std::to_string(r) + ".tps");

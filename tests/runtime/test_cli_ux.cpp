@@ -340,3 +340,22 @@ TEST_CASE("tprun --device cuda with no usable GPU says so and hints --device cpu
   CHECK_MESSAGE(a.code == 0, a.err);
   CHECK(a.err.find("backend cpu") != std::string::npos);
 }
+
+TEST_CASE("tprun without --tp: tp 1 when converted, else the only tp size (named), else a usage error listing them") {
+  const std::string base = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-default-tp";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  for (const std::string& tps : {std::string("2"), std::string("2,4")}) {
+    const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR +
+                            "/stories260K -o " + base + "/tp" + tps + " --tp " + tps + " -q >/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  }
+  const UxRun one = run_tprun(base + "/tp2 --device cpu generate --prompt Once --max-new-tokens 3");
+  CHECK(one.code == 0);
+  CHECK(one.err.find("tprun: --tp not given: using tp 2, the only tp size of " + base + "/tp2\n") != std::string::npos);
+  CHECK(one.err.find("tp_size 2") != std::string::npos);
+  const UxRun two = run_tprun(base + "/tp2,4 --device cpu generate --prompt Once --max-new-tokens 3");
+  CHECK(two.code == 2);
+  CHECK(two.err == "error: " + base + "/tp2,4 has no tp 1 layout, and several others (tp 2, 4): --tp is needed\n"
+                   "hint: pass --tp with one of 2, 4 (tp 2, 4)\n");
+}

@@ -5,10 +5,12 @@
 // and tprun's own UsageError: a missing or conflicting option) exit 2; --help / --version exit 0.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <new>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -63,6 +65,37 @@ void add_bench_load_unavailable(CLI::App& app, tpshard::tprun::GlobalOptions& g)
   });
 }
 #endif
+
+/// --tp when it is not given: 1 when the model has that layout (at --pp), else its only tp size (named on
+/// stderr); several and no tp 1: a usage error listing them. A directory without a readable manifest
+/// keeps 1 (the session names the problem).
+int default_tp_size(const std::string& model_dir, int pp_size, bool say) {
+  tpshard::Manifest m;
+  try {
+    m = tpshard::load_manifest(model_dir);
+  } catch (const std::exception&) {
+    return 1;
+  }
+  std::vector<int> sizes;
+  if (pp_size == 1) {
+    for (const auto& kv : m.shards) sizes.push_back(kv.first);
+  } else {
+    for (const auto& kv : m.pp_shards)
+      if (kv.first.first == pp_size) sizes.push_back(kv.first.second);
+  }
+  if (sizes.empty() || std::find(sizes.begin(), sizes.end(), 1) != sizes.end()) return 1;
+  if (sizes.size() == 1) {
+    if (say)
+      std::fprintf(stderr, "tprun: --tp not given: using tp %d, the only tp size of %s%s\n", sizes[0], model_dir.c_str(),
+                   pp_size > 1 ? (" at pp " + std::to_string(pp_size)).c_str() : "");
+    return sizes[0];
+  }
+  std::string list;
+  for (int t : sizes) list += (list.empty() ? "" : ", ") + std::to_string(t);
+  throw tpshard::tprun::UsageError(model_dir + " has no tp 1 layout" + (pp_size > 1 ? " at pp " + std::to_string(pp_size) : std::string()) +
+                       ", and several others (tp " + list + "): --tp is needed",
+                   "pass --tp with one of " + list + " (" + tpshard::manifest_layouts_text(m) + ")");
+}
 
 }  // namespace
 
@@ -121,6 +154,8 @@ int main(int argc, char** argv) {
     const bool worker = env.found;  // workers are stopped by their launcher
     g.primary_process = !worker || (env.source != "tprun" && env.rank == 0);
     g.checked_by_launcher = worker && env.source == "tprun";
+    if (app.get_option("--tp")->count() == 0)
+      g.session.tp_size = default_tp_size(g.session.model_dir, g.session.pp_size, !worker);
     // Missing inputs, unwritable outputs, bad option combinations: fail in seconds, not after loading.
     for (const auto& check : g.preflight) check();
     if (g.session.dp_size > 1 && !g.resumable_job)
