@@ -18,6 +18,14 @@
 
 namespace tpshard {
 
+std::string backends_built_in() {
+#if TPSHARD_HAVE_CUDA
+  return "backends: cpu (fp32), cuda (" + cuda::cuda_build_info() + ")";
+#else
+  return "backends: cpu (fp32); cuda not built in (configure with -DTPSHARD_CUDA=ON where the CUDA toolkit is)";
+#endif
+}
+
 Device resolve_device(Device d) {
 #if TPSHARD_HAVE_CUDA
   // --device cuda with no usable GPU at all: say so here, before the launcher starts one worker per rank

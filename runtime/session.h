@@ -7,10 +7,15 @@
 // mpirun, srun or torchrun); it runs the function for its own rank only.
 #pragma once
 #include <functional>
+#include <string>
 
 #include "runtime/session_types.h"
 
 namespace tpshard {
+
+/// The backends of this build, one line: "backends: cpu (fp32), cuda (CUDA runtime 13.0, NCCL 2.27.3,
+/// sm_90)" or "backends: cpu (fp32); cuda not built in". Creates no CUDA context.
+std::string backends_built_in();
 
 /// Auto -> Cuda when this build has CUDA and a device is visible, else Cpu; other values unchanged.
 /// Cuda in a CUDA build that sees no usable GPU: Error (hint: --device cpu or auto).

@@ -4,6 +4,7 @@
 #include "runtime/cuda/cuda_session.h"
 
 #include <fcntl.h>
+#include <nccl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,13 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+std::string cuda_build_info() {
+  const int nccl = NCCL_VERSION_CODE;  // major * 10000 + minor * 100 + patch (NCCL >= 2.9)
+  return "CUDA runtime " + std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
+         ", NCCL " + std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
+         std::to_string(nccl % 100) + ", built for sm_" TPSHARD_CUDA_ARCHS;
 }
 
 double worker_timeout_s() { return tuning().nccl_timeout_s; }

@@ -2,6 +2,7 @@
 // here. Compiled only with CUDA.
 #pragma once
 #include <functional>
+#include <string>
 
 #include "runtime/session_types.h"
 
@@ -9,6 +10,9 @@ namespace tpshard::cuda {
 
 /// Number of visible CUDA devices; 0 when there is no driver or no device (never throws).
 int cuda_device_count();
+
+/// "CUDA runtime 13.0, NCCL 2.27.3, built for sm_90": the versions this build was compiled with.
+std::string cuda_build_info();
 
 /// Run fn for this worker process's own rank: read rank / local rank / world size from the
 /// environment (tprun launcher's TPRUN_*, torchrun's RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,

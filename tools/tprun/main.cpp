@@ -17,9 +17,11 @@
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
+#include "tools/version_text.h"
 #include "model/manifest.h"
 #include "format/error.h"
 #include "runtime/launcher.h"
+#include "runtime/session.h"
 #include "tools/tprun/commands.h"
 
 namespace {
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tprun: run a tpshard-converted model with tensor parallelism (CPU threads or CUDA + NCCL)"};
   app.formatter(std::make_shared<tpshard::cli::UsageFormatter>("tprun MODEL_DIR [OPTIONS]"));
   app.set_help_all_flag("--help-all", "help for every subcommand");
-  app.set_version_flag("--version", tpshard::tool_version());
+  app.set_version_flag("--version", tpshard::version_text(tpshard::backends_built_in()));
   GlobalOptions g;
   std::string device = "auto";
   bool no_verify = false;

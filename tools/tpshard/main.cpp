@@ -10,6 +10,7 @@
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
+#include "tools/version_text.h"
 #include "convert/fs_util.h"
 #include "format/error.h"
 #include "model/parallel_layout.h"
@@ -18,7 +19,7 @@
 int main(int argc, char** argv) {
   using namespace tpshard;
   CLI::App app{"tpshard: convert Hugging Face checkpoints into per-rank tensor-parallel shards"};
-  app.set_version_flag("--version", tool_version());
+  app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
 
   ConvertOptions copt;
