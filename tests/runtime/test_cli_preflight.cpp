@@ -167,6 +167,22 @@ TEST_CASE("tprun generate --input --on-bad-record skip: bad lines reported once,
   CHECK(lines == 2);
 }
 
+TEST_CASE("tprun generate --input with nothing to run (an empty file, or every record skipped) fails before loading") {
+  const std::string m = pf_model_dir();
+  const std::string tmp = pf_fresh_dir("cli-preflight-nothing");
+  pf_write(tmp + "/empty.jsonl", "\n  \n");
+  check_preflight_error(pf_tprun(m + " --tp 2 --device cpu generate --input empty.jsonl --output out.jsonl", tmp), "",
+                        "empty.jsonl: no prompt to generate for: the file has no records",
+                        "give one JSON object per line, e.g. {\"prompt\": \"Once upon a time\"}");
+  pf_write(tmp + "/bad.jsonl", "{\"id\": 1, \"prompt\": \"hi\", \"top_p\": 3}\n");
+  check_preflight_error(
+      pf_tprun(m + " --tp 2 --device cpu generate --input bad.jsonl --output out.jsonl --on-bad-record skip", tmp),
+      "warning: bad.jsonl:1: top_p 3.000000 is outside (0, 1] (skipped)\n",
+      "bad.jsonl: no prompt to generate for: all 1 records were skipped as bad (warnings above)",
+      "fix the records, or drop --on-bad-record skip to stop at the first bad one");
+  CHECK_FALSE(std::filesystem::exists(tmp + "/out.jsonl"));
+}
+
 TEST_CASE("tprun generate --prompt: max_new_tokens beyond the model's context fails before loading, "
           "without hinting --max-seq-len") {
   const std::string m = pf_model_dir();

@@ -204,8 +204,17 @@ void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
   const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
   const bool jsonl = !o.input.empty();
   if (jsonl) {
-    eval::read_generate_jsonl(o.input, *m.tokenizer, o.params, m.max_seq_len, m.model_seq_limit,
-                              eval::parse_bad_record_policy(o.on_bad_record), g.primary_process);
+    const eval::JsonlRequests req = eval::read_generate_jsonl(o.input, *m.tokenizer, o.params, m.max_seq_len,
+                                                              m.model_seq_limit,
+                                                              eval::parse_bad_record_policy(o.on_bad_record),
+                                                              g.primary_process);
+    // Nothing to run is a failed job, not a silent success (before any weight loads).
+    TPS_CHECK(!req.items.empty(),
+              o.input + ": no prompt to generate for: " +
+                  (req.skipped > 0 ? "all " + std::to_string(req.skipped) + " records were skipped as bad (warnings above)"
+                                   : std::string("the file has no records")),
+              req.skipped > 0 ? "fix the records, or drop --on-bad-record skip to stop at the first bad one"
+                              : "give one JSON object per line, e.g. {\"prompt\": \"Once upon a time\"}");
     return;
   }
   for (size_t i = 0; i < o.prompts.size(); ++i) {
