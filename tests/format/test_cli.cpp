@@ -510,3 +510,42 @@ TEST_CASE("tpshard plan from a Hugging Face directory or a bare config.json, at 
   CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 100000 --max-seq 64 --gpu-mem 0.5", log) == 1);
   CHECK(read_text(log).find("hint: use --batch ") != std::string::npos);
 }
+
+TEST_CASE("tpshard convert / plan ORG/NAME[@REVISION]: the snapshot of the local Hugging Face cache, symlinks to blobs as "
+          "huggingface_hub writes them; a repo or revision not cached is named with the download command") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  // CACHE/models--org--tiny-llama: blobs/, refs/main -> commit, snapshots/COMMIT/FILE -> ../../blobs/FILE
+  const fs::path repo = fs::path(d / "hub") / "models--org--tiny-llama";
+  const std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(repo / "refs");
+  fs::create_directories(repo / "snapshots" / commit);
+  for (const auto& e : fs::directory_iterator(d / "hf")) {
+    const std::string name = e.path().filename().string();
+    fs::copy_file(e.path(), repo / "blobs" / ("blob-" + name));
+    fs::create_symlink(fs::path("../../blobs") / ("blob-" + name), repo / "snapshots" / commit / name);
+  }
+  write_text((repo / "refs" / "main").string(), commit);
+  const std::string env = "HF_HUB_CACHE=" + (d / "hub") + " ";
+  const std::string log = d / "log.txt";
+  auto run = [&](const std::string& args) {
+    const std::string cmd = env + std::string(TPSHARD_BIN) + " " + args + " >" + log + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  REQUIRE(run("convert org/tiny-llama -o " + (d / "out") + " --tp 1,2") == 0);
+  CHECK(read_text(log).find("org/tiny-llama is " + (repo / "snapshots" / commit).string() + " (Hugging Face cache)") !=
+        std::string::npos);
+  CHECK(load_manifest(d / "out").shards.count(2) == 1);
+  REQUIRE(run("convert org/tiny-llama@" + commit + " -o " + (d / "out2") + " --tp 1") == 0);  // a commit hash
+  CHECK(run("plan org/tiny-llama --tp 2 --batch 2 --max-seq 16") == 0);
+  CHECK(run("convert org/tiny-llama@v9 -o " + (d / "out3")) == 1);
+  CHECK(read_text(log) == "error: org/tiny-llama@v9: revision v9 is not in the Hugging Face cache (" + repo.string() +
+                              " has no refs/v9 or snapshots/v9)\nhint: download it first, e.g. `hf download "
+                              "org/tiny-llama --revision v9` (huggingface_hub), or pass the model's local directory\n");
+  CHECK(run("convert other/model -o " + (d / "out3")) == 1);
+  CHECK(read_text(log).find("other/model: not a local directory, and not in the Hugging Face cache") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "out3"));
+}

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "convert/hub_cache.h"
 #include "convert/progress.h"
 #include "format/error.h"
 #include "format/hash.h"
@@ -55,7 +56,11 @@ void check_hf_dir(const std::string& hf_dir) {
 
 }  // namespace
 
-int run_convert(const ConvertOptions& opt) {
+int run_convert(const ConvertOptions& options) {
+  ConvertOptions opt = options;
+  opt.hf_dir = resolve_model_source(options.hf_dir);  // a repo id: its snapshot in the hub cache
+  if (opt.hf_dir != options.hf_dir)
+    std::fprintf(stderr, "tpshard convert: %s is %s (Hugging Face cache)\n", options.hf_dir.c_str(), opt.hf_dir.c_str());
   check_hf_dir(opt.hf_dir);
   TPS_CHECK(!opt.out_dir.empty(), "convert --out: empty path", "give the directory to write, e.g. -o models/NAME");
   // The tokenizer files are copied as they are: load them first, so a corrupt one fails before any work.

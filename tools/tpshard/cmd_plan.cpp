@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "convert/hub_cache.h"
 #include "convert/progress.h"
 #include "format/error.h"
 #include "model/memory_plan.h"
@@ -29,9 +30,10 @@ DType config_dtype(const ModelConfig& c, const std::string& dtype_opt) {
 
 }  // namespace
 
-int run_plan(const std::string& dir, int tp_size, int pp_size, int64_t batch, int64_t max_seq, double gpu_gib,
+int run_plan(const std::string& model_source, int tp_size, int pp_size, int64_t batch, int64_t max_seq, double gpu_gib,
              const std::string& dtype_opt) {
   namespace fs = std::filesystem;
+  const std::string dir = resolve_model_source(model_source);  // a repo id: its snapshot in the hub cache
   std::error_code ec;
   const bool converted = fs::exists(fs::path(dir) / "manifest.json", ec);
   const bool config_file = !converted && fs::is_regular_file(dir, ec);

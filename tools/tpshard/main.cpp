@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   ConvertOptions copt;
   std::string compress = "none";
   auto* convert = app.add_subcommand("convert", "HF checkpoint -> OUT/{manifest.json, tpN/rankR.tps}");
-  convert->add_option("hf_dir", copt.hf_dir, "Hugging Face model directory (config.json + *.safetensors)")->required();  // checked by run_convert: a missing directory is an error (exit 1), as in inspect / verify / tprun
+  convert->add_option("hf_dir", copt.hf_dir,
+                      "Hugging Face model directory (config.json + *.safetensors), or a repo id ORG/NAME[@REVISION] "
+                      "of the local hub cache")->required();  // checked by run_convert: a missing directory is an error (exit 1), as in inspect / verify / tprun
   convert->add_option("-o,--out", copt.out_dir, "output directory (must not exist unless --force)")->required();
   std::vector<std::string> tp_lists;  // "1,2" items; split after parsing (CLI11's delimiter drops "2,,4"'s empty item)
   convert->add_option("--tp", tp_lists, "tp sizes to produce, comma separated")->default_str("1")
@@ -66,10 +68,11 @@ int main(int argc, char** argv) {
   std::string plan_dtype;
   auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace");
   plan->add_option("MODEL_DIR", model_dir,
-                   "directory written by tpshard convert, or (before converting) a Hugging Face directory or a config.json")
+                   "directory written by tpshard convert, or (before converting) a Hugging Face directory, its repo id "
+                   "ORG/NAME[@REVISION] in the local hub cache, or a config.json")
       ->required();
   plan->add_option("--tp", tp, "tp size")->required()->check(tpshard::cli::positive_for(tp));
-  plan->add_option("--pp", pp, "pipeline stages (Hugging Face directory or config.json only)")
+  plan->add_option("--pp", pp, "pipeline stages (a converted directory: a layout it holds)")
       ->check(tpshard::cli::positive_for(pp));
   plan->add_option("--dtype", plan_dtype, "stored dtype to plan for (Hugging Face directory or config.json; default its torch_dtype)")
       ->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}));
