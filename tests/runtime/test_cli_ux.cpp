@@ -361,3 +361,12 @@ TEST_CASE("tprun without --tp: tp 1 when converted, else the only tp size (named
   CHECK(two.err == "error: " + base + "/tp2,4 has no tp 1 layout, and several others (tp 2, 4): --tp is needed\n"
                    "hint: pass --tp with one of 2, 4 (tp 2, 4)\n");
 }
+
+TEST_CASE("tprun SUBCOMMAND --help without a model directory prints that subcommand's help") {
+  for (const std::string sub : {"generate", "logits"}) {
+    const UxRun r = run_tprun(sub + " --help");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("\nUsage: tprun MODEL_DIR " + sub + " [OPTIONS]") != std::string::npos);
+    CHECK(r.out.find("MODEL_DIR TEXT REQUIRED") == std::string::npos);  // not the top-level help
+  }
+}

@@ -178,6 +178,18 @@ int main(int argc, char** argv) {
     }
   });
 
+  // `tprun SUBCOMMAND --help` (no model directory yet): the subcommand's help, not the top-level one
+  // (CLI11 would take the subcommand's name as MODEL_DIR).
+  if (argc >= 3) {
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() != argv[1]) continue;
+      for (int i = 2; i < argc; ++i)
+        if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+          std::printf("%s", sub->help("tprun MODEL_DIR").c_str());
+          return 0;
+        }
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
