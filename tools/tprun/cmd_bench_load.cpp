@@ -349,6 +349,10 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   // Without a GPU, say so before the launcher or CudaWorker answer with rank / process-count messages.
   g.preflight.push_back([sub, &g] {
     if (!sub->parsed()) return;
+    if (g.session.pp_size > 1 || g.session.dp_size > 1)
+      throw UsageError("bench-load --pp " + std::to_string(g.session.pp_size) + " --dp " +
+                           std::to_string(g.session.dp_size) + ": bench-load measures one tensor-parallel group",
+                       "run it with --tp only (a stage's shard loads the same way as a tp rank's)");
     if (g.session.device == Device::Cpu)
       throw_bench_load_needs_gpu("--device cpu selects the CPU backend, which has no bench-load");
     if (resolve_device(Device::Auto) != Device::Cuda) {
