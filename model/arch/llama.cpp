@@ -33,9 +33,12 @@ void set_sliding_window(ModelConfig& c, int64_t window, const std::vector<bool>&
   for (bool s : sliding) c.layer_windows.push_back(s ? window : 0);
 }
 
-std::vector<OutputTensor> plan(const ModelConfig& c) {
+std::vector<OutputTensor> plan(const ModelConfig& c) { return plan_block(c, Projections::Separate); }
+
+std::vector<OutputTensor> plan_block(const ModelConfig& c, Projections projections) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim;
   const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+  const bool fused = projections == Projections::Fused;
   using R = TensorRole;
   using T = Transform;
   std::vector<OutputTensor> v;
@@ -44,15 +47,23 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.", m = p + "mlp.";
     add_tensor(v, R::AttnNormWeight, l, {p + "input_layernorm.weight"}, {{H}}, T::Replicate);
-    add_tensor(v, R::AttnQkvWeight, l, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-               {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, T::LlamaQkv);
+    if (fused) {
+      add_tensor(v, R::AttnQkvWeight, l, {a + "qkv_proj.weight"}, {{q_rows + 2 * kv_rows, H}}, T::PackedQkv);
+    } else {
+      add_tensor(v, R::AttnQkvWeight, l, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+                 {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, T::LlamaQkv);
+    }
     if (c.attention_bias)
       add_tensor(v, R::AttnQkvBias, l, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
                  {{q_rows}, {kv_rows}, {kv_rows}}, T::LlamaQkv);
     add_tensor(v, R::AttnOutputWeight, l, {a + "o_proj.weight"}, {{H, q_rows}}, T::ColsSplit);
     if (c.attention_out_bias) add_tensor(v, R::AttnOutputBias, l, {a + "o_proj.bias"}, {{H}}, T::Replicate);
     add_tensor(v, R::FfnNormWeight, l, {p + "post_attention_layernorm.weight"}, {{H}}, T::Replicate);
-    add_tensor(v, R::FfnGateUpWeight, l, {m + "gate_proj.weight", m + "up_proj.weight"}, {{I, H}, {I, H}}, T::GateUp);
+    if (fused) {
+      add_tensor(v, R::FfnGateUpWeight, l, {m + "gate_up_proj.weight"}, {{2 * I, H}}, T::PackedGateUp);
+    } else {
+      add_tensor(v, R::FfnGateUpWeight, l, {m + "gate_proj.weight", m + "up_proj.weight"}, {{I, H}, {I, H}}, T::GateUp);
+    }
     if (c.mlp_bias)
       add_tensor(v, R::FfnGateUpBias, l, {m + "gate_proj.bias", m + "up_proj.bias"}, {{I}, {I}}, T::GateUp);
     add_tensor(v, R::FfnDownWeight, l, {m + "down_proj.weight"}, {{H, I}}, T::ColsSplit);

@@ -1,5 +1,6 @@
 // llama_family.h: the block shared by the Llama-style architectures (llama.cpp, mistral.cpp, qwen2.cpp):
-// RMSNorm, full rotary, gated silu MLP, separate q/k/v projections fused per rank.
+// RMSNorm, full rotary, gated silu MLP; q/k/v and gate/up stored separately (Llama, Mistral, Qwen2) or fused
+// (phi3.cpp), either way fused per rank.
 #pragma once
 #include <string>
 #include <vector>
@@ -25,7 +26,16 @@ void parse_llama_biases(const nlohmann::json& j, ModelConfig& c, const std::stri
 /// window >= max_position_embeddings (it never limits attention) or no layer slides.
 void set_sliding_window(ModelConfig& c, int64_t window, const std::vector<bool>& sliding);
 
-/// Tensors under model.* and lm_head.weight (HF LlamaForCausalLM names).
+/// How a Llama-style checkpoint stores its q/k/v and gate/up projections.
+enum class Projections {
+  Separate,  ///< q_proj, k_proj, v_proj; gate_proj, up_proj (Llama, Mistral, Qwen2), with optional biases
+  Fused,     ///< qkv_proj [q | k | v]; gate_up_proj [gate | up] (Phi-3), no biases
+};
+
+/// Tensors under model.* and lm_head.weight (HF LlamaForCausalLM names, projections stored as given).
+std::vector<OutputTensor> plan_block(const ModelConfig& c, Projections projections);
+
+/// plan_block(c, Projections::Separate).
 std::vector<OutputTensor> plan(const ModelConfig& c);
 
 /// No architecture-specific buffers.
