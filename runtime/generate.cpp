@@ -1,12 +1,15 @@
 // generate.cpp: continuous batching over kv_cache slots. Each loop iteration either prefills the
 // requests just admitted into free slots (prompt pieces of at most kMaxPrefillTokens per forward) or
 // runs one decode step for every active request; a finished request frees its slot for the next
-// waiting one. Every decision depends only on the logits (identical on all ranks) and on counters, so
+// waiting one. Requests whose prompts start with the same tokens (few-shot examples, a system prompt)
+// are grouped: the common prefix is prefilled once into a slot of its own, which every member reads
+// (SeqChunk::prefix_slot) and only the members' suffixes are prefilled. Every decision depends only on the logits (identical on all ranks) and on counters, so
 // all ranks stay in lockstep and results do not depend on how requests were batched.
 #include "runtime/generate.h"
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <deque>
 #include <memory>
 #include <set>
@@ -63,6 +66,9 @@ namespace {
 /// Prompt tokens fed per forward at most (longer prompts are prefilled in pieces).
 constexpr int64_t kMaxPrefillTokens = 2048;
 
+/// Fewest common prompt tokens worth a kv_cache slot of their own (shorter prefixes are prefilled per request).
+constexpr size_t kMinSharedPrefix = 16;
+
 using Clock = std::chrono::steady_clock;
 
 /// The RNG stream of a request: keyed by its id when it has one, so a resumed or re-batched job draws
@@ -71,9 +77,19 @@ uint64_t rng_stream(const GenerationRequest& r, size_t index) {
   return r.id.empty() ? index : xxh3_64(r.id.data(), r.id.size());
 }
 
+/// A prompt prefix common to several requests, prefilled once into its own kv_cache slot.
+struct SharedPrefix {
+  size_t length = 0;        ///< tokens (the first `length` of each member's prompt)
+  size_t first_member = 0;  ///< a member's request index (the tokens are its prompt's first `length`)
+  int members_left = 0;     ///< members not finished yet; the slot is freed when none is left
+  int slot = -1;            ///< kv_cache slot while in use, -1 before and after
+  size_t prefilled = 0;     ///< tokens already in that slot
+};
+
 struct Active {
   size_t req = 0;           ///< index into requests
   int slot = 0;
+  int prefix = -1;          ///< index into prefixes_, -1: none
   size_t prefilled = 0;     ///< prompt tokens already in the kv_cache
   std::vector<int32_t> output;
   std::unique_ptr<StreamDecoder> decoder;
@@ -95,8 +111,18 @@ class Generator {
 
  private:
   void validate() const;
+  /// Groups the requests by common prompt prefix (prefixes_, prefix_of_) and queues them group by group.
+  void plan_prefixes();
   void admit();
+  /// Frees a's slot, and its prefix's slot when a was the prefix's last member.
+  void release(const Active& a);
   bool needs_logits(const Active& a) const;
+  /// Points c at a's shared prefix, when it has one.
+  void set_prefix(const Active& a, SeqChunk* c) const {
+    if (a.prefix < 0) return;
+    c->prefix_slot = prefixes_[a.prefix].slot;
+    c->prefix_len = static_cast<int>(prefixes_[a.prefix].length);
+  }
   void step_prefill();
   void step_decode();
   /// Choose the next token of `a` from its logits row (or the runner's argmax), then finish or stream.
@@ -112,6 +138,8 @@ class Generator {
   std::set<int32_t> eos_;
   std::vector<GenerationResult> results_;
   std::deque<size_t> waiting_;
+  std::vector<SharedPrefix> prefixes_;
+  std::vector<int> prefix_of_;  ///< per request: index into prefixes_, -1: none
   std::vector<std::unique_ptr<Active>> active_;
   std::vector<int> free_slots_;
   GenerationStats stats_;
@@ -122,23 +150,101 @@ void Generator::validate() const {
   for (const GenerationRequest& r : requests_) check_request(r, runner_.max_seq_len(), "request " + r.id, model_seq_limit(runner_.config()));
 }
 
+/// Longest common prefix of a and b, leaving each at least its last token (which must be fed to get
+/// its first logits).
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t limit = std::min(a.size(), b.size()) - 1;  // prompts are never empty (validate)
+  size_t n = 0;
+  while (n < limit && a[n] == b[n]) ++n;
+  return n;
+}
+
+void Generator::plan_prefixes() {
+  const size_t n = requests_.size();
+  prefix_of_.assign(n, -1);
+  std::vector<size_t> sorted(n);
+  std::iota(sorted.begin(), sorted.end(), 0);
+  if (runner_.max_batch() >= 2) {  // a prefix needs a slot besides its members'
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [&](size_t a, size_t b) { return requests_[a].prompt_ids < requests_[b].prompt_ids; });
+    // In sorted order the common prefix of a run is the least common prefix of neighbours; a run grows
+    // while that stays >= kMinSharedPrefix.
+    for (size_t begin = 0; begin < n;) {
+      size_t end = begin + 1, length = SIZE_MAX;
+      while (end < n) {
+        const size_t l = std::min(length, common_prefix(requests_[sorted[end - 1]].prompt_ids, requests_[sorted[end]].prompt_ids));
+        if (l < kMinSharedPrefix) break;
+        length = l;
+        ++end;
+      }
+      if (end - begin >= 2) {
+        SharedPrefix p;
+        p.length = length;
+        p.first_member = sorted[begin];
+        p.members_left = static_cast<int>(end - begin);
+        for (size_t i = begin; i < end; ++i) prefix_of_[sorted[i]] = static_cast<int>(prefixes_.size());
+        prefixes_.push_back(p);
+      }
+      begin = end;
+    }
+  }
+  // Queue order: groups (and requests without one) by their first request, members in request order.
+  std::vector<std::vector<size_t>> units;
+  std::vector<int> unit_of_prefix(prefixes_.size(), -1);
+  for (size_t i = 0; i < n; ++i) {
+    const int p = prefix_of_[i];
+    if (p < 0) {
+      units.push_back({i});
+    } else {
+      if (unit_of_prefix[p] < 0) {
+        unit_of_prefix[p] = static_cast<int>(units.size());
+        units.emplace_back();
+      }
+      units[unit_of_prefix[p]].push_back(i);
+    }
+  }
+  for (const auto& u : units) waiting_.insert(waiting_.end(), u.begin(), u.end());
+}
+
 void Generator::admit() {
   while (!free_slots_.empty() && !waiting_.empty()) {
+    const size_t req = waiting_.front();
+    const int p = prefix_of_[req];
+    if (p >= 0 && prefixes_[p].slot < 0) {  // the group's first member: its prefix needs a slot too
+      if (free_slots_.size() < 2) break;
+      prefixes_[p].slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
     auto a = std::make_unique<Active>();
-    a->req = waiting_.front();
+    a->req = req;
     waiting_.pop_front();
     a->slot = free_slots_.back();
     free_slots_.pop_back();
+    a->prefix = p;
+    if (p >= 0) {
+      a->prefilled = prefixes_[p].length;
+      stats_.shared_prefix_tokens += static_cast<int64_t>(prefixes_[p].length);
+    }
     a->decoder = std::make_unique<StreamDecoder>(tok_, true);
     a->decoder->prime(requests_[a->req].prompt_ids);  // output text continues the prompt's (leading space kept)
     results_[a->req].id = requests_[a->req].id;
     results_[a->req].prompt_tokens = static_cast<int>(requests_[a->req].prompt_ids.size());
     if (requests_[a->req].params.max_new_tokens == 0) {
       finish(*a, "length");
-      free_slots_.push_back(a->slot);
+      release(*a);
       continue;
     }
     active_.push_back(std::move(a));
+  }
+}
+
+void Generator::release(const Active& a) {
+  free_slots_.push_back(a.slot);
+  if (a.prefix < 0) return;
+  SharedPrefix& p = prefixes_[a.prefix];
+  if (--p.members_left == 0) {
+    free_slots_.push_back(p.slot);
+    p.slot = -1;
   }
 }
 
@@ -150,28 +256,49 @@ bool Generator::needs_logits(const Active& a) const {
 
 void Generator::step_prefill() {
   std::vector<SeqChunk> chunks;
-  std::vector<Active*> owners;
+  std::vector<Active*> owners;  // nullptr: a shared prefix's chunk
   int64_t budget = kMaxPrefillTokens;
+  // Shared prefixes first; a member's suffix waits until its prefix is complete before this step (no
+  // chunk may read a prefix that the same forward() writes).
+  std::vector<bool> prefix_ready(prefixes_.size());
+  for (size_t i = 0; i < prefixes_.size(); ++i) prefix_ready[i] = prefixes_[i].prefilled == prefixes_[i].length;
+  for (SharedPrefix& p : prefixes_) {
+    if (p.slot < 0 || p.prefilled == p.length || budget == 0) continue;
+    const auto& prompt = requests_[p.first_member].prompt_ids;
+    const size_t n = std::min<size_t>(p.length - p.prefilled, static_cast<size_t>(budget));
+    SeqChunk c;
+    c.slot = p.slot;
+    c.start_pos = static_cast<int>(p.prefilled);
+    c.tokens.assign(prompt.begin() + p.prefilled, prompt.begin() + p.prefilled + n);
+    chunks.push_back(std::move(c));
+    owners.push_back(nullptr);
+    budget -= static_cast<int64_t>(n);
+    p.prefilled += n;
+    stats_.prefill_tokens += static_cast<int64_t>(n);
+  }
   for (auto& a : active_) {
     const auto& prompt = requests_[a->req].prompt_ids;
     if (a->prefilled == prompt.size() || budget == 0) continue;
+    if (a->prefix >= 0 && !prefix_ready[a->prefix]) continue;
     const size_t n = std::min<size_t>(prompt.size() - a->prefilled, static_cast<size_t>(budget));
     SeqChunk c;
     c.slot = a->slot;
     c.start_pos = static_cast<int>(a->prefilled);
     c.tokens.assign(prompt.begin() + a->prefilled, prompt.begin() + a->prefilled + n);
+    set_prefix(*a, &c);
     chunks.push_back(std::move(c));
     owners.push_back(a.get());
     budget -= static_cast<int64_t>(n);
   }
   bool want_logits = false;
-  for (Active* a : owners) want_logits = want_logits || needs_logits(*a);
+  for (Active* a : owners) want_logits = want_logits || (a && needs_logits(*a));
   std::vector<float> logits(want_logits ? chunks.size() * vocab_ : 0);
   std::vector<int32_t> argmax(chunks.size());
   const auto t0 = Clock::now();
   runner_.forward(chunks, want_logits ? logits.data() : nullptr, argmax.data());
   stats_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   for (size_t i = 0; i < owners.size(); ++i) {
+    if (!owners[i]) continue;
     Active& a = *owners[i];
     a.prefilled += chunks[i].tokens.size();
     stats_.prefill_tokens += static_cast<int64_t>(chunks[i].tokens.size());
@@ -189,6 +316,7 @@ void Generator::step_decode() {
     c.start_pos = static_cast<int>(requests_[a->req].prompt_ids.size() + a->output.size() - 1);
     c.tokens = {a->output.back()};
     c.last_step = static_cast<int>(a->output.size()) + 1 >= requests_[a->req].params.max_new_tokens;
+    set_prefix(*a, &c);
     chunks.push_back(std::move(c));
     want_logits = want_logits || needs_logits(*a);
   }
@@ -270,7 +398,7 @@ void Generator::finish(Active& a, const std::string& reason) {
 
 std::vector<GenerationResult> Generator::run(GenerationStats* stats) {
   validate();
-  for (size_t i = 0; i < requests_.size(); ++i) waiting_.push_back(i);
+  plan_prefixes();
   for (int s = runner_.max_batch() - 1; s >= 0; --s) free_slots_.push_back(s);
   while (!waiting_.empty() || !active_.empty()) {
     admit();
@@ -282,7 +410,7 @@ std::vector<GenerationResult> Generator::run(GenerationStats* stats) {
     // Retire finished requests (their results are complete) and free their slots.
     for (size_t i = 0; i < active_.size();) {
       if (!results_[active_[i]->req].finish_reason.empty()) {
-        free_slots_.push_back(active_[i]->slot);
+        release(*active_[i]);
         active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
         ++i;

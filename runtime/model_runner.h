@@ -19,6 +19,12 @@ struct SeqChunk {
   /// reached). A runner that computes decode steps ahead (the CUDA runner's lookahead) skips that work.
   /// Results never depend on it.
   bool last_step = false;
+  /// Shared prefix (read-only): positions [0, prefix_len) of this sequence are the K/V that an earlier
+  /// forward() wrote to kv_cache slot prefix_slot; this chunk's slot holds the positions from prefix_len
+  /// on (at their own indices). Several sequences may name the same prefix_slot; none writes to it.
+  /// Requires prefix_slot != slot and prefix_len <= start_pos. prefix_slot -1 (prefix_len 0): none.
+  int prefix_slot = -1;
+  int prefix_len = 0;
 };
 
 /// A transformer with its shard of weights and its kv_cache, on one tp_rank. SPMD: every rank of the
@@ -35,7 +41,8 @@ class ModelRunner {
   /// Pipeline stages only: one line measuring this stage's forward() time and the part of it spent
   /// waiting for other stages (the bubble); empty otherwise.
   virtual std::string pipeline_report() const { return {}; }
-  /// Run the chunks (positions of each start at its start_pos; no chunk sees another's tokens), append
+  /// Run the chunks (positions of each start at its start_pos; no chunk sees another's tokens, except
+  /// the shared prefix it names, which no chunk of the same call may write), append
   /// their K/V to the kv_cache, and for each chunk's last token write (either output may be null):
   ///   logits [chunks.size(), vocab_size] f32 host memory, full vocabulary, vocab padding removed;
   ///   argmax [chunks.size()] token ids (greedy; lowest id wins ties).

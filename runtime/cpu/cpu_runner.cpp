@@ -3,7 +3,8 @@
 // QKV -> rotary (unless learned positions) -> causal attention over the kv_cache (windowed on local layers) -> row-parallel output (+ all_reduce, bias once) and the MLP likewise,
 // GPT-NeoX parallel or sequential residual; final norm -> vocab-parallel logits -> all_gather.
 // References: transformers' modeling_gpt_neox.py, modeling_llama.py and modeling_gpt_neo.py.
-// kv_cache: every layer keeps max_seq_len positions, local (windowed) layers too.
+// kv_cache: every layer keeps max_seq_len positions, local (windowed) layers too; a chunk with a shared
+// prefix reads the prefix's positions from the prefix's slot (SeqChunk::prefix_slot).
 // Pipeline parallelism (CpuRunnerOptions::link): the runner holds one stage's layers; forward() splits
 // the chunks into micro-batches that flow stage to stage (hidden states over the StageLink), the last
 // stage computes the logits and shares them with the other stages.
@@ -74,6 +75,8 @@ class CpuRunner final : public ModelRunner {
     int32_t id;
     int pos;
     int slot;
+    int prefix_slot;  ///< shared prefix (SeqChunk::prefix_slot), -1: none
+    int prefix_len;
   };
   void check_chunks(const std::vector<SeqChunk>& chunks) const;
   /// The chunks' tokens in order; last_row gets the row of each chunk's last token.
@@ -130,6 +133,12 @@ void CpuRunner::check_chunks(const std::vector<SeqChunk>& chunks) const {
               "cpu runner: sequence of " + std::to_string(end) + " tokens exceeds max_seq_len " +
                   std::to_string(max_seq_len_),
               "raise --max-seq-len or shorten the prompt / --max-new-tokens");
+    TPS_CHECK(ch.prefix_slot < 0 || (ch.prefix_slot < max_batch_ && ch.prefix_slot != ch.slot &&
+                                      ch.prefix_len >= 0 && ch.prefix_len <= ch.start_pos),
+              "cpu runner: shared prefix (slot " + std::to_string(ch.prefix_slot) + ", " +
+                  std::to_string(ch.prefix_len) + " positions) invalid for a chunk of slot " + std::to_string(ch.slot) +
+                  " at position " + std::to_string(ch.start_pos),
+              "this is a bug in the caller");
     for (int32_t id : ch.tokens)
       TPS_CHECK(id >= 0 && id < config_.vocab_size,
                 "cpu runner: token id " + std::to_string(id) + " outside the vocabulary [0, " +
@@ -180,6 +189,7 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
 
   // Causal attention: the query at position p sees positions 0..p of its own slot; on a local layer of
   // window w only p - w < j <= p (transformers' GPT-Neo local mask and sliding_window_overlay alike).
+  // With a shared prefix of length P, positions j < P are read from the prefix's slot.
   const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
   const int64_t first_head = mine_.heads.begin;
   const int64_t window = config_.layer_windows.empty() ? 0 : config_.layer_windows[layer];
@@ -190,11 +200,18 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
     std::vector<float> scores(max_seq_len_);
     for (int64_t i = b; i < e; ++i) {
       const int64_t t = i / hpr, j = i % hpr;
+      const TokenInfo& tk = toks[t];
       const int64_t kvh = (first_head + j) / group - first_kv_head_;
       const float* q = qkv.data() + t * qkv_cols + j * hd;
-      const int first = window > 0 ? static_cast<int>(std::max<int64_t>(0, toks[t].pos + 1 - window)) : 0;
-      attention_head(q, k_at(layer, toks[t].slot, kvh, first), v_at(layer, toks[t].slot, kvh, first),
-                     toks[t].pos + 1 - first, hd, scale, attn.data() + (t * hpr + j) * hd, scores.data());
+      const int first = window > 0 ? static_cast<int>(std::max<int64_t>(0, tk.pos + 1 - window)) : 0;
+      const int end = tk.pos + 1;
+      const int split = tk.prefix_slot >= 0 ? std::clamp(tk.prefix_len, first, end) : first;  // [first, split): prefix
+      KvSpan spans[2];
+      int n_spans = 0;
+      if (split > first)
+        spans[n_spans++] = {k_at(layer, tk.prefix_slot, kvh, first), v_at(layer, tk.prefix_slot, kvh, first), split - first};
+      if (end > split) spans[n_spans++] = {k_at(layer, tk.slot, kvh, split), v_at(layer, tk.slot, kvh, split), end - split};
+      attention_head(q, spans, n_spans, hd, scale, attn.data() + (t * hpr + j) * hd, scores.data());
     }
   });
 
@@ -228,7 +245,8 @@ void CpuRunner::mlp_block(int layer, const float* h, float* out, int64_t n) {
 std::vector<CpuRunner::TokenInfo> CpuRunner::tokens_of(const std::vector<SeqChunk>& chunks, std::vector<int64_t>* last_row) {
   std::vector<CpuRunner::TokenInfo> toks;
   for (const SeqChunk& ch : chunks) {
-    for (size_t i = 0; i < ch.tokens.size(); ++i) toks.push_back({ch.tokens[i], ch.start_pos + static_cast<int>(i), ch.slot});
+    for (size_t i = 0; i < ch.tokens.size(); ++i)
+      toks.push_back({ch.tokens[i], ch.start_pos + static_cast<int>(i), ch.slot, ch.prefix_slot, ch.prefix_len});
     last_row->push_back(static_cast<int64_t>(toks.size()) - 1);
   }
   return toks;

@@ -120,13 +120,15 @@ void gated_activation(Activation act, const float* gate_up, float* out, int64_t 
   }
 }
 
-void attention_head(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t head_dim, float scale,
-                    float* out, float* scores) {
+void attention_head(const float* q, const KvSpan* spans, int n_spans, int64_t head_dim, float scale, float* out,
+                    float* scores) {
   float max_s = -INFINITY;
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    scores[j] = dot(q, k + j * head_dim, head_dim) * scale;
-    max_s = std::max(max_s, scores[j]);
-  }
+  int64_t n_ctx = 0;
+  for (int s = 0; s < n_spans; ++s)
+    for (int64_t j = 0; j < spans[s].n; ++j, ++n_ctx) {
+      scores[n_ctx] = dot(q, spans[s].k + j * head_dim, head_dim) * scale;
+      max_s = std::max(max_s, scores[n_ctx]);
+    }
   float sum = 0.0f;
   for (int64_t j = 0; j < n_ctx; ++j) {
     scores[j] = std::exp(scores[j] - max_s);
@@ -134,11 +136,13 @@ void attention_head(const float* q, const float* k, const float* v, int64_t n_ct
   }
   const float inv = 1.0f / sum;
   std::fill(out, out + head_dim, 0.0f);
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    const float p = scores[j] * inv;
-    const float* vr = v + j * head_dim;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vr[d];
-  }
+  int64_t i = 0;
+  for (int s = 0; s < n_spans; ++s)
+    for (int64_t j = 0; j < spans[s].n; ++j, ++i) {
+      const float p = scores[i] * inv;
+      const float* vr = spans[s].v + j * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vr[d];
+    }
 }
 
 }  // namespace tpshard::cpu

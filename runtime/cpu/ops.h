@@ -29,10 +29,18 @@ float activation_value(Activation act, float x);
 /// act(gate) * up (Llama: SiLU).
 void gated_activation(Activation act, const float* gate_up, float* out, int64_t n_tokens, int64_t inter);
 
-/// Causal attention of one query head over n_ctx cached positions: out[d] = sum_j softmax(s)_j v[j, d],
-/// s_j = scale * dot(q, k[j]). q [head_dim]; k, v [n_ctx, head_dim] (row stride head_dim);
-/// out [head_dim]; scores: scratch of n_ctx floats. Softmax in f32 with max subtraction.
-void attention_head(const float* q, const float* k, const float* v, int64_t n_ctx, int64_t head_dim, float scale,
-                    float* out, float* scores);
+/// A contiguous run of cached positions: k, v [n, head_dim] (row stride head_dim).
+struct KvSpan {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t n = 0;
+};
+
+/// Causal attention of one query head over the cached positions of spans, concatenated (e.g. a shared
+/// prefix's positions, then the sequence's own): out[d] = sum_j softmax(s)_j v[j, d], s_j = scale *
+/// dot(q, k[j]). q, out [head_dim]; scores: scratch of sum(n) floats. Softmax in f32 with max
+/// subtraction; the arithmetic does not depend on how the positions are split into spans.
+void attention_head(const float* q, const KvSpan* spans, int n_spans, int64_t head_dim, float scale, float* out,
+                    float* scores);
 
 }  // namespace tpshard::cpu

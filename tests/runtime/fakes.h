@@ -60,6 +60,15 @@ class FakeRunner final : public ModelRunner {
       REQUIRE(ch.slot < max_batch_);
       auto& h = history_[ch.slot];
       if (ch.start_pos == 0) h.clear();  // a new sequence reuses the slot
+      if (ch.prefix_slot >= 0) {
+        REQUIRE(ch.prefix_slot < max_batch_);
+        REQUIRE(ch.prefix_slot != ch.slot);
+        const auto& shared = history_[ch.prefix_slot];
+        REQUIRE(static_cast<size_t>(ch.prefix_len) <= shared.size());
+        if (ch.start_pos == ch.prefix_len) h.assign(shared.begin(), shared.begin() + ch.prefix_len);  // a new member
+        REQUIRE(std::equal(shared.begin(), shared.begin() + ch.prefix_len, h.begin()));  // the prefix is read-only
+        ++prefix_chunks;
+      }
       REQUIRE(static_cast<size_t>(ch.start_pos) == h.size());
       h.insert(h.end(), ch.tokens.begin(), ch.tokens.end());
       REQUIRE(static_cast<int>(h.size()) <= max_seq_len_);
@@ -76,6 +85,7 @@ class FakeRunner final : public ModelRunner {
   }
   int forward_calls = 0;
   size_t max_chunks_seen = 0;
+  int prefix_chunks = 0;  ///< chunks that named a shared prefix
 
  private:
   ModelConfig config_;

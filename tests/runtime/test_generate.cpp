@@ -211,3 +211,53 @@ TEST_CASE("out-of-range sampling options are refused before anything runs, namin
     CHECK(refused(q, field));
   }
 }
+
+TEST_CASE("prompts with a common prefix prefill it once, read it shared, and give the unshared results") {
+  // Two groups (20 and 18 common tokens; suffixes start with different tokens) and two loners, interleaved.
+  auto prefix = [](int32_t base, int n) {
+    std::vector<int32_t> p = {1};
+    for (int i = 1; i < n; ++i) p.push_back(2 + (base + i * 7) % 14);
+    return p;
+  };
+  const std::vector<int32_t> pa = prefix(3, 20), pb = prefix(5, 18);
+  auto with = [](std::vector<int32_t> p, std::vector<int32_t> suffix) {
+    p.insert(p.end(), suffix.begin(), suffix.end());
+    return p;
+  };
+  const std::vector<std::vector<int32_t>> prompts = {
+      with(pa, {2, 3, 4}), with(pb, {5}), {1, 9, 9}, with(pa, {6}), with(pb, {7, 7, 7, 7}),
+      with(pa, {8, 2}), pa /* the whole prefix: its last token is its own */, {1, 4}, with(pb, {2, 2})};
+  for (const float temperature : {0.0f, 1.2f}) {
+    std::vector<GenerationRequest> reqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams p;
+      p.temperature = temperature;
+      p.seed = 7;
+      p.max_new_tokens = 2 + static_cast<int>(i % 4) * 2;
+      reqs.push_back({"r" + std::to_string(i), prompts[i], p});
+    }
+    reqs[5].params.max_new_tokens = 0;  // a member that finishes at admission
+    FakeTokenizer tok;
+    for (const int max_batch : {2, 3, 16}) {
+      CAPTURE(max_batch);
+      FakeRunner runner(max_batch, 64, hash_next);
+      GenerationStats stats;
+      const auto shared = generate(runner, tok, reqs, {}, &stats);
+      CHECK(runner.prefix_chunks > 0);
+      // Group A: 4 members, prefix 19 (pa itself keeps its last token); group B: 3 members, prefix 18.
+      CHECK(stats.shared_prefix_tokens == 4 * 19 + 3 * 18);
+      int64_t suffix_tokens = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) suffix_tokens += static_cast<int64_t>(prompts[i].size());
+      suffix_tokens -= 4 * 19 + 3 * 18;
+      CHECK(stats.prefill_tokens == 19 + 18 + suffix_tokens - static_cast<int64_t>(prompts[5].size() - 19));
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        FakeRunner alone_runner(1, 64, hash_next);  // one slot: nothing is shared
+        const auto alone = generate(alone_runner, tok, {reqs[i]});
+        CHECK(alone_runner.prefix_chunks == 0);
+        CHECK(shared[i].id == reqs[i].id);
+        CHECK(shared[i].output_ids == alone[0].output_ids);
+        CHECK(shared[i].prompt_tokens == static_cast<int>(prompts[i].size()));
+      }
+    }
+  }
+}

@@ -223,6 +223,53 @@ TEST_CASE("a prompt gives the same logits alone and in a batch") {
   }
 }
 
+/// Prompts sharing a 20-token prefix (suffixes of 1, 3 and 6 tokens that start differently).
+std::vector<std::vector<int32_t>> shared_prefix_prompts() {
+  std::vector<int32_t> prefix;
+  for (int i = 0; i < 20; ++i) prefix.push_back(3 + (i * 37) % 400);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::vector<int32_t>& suffix : std::vector<std::vector<int32_t>>{{17}, {29, 5, 88}, {41, 9, 9, 301, 7, 2}}) {
+    prompts.push_back(prefix);
+    prompts.back().insert(prompts.back().end(), suffix.begin(), suffix.end());
+  }
+  return prompts;
+}
+
+TEST_CASE("a shared prompt prefix, read from its own kv_cache slot, gives the unshared logits and greedy ids") {
+  const auto prompts = shared_prefix_prompts();
+  const int prefix_len = 20;
+  // GPT-Neo and Mistral: local windows (4, 6) shorter than the prefix and reaching across its end.
+  for (const std::string name : {"tiny-llama", "tiny-gpt-neo", "tiny-mistral-swa"}) {
+    const std::string dir = converted(name);
+    for (const int tp : {1, 2}) {
+      CAPTURE(name);
+      CAPTURE(tp);
+      const auto unshared = batch_logits(dir, tp, prompts);
+      std::vector<std::vector<float>> shared;
+      run_on_ranks(cpu_session(dir, tp, 4), [&](RankContext& ctx) {
+        const int64_t V = ctx.runner->config().vocab_size;
+        ctx.runner->forward({{0, 0, std::vector<int32_t>(prompts[0].begin(), prompts[0].begin() + prefix_len)}}, nullptr,
+                            nullptr);
+        std::vector<SeqChunk> members;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          SeqChunk c{static_cast<int>(i) + 1, prefix_len, std::vector<int32_t>(prompts[i].begin() + prefix_len, prompts[i].end())};
+          c.prefix_slot = 0;
+          c.prefix_len = prefix_len;
+          members.push_back(c);
+        }
+        std::vector<float> logits(members.size() * V);
+        ctx.runner->forward(members, logits.data(), nullptr);
+        if (ctx.is_output_rank())
+          for (size_t i = 0; i < members.size(); ++i) shared.emplace_back(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+      });
+      REQUIRE(shared.size() == prompts.size());
+      for (size_t i = 0; i < prompts.size(); ++i) CHECK(max_abs_diff(shared[i], unshared[i]) <= 1e-5);
+      // generate() finds the prefix itself (4 slots: the prefix's + 3) and decodes over it.
+      CHECK(greedy(dir, tp, prompts, 8, 4) == greedy(dir, tp, prompts, 8, 1));
+    }
+  }
+}
+
 TEST_CASE("stories260K: greedy 200 tokens from BOS reproduce llama2.c's published run at tp 1, 2, 4") {
   std::ifstream f(std::string(TPSHARD_FIXTURES_DIR) + "/stories260K/expected_greedy200_ids.txt");
   REQUIRE(f.good());

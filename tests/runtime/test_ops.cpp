@@ -74,15 +74,23 @@ TEST_CASE("activations, hand-computed") {
   CHECK(out[1] == 0.0f);
 }
 
-TEST_CASE("attention_head: softmax(q k^T) v, hand-computed") {
+TEST_CASE("attention_head: softmax(q k^T) v, hand-computed; split into spans it gives the same bits") {
   const std::vector<float> q = {1, 0}, k = {1, 0, 0, 1}, v = {1, 2, 3, 4};
   std::vector<float> out(2), scores(2);
-  attention_head(q.data(), k.data(), v.data(), 2, 2, 1.0f, out.data(), scores.data());
+  const KvSpan whole{k.data(), v.data(), 2};
+  attention_head(q.data(), &whole, 1, 2, 1.0f, out.data(), scores.data());
   const double p0 = std::exp(1.0) / (std::exp(1.0) + 1), p1 = 1 - p0;
   CHECK(out[0] == doctest::Approx(p0 * 1 + p1 * 3));
   CHECK(out[1] == doctest::Approx(p0 * 2 + p1 * 4));
+  // The same positions as two spans in other buffers (a shared prefix, then the sequence's own).
+  const std::vector<float> k1 = {1, 0}, v1 = {1, 2}, k2 = {0, 1}, v2 = {3, 4};
+  const KvSpan split[2] = {{k1.data(), v1.data(), 1}, {k2.data(), v2.data(), 1}};
+  std::vector<float> out2(2);
+  attention_head(q.data(), split, 2, 2, 1.0f, out2.data(), scores.data());
+  CHECK(out2 == out);
   // One position: output is v itself.
-  attention_head(q.data(), k.data(), v.data(), 1, 2, 0.5f, out.data(), scores.data());
+  const KvSpan first{k.data(), v.data(), 1};
+  attention_head(q.data(), &first, 1, 2, 0.5f, out.data(), scores.data());
   CHECK(out == std::vector<float>{1, 2});
 }
 

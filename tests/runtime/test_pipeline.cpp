@@ -94,11 +94,12 @@ std::vector<std::vector<float>> step_logits(const std::string& dir, const Layout
 }
 
 std::vector<std::vector<int32_t>> greedy_ids(const std::string& dir, const Layout& l,
-                                             const std::vector<std::vector<int32_t>>& prompts, int new_tokens) {
+                                             const std::vector<std::vector<int32_t>>& prompts, int new_tokens,
+                                             int max_batch = 2) {
   std::mutex m;
   std::vector<std::vector<int32_t>> out;
   testing::FakeTokenizer fake;
-  run_on_ranks(options(dir, l, 2), [&](RankContext& ctx) {  // 2 slots: continuous batching
+  run_on_ranks(options(dir, l, max_batch), [&](RankContext& ctx) {  // 2 slots: continuous batching
     std::vector<GenerationRequest> reqs;
     for (size_t i = 0; i < prompts.size(); ++i) {
       SamplingParams p;
@@ -157,6 +158,22 @@ TEST_CASE("pipeline stages and replicas give the 1 x 1 logits and greedy ids: ti
 TEST_CASE("pipeline stages over 4 and 5 layers: GPT-Neo at pp 2, 3, 4; stories260K at pp 3, 5 and tp 2 x pp 2") {
   check_layouts("tiny-gpt-neo", "1,2,3,4", {{1, 2, 1}, {1, 3, 1}, {1, 4, 1}, {2, 3, 1}});
   check_layouts("stories260K", "1,2,3,5", {{1, 3, 1}, {2, 2, 1}, {1, 5, 1}, {2, 1, 2}});
+}
+
+TEST_CASE("prompts with a shared prefix across pipeline stages give the one-stage greedy ids") {
+  const std::string dir = converted("stories260K", "1,2,3,5");
+  std::vector<int32_t> prefix = {1};
+  for (int i = 0; i < 24; ++i) prefix.push_back(5 + (i * 29) % 400);
+  std::vector<std::vector<int32_t>> prompts(3, prefix);
+  prompts[0].push_back(12);
+  prompts[1].insert(prompts[1].end(), {77, 3});
+  prompts[2].insert(prompts[2].end(), {140, 9, 60, 2});
+  const auto ref = greedy_ids(dir, {}, prompts, 10, 1);  // one slot: nothing shared
+  REQUIRE(ref.size() == 3);
+  for (const Layout& l : {Layout{1, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 3, 2}}) {
+    CAPTURE(text(l));
+    CHECK(greedy_ids(dir, l, prompts, 10, 4) == ref);
+  }
 }
 
 TEST_CASE("a batch job split over replicas writes the one-replica file, and resumes to it from any dp") {
