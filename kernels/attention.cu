@@ -42,6 +42,11 @@ __global__ void attention_kernel(AttentionParams p) {
   const int64_t base = (static_cast<int64_t>(p.slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd;
   const T* k = static_cast<const T*>(p.k_cache) + base;
   const T* v = static_cast<const T*>(p.v_cache) + base;
+  // Keys j < prefix come from the shared prefix's slot (same layout, same positions).
+  const int prefix = attention_prefix_len(p, t);
+  const int64_t pbase = prefix > 0 ? (static_cast<int64_t>(p.prefix_slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd : base;
+  const T* kp = static_cast<const T*>(p.k_cache) + pbase;
+  const T* vp = static_cast<const T*>(p.v_cache) + pbase;
   if (p.rotary_append) {
     const int pos = len - 1, half = p.rotary_ndims / 2;
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
@@ -80,7 +85,7 @@ __global__ void attention_kernel(AttentionParams p) {
         const int jj = jj0 + u * nwarps;  // uniform across the warp
         s[u] = 0.f;
         if (jj < cnt) {
-          const T* kr = k + static_cast<int64_t>(j0 + jj) * hd;
+          const T* kr = (j0 + jj < prefix ? kp : k) + static_cast<int64_t>(j0 + jj) * hd;
 #pragma unroll 4
           for (int d = lane; d < hd; d += 32) s[u] += q_s[d] * to_f32(kr[d]);
         }
@@ -108,7 +113,8 @@ __global__ void attention_kernel(AttentionParams p) {
     acc *= corr;
     if (my_g < groups) {
 #pragma unroll 8
-      for (int jj = my_g; jj < cnt; jj += groups) acc += p_s[jj] * to_f32(v[static_cast<int64_t>(j0 + jj) * hd + my_d]);
+      for (int jj = my_g; jj < cnt; jj += groups)
+        acc += p_s[jj] * to_f32((j0 + jj < prefix ? vp : v)[static_cast<int64_t>(j0 + jj) * hd + my_d]);
     }
     m = m_new;
     __syncthreads();  // p_s is overwritten by the next tile

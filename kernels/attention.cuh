@@ -22,6 +22,11 @@ struct AttentionParams {
   const void* v_cache = nullptr;
   const int32_t* slots = nullptr;      ///< [n] device
   const int32_t* positions = nullptr;  ///< [n] device; keys 0..positions[t] are attended
+  /// Shared prefix (optional, both or neither): keys j < prefix_lens[t] of token t are read from slot
+  /// prefix_slots[t] instead of slots[t] (runtime/model_runner.h SeqChunk::prefix_slot); prefix_lens[t]
+  /// <= positions[t]. [n] device; a token without one has prefix_lens 0.
+  const int32_t* prefix_slots = nullptr;
+  const int32_t* prefix_lens = nullptr;
   void* out = nullptr;              ///< [n, heads * head_dim] of dtype
   float* partial = nullptr;         ///< split-K workspace: n * heads * num_splits * (head_dim + 2) f32 (only when num_splits > 1)
   /// Optional, split-K only: [n * heads] int32, all ZERO before the call (and left zero after it). When
@@ -58,8 +63,8 @@ struct AttentionParams {
   bool decode = false;
 };
 
-/// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[slot, h/g, j]) v[slot, h/g, j], j <= positions[t]
-/// (and j > positions[t] - window when window > 0).
+/// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[s_j, h/g, j]) v[s_j, h/g, j], j <= positions[t]
+/// (and j > positions[t] - window when window > 0); s_j = prefix_slots[t] for j < prefix_lens[t], else slots[t].
 /// Launched with programmatic dependent launch (kernels/pdl.cuh). Decode steps (decode or rotary_append)
 /// go to attention_decode() when it supports the shape; everything else to attention_tiled().
 void attention(const AttentionParams& p, cudaStream_t stream);
@@ -72,6 +77,11 @@ void attention_tiled(const AttentionParams& p, cudaStream_t stream);
 __host__ __device__ inline int attention_kv_head(const AttentionParams& p, int h) {
   const int group = p.kv_group > 0 ? p.kv_group : p.num_heads / p.num_kv_heads;
   return (h + p.head_offset) / group;
+}
+
+/// Positions of token t read from its shared prefix's slot (0: none).
+__device__ inline int attention_prefix_len(const AttentionParams& p, int t) {
+  return p.prefix_lens ? p.prefix_lens[t] : 0;
 }
 
 /// First key attended by a query at position pos: 0, or pos + 1 - window on a local layer.

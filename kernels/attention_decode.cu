@@ -124,6 +124,11 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
   const int64_t base = (static_cast<int64_t>(slot) * p.num_kv_heads + kvh) * p.max_seq_len * hd;
   const T* kc = static_cast<const T*>(p.k_cache) + base;
   const T* vc = static_cast<const T*>(p.v_cache) + base;
+  // Keys j < prefix come from the shared prefix's slot (same layout, same positions).
+  const int prefix = attention_prefix_len(p, t);
+  const int64_t pbase = prefix > 0 ? (static_cast<int64_t>(p.prefix_slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd : base;
+  const T* kpc = static_cast<const T*>(p.k_cache) + pbase;
+  const T* vpc = static_cast<const T*>(p.v_cache) + pbase;
   int dim0[NCH];
   bool has[NCH];  // lanes past head_dim (e.g. 20..31 at hd 80) hold zeros
 #pragma unroll
@@ -142,8 +147,9 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
         vr[u][c] = Raw{};
         if (j0 + u < loop_end && has[c]) {
           const int64_t at = static_cast<int64_t>(j0 + u) * hd + dim0[c];
-          kr[u][c] = *reinterpret_cast<const Raw*>(kc + at);
-          vr[u][c] = *reinterpret_cast<const Raw*>(vc + at);
+          const bool shared = j0 + u < prefix;
+          kr[u][c] = *reinterpret_cast<const Raw*>((shared ? kpc : kc) + at);
+          vr[u][c] = *reinterpret_cast<const Raw*>((shared ? vpc : vc) + at);
         }
       }
     }

@@ -24,7 +24,7 @@ ActivationPlan plan_activations(const ModelConfig& c, const TpRankRanges& r, int
   const uint64_t tp = static_cast<uint64_t>(tp_size);
   constexpr uint64_t kPair = 8;  // ArgmaxPair: f32 value + int32 id
   ActivationPlan p;
-  p.meta = 4 * T * 4;
+  p.meta = kStepMetaArrays * T * 4;
   p.residual = T * H * 4;
   p.h1 = p.h2 = p.out = T * H * e;
   p.qkv = T * (heads + 2 * kvh) * hd * e;

@@ -30,8 +30,12 @@ inline int decode_bucket(int batch) {
 /// Tokens per step T = max(rows, min(step_tokens, batch * max_seq)) for rows = decode_bucket(batch).
 int64_t step_tokens(int64_t batch, int64_t max_seq, int64_t rows, int64_t step_tokens = kMaxStepTokens);
 
+/// int32 arrays of max_tokens each in a step's metadata: tokens | slots | positions | last_rows |
+/// prefix_slots | prefix_lens (runtime/cuda/layers/transformer.h StepMeta).
+constexpr uint64_t kStepMetaArrays = 6;
+
 /// Bytes of each buffer (T = tokens per step, R = logits rows per step, e = bytes of the weight dtype,
-/// ranges of this tp_rank). Per token: step metadata 4 x int32, the f32 residual stream, the two
+/// ranges of this tp_rank). Per token: step metadata kStepMetaArrays x int32, the f32 residual stream, the two
 /// normalized inputs and the row-parallel output (e each), QKV, attention output, MLP up (x2 gated) and
 /// activation. Per row: last hidden state, local f32 logits, argmax pair and its split partials and
 /// counters, split-K attention partials (kAttentionMaxSplits x (head_dim + 2) f32 per head) and counters,

@@ -18,6 +18,7 @@
 #include "format/hash.h"
 #include "runtime/sampling.h"
 #include "runtime/stop_strings.h"
+#include "runtime/tuning.h"
 
 namespace tpshard {
 
@@ -164,7 +165,7 @@ void Generator::plan_prefixes() {
   prefix_of_.assign(n, -1);
   std::vector<size_t> sorted(n);
   std::iota(sorted.begin(), sorted.end(), 0);
-  if (runner_.max_batch() >= 2) {  // a prefix needs a slot besides its members'
+  if (runner_.max_batch() >= 2 && tuning().shared_prefix) {  // a prefix needs a slot besides its members'
     std::stable_sort(sorted.begin(), sorted.end(),
                      [&](size_t a, size_t b) { return requests_[a].prompt_ids < requests_[b].prompt_ids; });
     // In sorted order the common prefix of a run is the least common prefix of neighbours; a run grows

@@ -16,6 +16,7 @@ constexpr const char* kCustomAllReduceTimeout = "TPSHARD_CUSTOM_ALL_REDUCE_TIMEO
 constexpr const char* kNcclTimeout = "TPRUN_NCCL_TIMEOUT";
 constexpr const char* kNoCudaGraphs = "TPSHARD_NO_CUDA_GRAPHS";
 constexpr const char* kNoLookahead = "TPSHARD_NO_LOOKAHEAD";
+constexpr const char* kNoSharedPrefix = "TPSHARD_NO_SHARED_PREFIX";
 constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
 constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
 constexpr const char* kShareGpus = "TPSHARD_TEST_SHARE_GPUS";
@@ -65,6 +66,7 @@ const std::vector<TuningVariable>& tuning_variables() {
       {kNoCudaGraphs, "0, 1", "0"},
       {kNoLookahead, "0, 1", "0"},
       {kNoPdl, "0, 1", "0"},
+      {kNoSharedPrefix, "0, 1", "0"},
       {kSyncCheck, "0, 1", "0"},
       {kShareGpus, "0, 1", "0"},
   };
@@ -86,6 +88,7 @@ Tuning parse_tuning(const EnvLookup& lookup) {
   if (t.nccl_timeout_s <= 0.0) illegal(kNcclTimeout, value_of(lookup, kNcclTimeout), "seconds, more than 0 and at most 1e6");
   t.cuda_graphs = !flag(lookup, kNoCudaGraphs);
   t.lookahead = !flag(lookup, kNoLookahead);
+  t.shared_prefix = !flag(lookup, kNoSharedPrefix);
   t.pdl = !flag(lookup, kNoPdl);
   t.sync_check = flag(lookup, kSyncCheck);
   t.share_gpus = flag(lookup, kShareGpus);

@@ -325,6 +325,20 @@ else
       fi
     done
   done
+  # shared prompt prefix read from another kv_cache slot: logits and greedy ids of the unshared prompts
+  # (tiny-gpt-neo / tiny-mistral-swa: local windows shorter than the prefix); f32 and bf16
+  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16; do
+    for TP in 1 2; do
+      [ "$TP" -le "$NGPU" ] || continue
+      [ -d "$WORK/k_$m" ] || continue
+      if run_logged "shared prefix $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --check-shared-prefix --atol 1e-5 &&
+         [ "$(grep -c '^PASS' "$WORK/out.txt")" -eq 2 ]; then
+        k_result PASS "shared prefix $m tp $TP: logits and greedy ids of the unshared prompts" "$(grep -m1 'max |diff|' "$WORK/out.txt" | sed 's/.*max/max/')"
+      else
+        k_result FAIL "shared prefix $m tp $TP" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
+      fi
+    done
+  done
 fi
 # tprun: the CUDA backend's logits vs the CPU backend's (same binary, same shard files)
 if [ -x "$BIN/tprun" ] && [ -d "$WORK/k_tiny-gpt-neox-par" ]; then
@@ -505,6 +519,15 @@ if [ -x "$BIN/tprun" ] && [ -d "$MODEL" ]; then
       result FAIL "tprun generate stories260K --device cuda --tp $TP" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
     fi
   done
+  # 5-shot eval: the shots are a prefix shared by every prompt; with one kv_cache slot nothing is shared
+  SP=$REPO/tests/fixtures/triviaqa/validation_sample.hf_layout.jsonl
+  if run_logged "eval shared cuda" "$BIN/tprun" "$MODEL" --tp 1 --device cuda --max-batch 8 eval triviaqa --data "$SP" --shots 5 --output "$WORK/preds_shared.jsonl" &&
+     run_logged "eval unshared cuda" "$BIN/tprun" "$MODEL" --tp 1 --device cuda --max-batch 1 eval triviaqa --data "$SP" --shots 5 --output "$WORK/preds_unshared.jsonl" &&
+     cmp -s "$WORK/preds_shared.jsonl" "$WORK/preds_unshared.jsonl" && [ -s "$WORK/preds_shared.jsonl" ]; then
+    result PASS "tprun eval --shots 5 --device cuda: shared-prefix predictions byte-identical to one slot's" "$(wc -l < "$WORK/preds_shared.jsonl") predictions"
+  else
+    result FAIL "tprun eval --shots 5 --device cuda, shared vs one slot" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+  fi
   if [ "$NGPU" -ge 2 ]; then
     if run_logged "eval cuda tp 2" "$BIN/tprun" "$MODEL" --tp 2 --device cuda eval triviaqa \
          --data "$REPO/tests/fixtures/triviaqa/validation_sample.hf_layout.jsonl" --shots 5 --output "$WORK/preds.jsonl" &&

@@ -149,9 +149,7 @@ class CudaRunner : public ModelRunner {
       const SeqChunk& c = chunks[ci];
       for (size_t k = 0; k < c.tokens.size(); ++k) {
         if (n == max_tokens) flush();
-        meta[n] = c.tokens[k];
-        meta[max_tokens + n] = c.slot;
-        meta[2 * max_tokens + n] = c.start_pos + static_cast<int>(k);
+        put_token(meta, max_tokens, n, c, k);
         if (k + 1 == c.tokens.size()) {
           meta[3 * max_tokens + row_chunk.size()] = n;
           row_chunk.push_back(static_cast<int>(ci));
@@ -210,9 +208,7 @@ class CudaRunner : public ModelRunner {
         const SeqChunk& c = chunks[ci];
         for (size_t k = 0; k < c.tokens.size(); ++k) {
           if (n == max_tokens) step();
-          meta[n] = c.tokens[k];
-          meta[max_tokens + n] = c.slot;
-          meta[2 * max_tokens + n] = c.start_pos + static_cast<int>(k);
+          put_token(meta, max_tokens, n, c, k);
           if (k + 1 == c.tokens.size()) {
             meta[3 * max_tokens + row_chunk.size()] = n;
             row_chunk.push_back(static_cast<int>(ci));
@@ -233,6 +229,15 @@ class CudaRunner : public ModelRunner {
     if (argmax) std::memcpy(argmax, res_ids, m * sizeof(int32_t));
   }
 
+  /// Writes token k of chunk c as token n of the step into the host meta (layout: Transformer::upload_meta).
+  static void put_token(int32_t* meta, int max_tokens, int n, const SeqChunk& c, size_t k) {
+    meta[n] = c.tokens[k];
+    meta[max_tokens + n] = c.slot;
+    meta[2 * max_tokens + n] = c.start_pos + static_cast<int>(k);
+    meta[4 * max_tokens + n] = c.prefix_slot >= 0 ? c.prefix_slot : 0;
+    meta[5 * max_tokens + n] = c.prefix_slot >= 0 ? c.prefix_len : 0;
+  }
+
   void validate(const std::vector<SeqChunk>& chunks) const {
     for (const SeqChunk& c : chunks) {
       TPS_CHECK(!c.tokens.empty(), "cuda runner: a chunk for slot " + std::to_string(c.slot) + " has no tokens",
@@ -245,6 +250,12 @@ class CudaRunner : public ModelRunner {
                     std::to_string(c.start_pos + c.tokens.size()) + ", beyond max_seq_len " +
                     std::to_string(opts_.max_seq_len),
                 "raise --max-seq-len or shorten the prompt / --max-new-tokens");
+      TPS_CHECK(c.prefix_slot < 0 || (c.prefix_slot < opts_.max_batch && c.prefix_slot != c.slot &&
+                                      c.prefix_len >= 0 && c.prefix_len <= c.start_pos),
+                "cuda runner: shared prefix (slot " + std::to_string(c.prefix_slot) + ", " +
+                    std::to_string(c.prefix_len) + " positions) invalid for a chunk of slot " + std::to_string(c.slot) +
+                    " at position " + std::to_string(c.start_pos),
+                "this is a bug in the caller");
       for (int32_t t : c.tokens)
         TPS_CHECK(t >= 0 && t < config_.vocab_size,
                   "cuda runner: token id " + std::to_string(t) + " is outside the vocabulary (" +
@@ -284,10 +295,12 @@ class CudaRunner : public ModelRunner {
     const int max_tokens = model_->max_tokens();
     int32_t* meta = model_->meta_host();
     for (int i = 0; i < b; ++i) {
-      const bool real = i < n;
-      meta[i] = real ? chunks[i].tokens[0] : 0;
-      meta[max_tokens + i] = real ? chunks[i].slot : opts_.max_batch;
-      meta[2 * max_tokens + i] = real ? chunks[i].start_pos : 0;
+      if (i < n) {
+        put_token(meta, max_tokens, i, chunks[i], 0);
+      } else {  // padding: the scratch slot, never read for real tokens
+        const SeqChunk pad{opts_.max_batch, 0, {0}};
+        put_token(meta, max_tokens, i, pad, 0);
+      }
       meta[3 * max_tokens + i] = i;
     }
     model_->upload_meta();

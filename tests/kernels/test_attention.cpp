@@ -247,3 +247,71 @@ TEST_CASE("decode attention with fused rotary + kv_cache append equals rotary, a
     }
   }
 }
+
+TEST_CASE("attention over a shared prefix in another slot equals attention over one slot holding it all") {
+  // Slot 0 holds the whole sequence; slot 2 only its first P positions (the shared prefix) and slot 1
+  // only the positions from P on; the rest of slots 1 and 2 is noise that must never be read.
+  std::mt19937 rng(11);
+  const int max_seq = 96, P = 40, hd = 64, heads = 4, kv = 2;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    const size_t per_slot = static_cast<size_t>(kv) * max_seq * hd;
+    const Vec seq_k = random_vec(per_slot, -1, 1, t, rng), seq_v = random_vec(per_slot, -1, 1, t, rng);
+    Vec k_cache = random_vec(3 * per_slot, -9, 9, t, rng), v_cache = random_vec(3 * per_slot, -9, 9, t, rng);
+    for (int j = 0; j < kv; ++j)
+      for (int pos = 0; pos < max_seq; ++pos)
+        for (int d = 0; d < hd; ++d) {
+          const size_t at = (static_cast<size_t>(j) * max_seq + pos) * hd + d;
+          k_cache[at] = seq_k[at];
+          v_cache[at] = seq_v[at];
+          const size_t other = (pos < P ? 2 : 1) * per_slot + at;
+          k_cache[other] = seq_k[at];
+          v_cache[other] = seq_v[at];
+        }
+    Buf d_k = upload(k_cache, t), d_v = upload(v_cache, t);
+    const std::vector<int32_t> positions = {P, P + 1, 55, 95, 63};
+    const int n = static_cast<int>(positions.size());
+    const int64_t stride = static_cast<int64_t>(heads + 2 * kv) * hd;
+    Buf d_q = upload(random_vec(n * stride, -2, 2, t, rng), t), d_pos = upload_i32(positions);
+    Buf whole = upload_i32(std::vector<int32_t>(n, 0)), own = upload_i32(std::vector<int32_t>(n, 1));
+    Buf prefix_slot = upload_i32(std::vector<int32_t>(n, 2)), prefix_len = upload_i32(std::vector<int32_t>(n, P));
+    for (const int window : {0, 7, 30})
+      for (const bool decode : {false, true})
+        for (const int splits : {1, 3, 16}) {
+          CAPTURE(name_of(t));
+          CAPTURE(window);
+          CAPTURE(decode);
+          CAPTURE(splits);
+          DeviceBuffer partial(static_cast<size_t>(n) * heads * splits * (hd + 2) * 4);
+          auto run = [&](const Buf& slots, bool shared) {
+            DeviceBuffer out(static_cast<size_t>(n) * heads * hd * 4);
+            cuda::AttentionParams ap;
+            ap.q = d_q->ptr;
+            ap.q_stride = stride;
+            ap.k_cache = d_k->ptr;
+            ap.v_cache = d_v->ptr;
+            ap.slots = slots->as<int32_t>();
+            ap.positions = d_pos->as<int32_t>();
+            if (shared) {
+              ap.prefix_slots = prefix_slot->as<int32_t>();
+              ap.prefix_lens = prefix_len->as<int32_t>();
+            }
+            ap.out = out.ptr;
+            ap.partial = partial.as<float>();
+            ap.dtype = t;
+            ap.n = n;
+            ap.num_heads = heads;
+            ap.num_kv_heads = kv;
+            ap.head_dim = hd;
+            ap.max_seq_len = max_seq;
+            ap.num_splits = splits;
+            ap.scale = 0.125f;
+            ap.window = window;
+            ap.decode = decode;
+            cuda::attention(ap, nullptr);
+            return download(out.ptr, static_cast<size_t>(n) * heads * hd, t);
+          };
+          CHECK(run(own, true) == run(whole, false));  // the same keys in the same order: the same bits
+          CHECK(run(own, false) != run(whole, false));  // the noise would be read without the prefix
+        }
+  }
+}

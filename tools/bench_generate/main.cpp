@@ -6,6 +6,7 @@
 //   bench_generate MODEL --check-reference tests/fixtures/tiny-llama/reference.json  -> PASS/FAIL lines
 //   bench_generate MODEL --check-greedy tests/fixtures/stories260K/expected_greedy200_ids.txt
 //   bench_generate MODEL --check-lookahead  -> PASS/FAIL lines (decode lookahead on == off, check_lookahead.h)
+//   bench_generate MODEL --check-shared-prefix [--atol A]  -> PASS/FAIL lines (check_shared_prefix.h)
 // Options: --no-graphs (eager decode), --no-copy-bw (skip the 2 GiB copy-bandwidth probe), --no-greedy (logits only), --atol/--rtol (last_logits tolerance:
 // |gpu - ref| <= atol + rtol * max|ref| for every logit of a prompt), --max-seq-len, --max-step-tokens
 // (a small value makes the runner split prompts across several GPU steps), --comm auto|nccl.
@@ -38,6 +39,7 @@
 #include "runtime/host_exchange.h"
 #include "runtime/tuning.h"
 #include "tools/bench_generate/check_lookahead.h"
+#include "tools/bench_generate/check_shared_prefix.h"
 #include "tools/copy_bandwidth.h"
 
 using namespace tpshard;
@@ -57,6 +59,7 @@ struct Args {
   std::string check_reference, check_greedy;
   bool force_nccl = false;       ///< --comm nccl (or TPSHARD_COMM=nccl): NCCL on every rank thread
   bool check_lookahead = false;  ///< --check-lookahead: the decode lookahead changes no result (check_lookahead.h)
+  bool check_shared_prefix = false;  ///< --check-shared-prefix: a prefix read from another slot (check_shared_prefix.h)
   double atol = 1e-3, rtol = 1e-3;  ///< last_logits: |gpu - ref| <= atol + rtol * max|ref| per prompt
 };
 
@@ -103,6 +106,7 @@ int run_rank(const Args& a, const Manifest& m, const std::shared_ptr<ThreadExcha
   };
 
   if (a.check_lookahead) return check_lookahead(m, rank, a.tp, arena, comm, say);
+  if (a.check_shared_prefix) return check_shared_prefix(m, rank, a.tp, arena, comm, o, a.atol, say);
 
   if (!a.check_reference.empty()) {
     std::ifstream f(a.check_reference);
@@ -254,6 +258,7 @@ int main(int argc, char** argv) {
     else if (k == "--check-reference") a.check_reference = val();
     else if (k == "--check-greedy") a.check_greedy = val();
     else if (k == "--check-lookahead") a.check_lookahead = true;
+    else if (k == "--check-shared-prefix") a.check_shared_prefix = true;
     else if (k == "--atol") a.atol = std::stod(val());
     else if (k == "--rtol") a.rtol = std::stod(val());
     else if (k == "--comm") {

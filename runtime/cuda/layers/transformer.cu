@@ -94,6 +94,8 @@ StepMeta Transformer::meta_device(int n, int n_rows, bool decode) const {
   m.slots = meta_dev_ + max_tokens_;
   m.positions = meta_dev_ + 2 * max_tokens_;
   m.last_rows = meta_dev_ + 3 * max_tokens_;
+  m.prefix_slots = meta_dev_ + 4 * max_tokens_;
+  m.prefix_lens = meta_dev_ + 5 * max_tokens_;
   m.n = n;
   m.n_rows = n_rows;
   m.decode = decode && n == n_rows;
@@ -101,7 +103,7 @@ StepMeta Transformer::meta_device(int n, int n_rows, bool decode) const {
 }
 
 void Transformer::upload_meta() {
-  TPS_CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, 4 * static_cast<size_t>(max_tokens_) * sizeof(int32_t),
+  TPS_CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, kStepMetaArrays * static_cast<size_t>(max_tokens_) * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream_));
 }
 
@@ -323,6 +325,8 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.v_cache = kv_.v(i - static_cast<int>(stage_.begin));
   a.slots = m.slots;
   a.positions = m.positions;
+  a.prefix_slots = m.prefix_slots;
+  a.prefix_lens = m.prefix_lens;
   a.out = attn_;
   a.partial = partial_;
   a.split_counters = split_counters_;

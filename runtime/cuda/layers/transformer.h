@@ -27,6 +27,8 @@ struct StepMeta {
   const int32_t* slots = nullptr;      ///< [n] kv_cache slot of each token
   const int32_t* positions = nullptr;  ///< [n]
   const int32_t* last_rows = nullptr;  ///< [n_rows] token index whose logits are wanted
+  const int32_t* prefix_slots = nullptr;  ///< [n] shared prefix's kv_cache slot (SeqChunk::prefix_slot), -1: none
+  const int32_t* prefix_lens = nullptr;   ///< [n] its positions, 0: none
   int n = 0;
   int n_rows = 0;
   /// One token per sequence (a decode step) and last_rows[i] == i: rotary + kv_cache append run inside
@@ -45,10 +47,12 @@ class Transformer {
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
-  /// Host-visible staging (pinned) and device copy of the StepMeta arrays: 4 x max_tokens int32.
+  /// Host-visible staging (pinned) and device copy of the StepMeta arrays: kStepMetaArrays x max_tokens int32.
   int32_t* meta_host() const { return meta_host_; }
   StepMeta meta_device(int n, int n_rows, bool decode = false) const;
-  void upload_meta();  ///< enqueue meta_host -> device (layout: tokens | slots | positions | last_rows, max_tokens each)
+  /// Enqueue meta_host -> device (layout: tokens | slots | positions | last_rows | prefix_slots |
+  /// prefix_lens, max_tokens each).
+  void upload_meta();
 
   /// Enqueue this stage's forward of one step. The first stage starts from the token embeddings, the
   /// others from the hidden states the caller wrote into residual() ([n, hidden] f32, the previous stage's
