@@ -25,7 +25,17 @@ struct SeqChunk {
   /// Requires prefix_slot != slot and prefix_len <= start_pos. prefix_slot -1 (prefix_len 0): none.
   int prefix_slot = -1;
   int prefix_len = 0;
+  /// Outputs (logits / argmax rows) for every token of the chunk, in order, instead of its last token
+  /// only: row i is the next-token distribution after tokens[0..i] (prompt log-probabilities).
+  bool all_logits = false;
 };
+
+/// Output rows of a forward() over chunks: one per chunk, or one per token of an all_logits chunk.
+inline size_t output_rows(const std::vector<SeqChunk>& chunks) {
+  size_t rows = 0;
+  for (const SeqChunk& c : chunks) rows += c.all_logits ? c.tokens.size() : 1;
+  return rows;
+}
 
 /// A transformer with its shard of weights and its kv_cache, on one tp_rank. SPMD: every rank of the
 /// group calls forward() with identical chunks in the same order.
@@ -43,9 +53,10 @@ class ModelRunner {
   virtual std::string pipeline_report() const { return {}; }
   /// Run the chunks (positions of each start at its start_pos; no chunk sees another's tokens, except
   /// the shared prefix it names, which no chunk of the same call may write), append
-  /// their K/V to the kv_cache, and for each chunk's last token write (either output may be null):
-  ///   logits [chunks.size(), vocab_size] f32 host memory, full vocabulary, vocab padding removed;
-  ///   argmax [chunks.size()] token ids (greedy; lowest id wins ties).
+  /// their K/V to the kv_cache, and for each chunk's last token (every token of an all_logits chunk),
+  /// rows = output_rows(chunks) in chunk order, write (either output may be null):
+  ///   logits [rows, vocab_size] f32 host memory, full vocabulary, vocab padding removed;
+  ///   argmax [rows] token ids (greedy; lowest id wins ties).
   /// Both outputs are identical on every rank. Throws Error when a chunk exceeds max_seq_len.
   virtual void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) = 0;
 };

@@ -326,14 +326,15 @@ else
     done
   done
   # shared prompt prefix read from another kv_cache slot: logits and greedy ids of the unshared prompts
-  # (tiny-gpt-neo / tiny-mistral-swa: local windows shorter than the prefix); f32 and bf16
+  # (tiny-gpt-neo / tiny-mistral-swa: local windows shorter than the prefix); f32 and bf16; and every
+  # token's logits of one chunk (all_logits) vs the last-position logits of each prefix
   for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16; do
     for TP in 1 2; do
       [ "$TP" -le "$NGPU" ] || continue
       [ -d "$WORK/k_$m" ] || continue
       if run_logged "shared prefix $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --check-shared-prefix --atol 1e-5 &&
-         [ "$(grep -c '^PASS' "$WORK/out.txt")" -eq 2 ]; then
-        k_result PASS "shared prefix $m tp $TP: logits and greedy ids of the unshared prompts" "$(grep -m1 'max |diff|' "$WORK/out.txt" | sed 's/.*max/max/')"
+         [ "$(grep -c '^PASS' "$WORK/out.txt")" -eq 3 ]; then
+        k_result PASS "shared prefix and all_logits $m tp $TP: logits and greedy ids of the unshared / last-position path" "$(grep -m1 'max |diff|' "$WORK/out.txt" | sed 's/.*max/max/')"
       else
         k_result FAIL "shared prefix $m tp $TP" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
       fi

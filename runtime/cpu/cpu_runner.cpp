@@ -79,7 +79,8 @@ class CpuRunner final : public ModelRunner {
     int prefix_len;
   };
   void check_chunks(const std::vector<SeqChunk>& chunks) const;
-  /// The chunks' tokens in order; last_row gets the row of each chunk's last token.
+  /// The chunks' tokens in order; last_row gets the row of each output (each chunk's last token, every
+  /// token of an all_logits chunk).
   static std::vector<TokenInfo> tokens_of(const std::vector<SeqChunk>& chunks, std::vector<int64_t>* last_row);
   /// The stage's layers over x [toks, hidden] in place.
   void run_layers(const std::vector<TokenInfo>& toks, std::vector<float>& x);
@@ -246,8 +247,11 @@ std::vector<CpuRunner::TokenInfo> CpuRunner::tokens_of(const std::vector<SeqChun
   std::vector<CpuRunner::TokenInfo> toks;
   for (const SeqChunk& ch : chunks) {
     for (size_t i = 0; i < ch.tokens.size(); ++i)
+    {
       toks.push_back({ch.tokens[i], ch.start_pos + static_cast<int>(i), ch.slot, ch.prefix_slot, ch.prefix_len});
-    last_row->push_back(static_cast<int64_t>(toks.size()) - 1);
+      if (ch.all_logits) last_row->push_back(static_cast<int64_t>(toks.size()) - 1);
+    }
+    if (!ch.all_logits) last_row->push_back(static_cast<int64_t>(toks.size()) - 1);
   }
   return toks;
 }
@@ -319,11 +323,13 @@ void CpuRunner::forward_pipeline(const std::vector<SeqChunk>& chunks, float* log
   const Clock::time_point start = Clock::now();
   auto waited = [this](Clock::time_point t0) { wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count(); };
   const int64_t H = config_.hidden_size, V = config_.vocab_size, m = static_cast<int64_t>(chunks.size());
+  const int64_t rows = static_cast<int64_t>(output_rows(chunks));
   const bool want = logits || argmax;  // the same on every rank (SPMD)
-  // Results of the whole step, filled by the last stage micro-batch by micro-batch: logits [m, V]
+  // Results of the whole step, filled by the last stage micro-batch by micro-batch: logits [rows, V]
   // (when asked for), then the argmax ids' bits.
-  const int64_t logit_floats = logits ? m * V : 0;
-  std::vector<float> results(want ? static_cast<size_t>(logit_floats + m) : 0);
+  const int64_t logit_floats = logits ? rows * V : 0;
+  std::vector<float> results(want ? static_cast<size_t>(logit_floats + rows) : 0);
+  int64_t row0 = 0;  // output row of the micro-batch's first chunk
   const int64_t groups = std::min<int64_t>(m, micro_batches_);
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t c0 = g * m / groups, c1 = (g + 1) * m / groups;  // chunks [c0, c1)
@@ -344,9 +350,10 @@ void CpuRunner::forward_pipeline(const std::vector<SeqChunk>& chunks, float* log
       continue;
     }
     if (!want) continue;
-    std::vector<int32_t> ids(static_cast<size_t>(c1 - c0));
-    head(last_row, x.data(), logits ? results.data() + c0 * V : nullptr, ids.data());
-    std::memcpy(results.data() + logit_floats + c0, ids.data(), ids.size() * sizeof(int32_t));
+    std::vector<int32_t> ids(last_row.size());
+    head(last_row, x.data(), logits ? results.data() + row0 * V : nullptr, ids.data());
+    std::memcpy(results.data() + logit_floats + row0, ids.data(), ids.size() * sizeof(int32_t));
+    row0 += static_cast<int64_t>(last_row.size());
   }
   if (want) {
     const Clock::time_point t0 = Clock::now();
@@ -356,7 +363,7 @@ void CpuRunner::forward_pipeline(const std::vector<SeqChunk>& chunks, float* log
   forward_s_ += std::chrono::duration<double>(Clock::now() - start).count();
   if (!want) return;
   if (logits) std::memcpy(logits, results.data(), static_cast<size_t>(logit_floats) * sizeof(float));
-  if (argmax) std::memcpy(argmax, results.data() + logit_floats, static_cast<size_t>(m) * sizeof(int32_t));
+  if (argmax) std::memcpy(argmax, results.data() + logit_floats, static_cast<size_t>(rows) * sizeof(int32_t));
 }
 
 }  // namespace

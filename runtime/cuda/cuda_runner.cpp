@@ -135,8 +135,8 @@ class CudaRunner : public ModelRunner {
     // Prefill (or mixed): pieces of chunks packed into steps of at most max_tokens tokens and max_rows chunk ends.
     const int max_tokens = model_->max_tokens();
     int32_t* meta = model_->meta_host();
-    int n = 0;
-    std::vector<int> row_chunk;  // chunk index of each logits row of this step
+    int n = 0, out_row = 0;
+    std::vector<int> row_chunk;  // output row (output_rows order) of each logits row of this step
     auto flush = [&] {
       if (n == 0) return;
       model_->upload_meta();
@@ -150,9 +150,9 @@ class CudaRunner : public ModelRunner {
       for (size_t k = 0; k < c.tokens.size(); ++k) {
         if (n == max_tokens) flush();
         put_token(meta, max_tokens, n, c, k);
-        if (k + 1 == c.tokens.size()) {
+        if (c.all_logits || k + 1 == c.tokens.size()) {
           meta[3 * max_tokens + row_chunk.size()] = n;
-          row_chunk.push_back(static_cast<int>(ci));
+          row_chunk.push_back(out_row++);
         }
         ++n;
         if (static_cast<int>(row_chunk.size()) == max_rows_) flush();
@@ -170,7 +170,7 @@ class CudaRunner : public ModelRunner {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
     auto waited = [this](Clock::time_point t0) { wait_s_ += std::chrono::duration<double>(Clock::now() - t0).count(); };
-    const size_t m = chunks.size(), V = static_cast<size_t>(config_.vocab_size);
+    const size_t m = output_rows(chunks), V = static_cast<size_t>(config_.vocab_size);
     const size_t H = static_cast<size_t>(config_.hidden_size);
     const bool want = logits || argmax;  // the same on every rank (SPMD)
     // The step's results, filled by the last stage: logits [m, V] f32 when asked for, then m int32 ids.
@@ -180,8 +180,8 @@ class CudaRunner : public ModelRunner {
     int32_t* res_ids = want ? reinterpret_cast<int32_t*>(results.data() + logit_bytes) : nullptr;
     const int max_tokens = model_->max_tokens();
     int32_t* meta = model_->meta_host();
-    int n = 0;
-    std::vector<int> row_chunk;  // chunk index of each logits row of this step
+    int n = 0, out_row = 0;
+    std::vector<int> row_chunk;  // output row (output_rows order) of each logits row of this step
     auto step = [&] {
       if (n == 0) return;
       model_->upload_meta();
@@ -202,16 +202,17 @@ class CudaRunner : public ModelRunner {
       n = 0;
       row_chunk.clear();
     };
-    const size_t groups = std::min<size_t>(m, static_cast<size_t>(micro_batches_));
+    const size_t nc = chunks.size();
+    const size_t groups = std::min<size_t>(nc, static_cast<size_t>(micro_batches_));
     for (size_t g = 0; g < groups; ++g) {
-      for (size_t ci = g * m / groups; ci < (g + 1) * m / groups; ++ci) {
+      for (size_t ci = g * nc / groups; ci < (g + 1) * nc / groups; ++ci) {
         const SeqChunk& c = chunks[ci];
         for (size_t k = 0; k < c.tokens.size(); ++k) {
           if (n == max_tokens) step();
           put_token(meta, max_tokens, n, c, k);
-          if (k + 1 == c.tokens.size()) {
+          if (c.all_logits || k + 1 == c.tokens.size()) {
             meta[3 * max_tokens + row_chunk.size()] = n;
-            row_chunk.push_back(static_cast<int>(ci));
+            row_chunk.push_back(out_row++);
           }
           ++n;
           if (static_cast<int>(row_chunk.size()) == max_rows_) step();
@@ -441,8 +442,8 @@ class CudaRunner : public ModelRunner {
     std::fprintf(stderr, "warning: tp_rank %d: CUDA graphs disabled (%s); decode runs eagerly\n", tp_rank_, why.c_str());
   }
 
-  /// Gather this step's rows over ranks and write them to the caller's outputs. `rows` = rows computed
-  /// (>= row_chunk.size() when a decode bucket was padded).
+  /// Gather this step's rows over ranks and write them to the caller's outputs: row i of the step goes
+  /// to output row row_chunk[i]. `rows` = rows computed (>= row_chunk.size() when a decode bucket was padded).
   void collect(const std::vector<int>& row_chunk, float* logits, int32_t* argmax, int rows = -1) {
     const int r = rows < 0 ? static_cast<int>(row_chunk.size()) : rows;
     if (r == 0) {  // a middle piece of a long prompt: nothing to gather (same on every rank), but the

@@ -16,6 +16,7 @@
 #include "fakes.h"
 #include "model/manifest.h"
 #include "runtime/generate.h"
+#include "runtime/prompt_scores.h"
 #include "runtime/rope.h"
 #include "runtime/session.h"
 
@@ -266,6 +267,54 @@ TEST_CASE("a shared prompt prefix, read from its own kv_cache slot, gives the un
       for (size_t i = 0; i < prompts.size(); ++i) CHECK(max_abs_diff(shared[i], unshared[i]) <= 1e-5);
       // generate() finds the prefix itself (4 slots: the prefix's + 3) and decodes over it.
       CHECK(greedy(dir, tp, prompts, 8, 4) == greedy(dir, tp, prompts, 8, 1));
+    }
+  }
+}
+
+TEST_CASE("prompt log-probabilities: every position's log_softmax equals the last-position logits of its prefix; the last one transformers'") {
+  const nlohmann::json ref = reference("tiny-llama");
+  const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const auto hf_logits = ref["last_logits"].get<std::vector<std::vector<float>>>();
+  const auto hf_greedy = ref["greedy"].get<std::vector<std::vector<int32_t>>>();
+  const std::string dir = converted("tiny-llama");
+  // Each prompt + transformers' first greedy token: the last score is log_softmax(HF last logits)[token].
+  std::vector<std::vector<int32_t>> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    seqs.push_back(prompts[i]);
+    seqs.back().push_back(hf_greedy[i][0]);
+  }
+  for (const int tp : {1, 2, 4}) {
+    CAPTURE(tp);
+    std::vector<SequenceScores> scores;
+    std::vector<std::vector<std::vector<float>>> prefix_logits(seqs.size());
+    run_on_ranks(cpu_session(dir, tp, 2), [&](RankContext& ctx) {  // 2 slots for 4 sequences: slots reused
+      const auto got = score_sequences(*ctx.runner, seqs, 5);
+      const int64_t V = ctx.runner->config().vocab_size;
+      for (size_t s = 0; s < seqs.size(); ++s)
+        for (size_t n = 1; n < seqs[s].size(); ++n) {
+          std::vector<float> logits(V);
+          ctx.runner->forward({{0, 0, std::vector<int32_t>(seqs[s].begin(), seqs[s].begin() + n)}}, logits.data(), nullptr);
+          if (ctx.is_output_rank()) prefix_logits[s].push_back(logits);
+        }
+      if (ctx.is_output_rank()) scores = got;
+    });
+    REQUIRE(scores.size() == seqs.size());
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      CAPTURE(s);
+      REQUIRE(scores[s].tokens.size() == seqs[s].size() - 1);
+      for (size_t i = 0; i + 1 < seqs[s].size(); ++i) {
+        const TokenLogprob want = row_logprob(prefix_logits[s][i].data(), 1000, seqs[s][i + 1], 5);
+        const TokenLogprob& got = scores[s].tokens[i];
+        CHECK(got.token == seqs[s][i + 1]);
+        CHECK(std::abs(got.logprob - want.logprob) <= 1e-5);
+        REQUIRE(got.top.size() == 5);
+        CHECK(got.top[0].first == want.top[0].first);
+        CHECK(got.top[0].second >= got.top[4].second);
+        CHECK(scores[s].greedy[i] == (got.top[0].first == seqs[s][i + 1]));
+      }
+      const TokenLogprob hf = row_logprob(hf_logits[s].data(), 1000, seqs[s].back(), 0);
+      CHECK(std::abs(scores[s].tokens.back().logprob - hf.logprob) <= 1e-4);
+      CHECK(scores[s].greedy.back());  // the token is transformers' greedy choice
     }
   }
 }

@@ -23,6 +23,7 @@
 #include "format/error.h"
 #include "format/shard_file.h"
 #include "runtime/generate.h"
+#include "runtime/prompt_scores.h"
 #include "runtime/session.h"
 #include "fakes.h"
 
@@ -173,6 +174,35 @@ TEST_CASE("prompts with a shared prefix across pipeline stages give the one-stag
   for (const Layout& l : {Layout{1, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 3, 2}}) {
     CAPTURE(text(l));
     CHECK(greedy_ids(dir, l, prompts, 10, 4) == ref);
+  }
+}
+
+TEST_CASE("prompt log-probabilities across pipeline stages equal the one-stage ones") {
+  const std::string dir = converted("stories260K", "1,2,3,5");
+  const std::vector<std::vector<int32_t>> seqs = {{1, 7, 3, 9, 4, 200, 17}, {2, 5}, {11, 3, 8, 1, 6, 2, 7, 90, 91, 3}};
+  auto scores = [&](const Layout& l) {
+    std::vector<SequenceScores> out;
+    std::mutex m;
+    run_on_ranks(options(dir, l, 2), [&](RankContext& ctx) {
+      auto got = score_sequences(*ctx.runner, seqs, 3);
+      std::lock_guard<std::mutex> lock(m);
+      if (ctx.is_output_rank()) out = std::move(got);
+    });
+    return out;
+  };
+  const auto ref = scores({});
+  for (const Layout& l : {Layout{1, 2, 1}, Layout{2, 3, 1}}) {
+    CAPTURE(text(l));
+    const auto got = scores(l);
+    REQUIRE(got.size() == ref.size());
+    for (size_t s = 0; s < ref.size(); ++s) {
+      REQUIRE(got[s].tokens.size() == ref[s].tokens.size());
+      for (size_t i = 0; i < ref[s].tokens.size(); ++i) {
+        CHECK(std::abs(got[s].tokens[i].logprob - ref[s].tokens[i].logprob) <= 1e-5);
+        CHECK(got[s].tokens[i].top[0].first == ref[s].tokens[i].top[0].first);
+      }
+      CHECK(got[s].greedy == ref[s].greedy);
+    }
   }
 }
 

@@ -70,6 +70,34 @@ int check_shared_prefix(const Manifest& m, int rank, int tp_size, const cuda::We
       std::to_string(worst) + " (atol " + std::to_string(atol) + ")");
   say(std::string(ids_same ? "PASS" : "FAIL") + " shared prefix: greedy ids of " + std::to_string(kSteps) +
       " decode steps identical to the unshared sequences");
+
+  // (2) all_logits: one chunk of 30 tokens in slot 0 vs each prefix's last-position logits in slot 1.
+  const std::vector<int32_t> seq = tokens(30);
+  SeqChunk all{0, 0, seq};
+  all.all_logits = true;
+  std::vector<float> rows(seq.size() * static_cast<size_t>(vocab)), last(static_cast<size_t>(vocab));
+  std::vector<int32_t> row_ids(seq.size());
+  runner->forward({all}, rows.data(), row_ids.data());
+  // Different token counts per step may take other GEMM algorithms: equal within the dtype's rounding
+  // (relative to the largest logit), not bit for bit.
+  const double rtol = m.dtype == DType::F32 ? 1e-4 : 2e-2;
+  double worst_rows = 0, max_logit = 0;
+  bool argmax_same = true;
+  for (size_t n = 1; n <= seq.size(); ++n) {
+    int32_t id = -1;
+    runner->forward({{1, 0, std::vector<int32_t>(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(n))}}, last.data(), &id);
+    for (int64_t v = 0; v < vocab; ++v)
+    {
+      worst_rows = std::max(worst_rows, static_cast<double>(std::fabs(rows[(n - 1) * vocab + v] - last[v])));
+      max_logit = std::max(max_logit, static_cast<double>(std::fabs(last[v])));
+    }
+    argmax_same = argmax_same && (id == row_ids[n - 1] || m.dtype != DType::F32);  // near-ties may flip in 16 bits
+  }
+  const bool rows_ok = worst_rows <= atol + rtol * max_logit && argmax_same;
+  fails += !rows_ok;
+  say(std::string(rows_ok ? "PASS" : "FAIL") + " all_logits: 30 rows of one chunk vs each prefix's last-position logits: max |diff| " +
+      std::to_string(worst_rows) + " (max |logit| " + std::to_string(max_logit) + ", rtol " + std::to_string(rtol) + ")" +
+      (argmax_same ? "" : ", argmax DIFFERS"));
   return fails;
 }
 
