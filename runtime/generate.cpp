@@ -98,22 +98,35 @@ struct Active {
   size_t streamed = 0;      ///< bytes of text given to on_text
 };
 
-class Generator {
+}  // namespace
+
+class BatchGenerator::Impl {
  public:
-  Generator(ModelRunner& runner, const Tokenizer& tok, const std::vector<GenerationRequest>& requests,
-            const GenerateCallbacks& cb)
-      : runner_(runner), tok_(tok), requests_(requests), cb_(cb), vocab_(runner.config().vocab_size) {
+  Impl(ModelRunner& runner, const Tokenizer& tok, GenerateCallbacks cb)
+      : runner_(runner), tok_(tok), cb_(std::move(cb)), vocab_(runner.config().vocab_size) {
+    TPS_CHECK(runner_.max_batch() >= 1, "generate: the runner has no kv_cache slots", "pass --max-batch 1 or more");
     for (int64_t id : runner.config().eos_token_ids) eos_.insert(static_cast<int32_t>(id));
     for (int32_t id : tok.eos_ids()) eos_.insert(id);
-    results_.resize(requests.size());
+    for (int s = runner_.max_batch() - 1; s >= 0; --s) free_slots_.push_back(s);
   }
 
-  std::vector<GenerationResult> run(GenerationStats* stats);
+  size_t add(std::vector<GenerationRequest> requests);
+  bool busy() const { return !waiting_.empty() || !active_.empty(); }
+  void step();
+  GenerationResult take_result(size_t index) {
+    TPS_CHECK(index < results_.size() && !results_[index].finish_reason.empty(),
+              "generate: result " + std::to_string(index) + " is not finished", "this is a bug in the caller");
+    GenerationResult r = std::move(results_[index]);
+    results_[index] = GenerationResult{};
+    results_[index].finish_reason = "taken";
+    requests_[index] = GenerationRequest{};  // the prompt is no longer needed
+    return r;
+  }
+  const GenerationStats& stats() const { return stats_; }
 
  private:
-  void validate() const;
-  /// Groups the requests by common prompt prefix (prefixes_, prefix_of_) and queues them group by group.
-  void plan_prefixes();
+  /// Groups requests [first, end) by common prompt prefix (prefixes_, prefix_of_) and queues them group by group.
+  void plan_prefixes(size_t first);
   void admit();
   /// Frees a's slot, and its prefix's slot when a was the prefix's last member.
   void release(const Active& a);
@@ -133,8 +146,8 @@ class Generator {
 
   ModelRunner& runner_;
   const Tokenizer& tok_;
-  const std::vector<GenerationRequest>& requests_;
-  const GenerateCallbacks& cb_;
+  std::vector<GenerationRequest> requests_;
+  const GenerateCallbacks cb_;
   const int64_t vocab_;
   std::set<int32_t> eos_;
   std::vector<GenerationResult> results_;
@@ -146,25 +159,23 @@ class Generator {
   GenerationStats stats_;
 };
 
-void Generator::validate() const {
-  TPS_CHECK(runner_.max_batch() >= 1, "generate: the runner has no kv_cache slots", "pass --max-batch 1 or more");
-  for (const GenerationRequest& r : requests_) check_request(r, runner_.max_seq_len(), "request " + r.id, model_seq_limit(runner_.config()));
-}
-
 /// Longest common prefix of a and b, leaving each at least its last token (which must be fed to get
 /// its first logits).
-size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+static size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   const size_t limit = std::min(a.size(), b.size()) - 1;  // prompts are never empty (validate)
   size_t n = 0;
   while (n < limit && a[n] == b[n]) ++n;
   return n;
 }
 
-void Generator::plan_prefixes() {
-  const size_t n = requests_.size();
-  prefix_of_.assign(n, -1);
-  std::vector<size_t> sorted(n);
-  std::iota(sorted.begin(), sorted.end(), 0);
+void BatchGenerator::Impl::plan_prefixes(size_t first) {
+  const size_t end_all = requests_.size();
+  prefix_of_.resize(end_all, -1);
+  // Requests that want their prompt's log-probabilities prefill it whole (each position's logits).
+  std::vector<size_t> sorted;
+  for (size_t i = first; i < end_all; ++i)
+    if (requests_[i].params.prompt_logprobs < 0) sorted.push_back(i);
+  const size_t n = sorted.size();
   if (runner_.max_batch() >= 2 && tuning().shared_prefix) {  // a prefix needs a slot besides its members'
     std::stable_sort(sorted.begin(), sorted.end(),
                      [&](size_t a, size_t b) { return requests_[a].prompt_ids < requests_[b].prompt_ids; });
@@ -192,7 +203,7 @@ void Generator::plan_prefixes() {
   // Queue order: groups (and requests without one) by their first request, members in request order.
   std::vector<std::vector<size_t>> units;
   std::vector<int> unit_of_prefix(prefixes_.size(), -1);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = first; i < end_all; ++i) {
     const int p = prefix_of_[i];
     if (p < 0) {
       units.push_back({i});
@@ -207,7 +218,7 @@ void Generator::plan_prefixes() {
   for (const auto& u : units) waiting_.insert(waiting_.end(), u.begin(), u.end());
 }
 
-void Generator::admit() {
+void BatchGenerator::Impl::admit() {
   while (!free_slots_.empty() && !waiting_.empty()) {
     const size_t req = waiting_.front();
     const int p = prefix_of_[req];
@@ -230,7 +241,7 @@ void Generator::admit() {
     a->decoder->prime(requests_[a->req].prompt_ids);  // output text continues the prompt's (leading space kept)
     results_[a->req].id = requests_[a->req].id;
     results_[a->req].prompt_tokens = static_cast<int>(requests_[a->req].prompt_ids.size());
-    if (requests_[a->req].params.max_new_tokens == 0) {
+    if (requests_[a->req].params.max_new_tokens == 0 && requests_[a->req].params.prompt_logprobs < 0) {
       finish(*a, "length");
       release(*a);
       continue;
@@ -239,7 +250,7 @@ void Generator::admit() {
   }
 }
 
-void Generator::release(const Active& a) {
+void BatchGenerator::Impl::release(const Active& a) {
   free_slots_.push_back(a.slot);
   if (a.prefix < 0) return;
   SharedPrefix& p = prefixes_[a.prefix];
@@ -249,16 +260,17 @@ void Generator::release(const Active& a) {
   }
 }
 
-bool Generator::needs_logits(const Active& a) const {
+bool BatchGenerator::Impl::needs_logits(const Active& a) const {
   const SamplingParams& p = requests_[a.req].params;
   const bool mask_eos = !eos_.empty() && static_cast<int>(a.output.size()) < p.min_new_tokens;
-  return p.temperature > 0.0f || p.repetition_penalty != 1.0f || mask_eos;
+  return p.temperature > 0.0f || p.repetition_penalty != 1.0f || mask_eos || p.logprobs >= 0;
 }
 
-void Generator::step_prefill() {
+void BatchGenerator::Impl::step_prefill() {
   std::vector<SeqChunk> chunks;
   std::vector<Active*> owners;  // nullptr: a shared prefix's chunk
   int64_t budget = kMaxPrefillTokens;
+  int64_t row_budget = std::max<int64_t>(1, kScoreRowFloats / vocab_);  // logits rows of all_logits chunks
   // Shared prefixes first; a member's suffix waits until its prefix is complete before this step (no
   // chunk may read a prefix that the same forward() writes).
   std::vector<bool> prefix_ready(prefixes_.size());
@@ -281,34 +293,58 @@ void Generator::step_prefill() {
     const auto& prompt = requests_[a->req].prompt_ids;
     if (a->prefilled == prompt.size() || budget == 0) continue;
     if (a->prefix >= 0 && !prefix_ready[a->prefix]) continue;
-    const size_t n = std::min<size_t>(prompt.size() - a->prefilled, static_cast<size_t>(budget));
+    size_t n = std::min<size_t>(prompt.size() - a->prefilled, static_cast<size_t>(budget));
+    const bool all_logits = requests_[a->req].params.prompt_logprobs >= 0;
+    if (all_logits) {  // every position's logits: bounded rows per forward (prompt_scores.h)
+      if (row_budget == 0) continue;
+      n = std::min<size_t>(n, static_cast<size_t>(row_budget));
+      row_budget -= static_cast<int64_t>(n);
+    }
     SeqChunk c;
     c.slot = a->slot;
     c.start_pos = static_cast<int>(a->prefilled);
     c.tokens.assign(prompt.begin() + a->prefilled, prompt.begin() + a->prefilled + n);
+    c.all_logits = all_logits;
     set_prefix(*a, &c);
     chunks.push_back(std::move(c));
     owners.push_back(a.get());
     budget -= static_cast<int64_t>(n);
   }
   bool want_logits = false;
-  for (Active* a : owners) want_logits = want_logits || (a && needs_logits(*a));
-  std::vector<float> logits(want_logits ? chunks.size() * vocab_ : 0);
-  std::vector<int32_t> argmax(chunks.size());
+  for (size_t i = 0; i < owners.size(); ++i)
+    want_logits = want_logits || (owners[i] && needs_logits(*owners[i])) || chunks[i].all_logits;
+  const size_t rows = output_rows(chunks);
+  std::vector<float> logits(want_logits ? rows * vocab_ : 0);
+  std::vector<int32_t> argmax(rows);
   const auto t0 = Clock::now();
   runner_.forward(chunks, want_logits ? logits.data() : nullptr, argmax.data());
   stats_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  size_t row = 0;  // first output row of chunk i
   for (size_t i = 0; i < owners.size(); ++i) {
-    if (!owners[i]) continue;
-    Active& a = *owners[i];
-    a.prefilled += chunks[i].tokens.size();
-    stats_.prefill_tokens += static_cast<int64_t>(chunks[i].tokens.size());
-    if (a.prefilled == requests_[a.req].prompt_ids.size())
-      take_token(a, want_logits ? logits.data() + i * vocab_ : nullptr, argmax[i]);
+    const size_t chunk_rows = chunks[i].all_logits ? chunks[i].tokens.size() : 1;
+    const size_t last = row + chunk_rows - 1;
+    if (owners[i]) {
+      Active& a = *owners[i];
+      const GenerationRequest& r = requests_[a.req];
+      if (chunks[i].all_logits)
+        for (size_t k = 0; k < chunk_rows; ++k) {  // row k predicts prompt[start + k + 1]
+          const size_t next = a.prefilled + k + 1;
+          if (next < r.prompt_ids.size())
+            results_[a.req].prompt_logprobs.push_back(
+                row_logprob(logits.data() + (row + k) * vocab_, vocab_, r.prompt_ids[next], r.params.prompt_logprobs));
+        }
+      a.prefilled += chunks[i].tokens.size();
+      stats_.prefill_tokens += static_cast<int64_t>(chunks[i].tokens.size());
+      if (a.prefilled == r.prompt_ids.size()) {
+        if (r.params.max_new_tokens == 0) finish(a, "length");  // prefilled for its prompt log-probabilities only
+        else take_token(a, want_logits ? logits.data() + last * vocab_ : nullptr, argmax[last]);
+      }
+    }
+    row += chunk_rows;
   }
 }
 
-void Generator::step_decode() {
+void BatchGenerator::Impl::step_decode() {
   std::vector<SeqChunk> chunks;
   bool want_logits = false;
   for (auto& a : active_) {
@@ -332,11 +368,13 @@ void Generator::step_decode() {
   for (size_t i = 0; i < owners.size(); ++i) take_token(*owners[i], want_logits ? logits.data() + i * vocab_ : nullptr, argmax[i]);
 }
 
-void Generator::take_token(Active& a, const float* logits_row, int32_t argmax) {
+void BatchGenerator::Impl::take_token(Active& a, const float* logits_row, int32_t argmax) {
   const GenerationRequest& r = requests_[a.req];
   const SamplingParams& p = r.params;
   int32_t token = argmax;
-  if (logits_row && needs_logits(a)) {
+  const bool sample = p.temperature > 0.0f || p.repetition_penalty != 1.0f ||
+                      (!eos_.empty() && static_cast<int>(a.output.size()) < p.min_new_tokens);
+  if (logits_row && sample) {
     std::vector<float> row(logits_row, logits_row + vocab_);
     if (p.repetition_penalty != 1.0f) {
       std::vector<int32_t> seen = r.prompt_ids;
@@ -348,6 +386,8 @@ void Generator::take_token(Active& a, const float* logits_row, int32_t argmax) {
         if (id >= 0 && id < vocab_) row[id] = -INFINITY;
     token = sample_token(row.data(), vocab_, p, counter_uniform(p.seed, rng_stream(r, a.req), a.output.size()));
   }
+  if (p.logprobs >= 0 && logits_row)
+    results_[a.req].logprobs.push_back(row_logprob(logits_row, vocab_, token, p.logprobs));
   a.output.push_back(token);
   if (!p.ignore_eos && eos_.count(token)) {
     finish(a, "eos");
@@ -370,14 +410,14 @@ void Generator::take_token(Active& a, const float* logits_row, int32_t argmax) {
   stream(a, a.text.size() - stop_string_holdback(a.text, p.stop));
 }
 
-void Generator::stream(Active& a, size_t upto) {
+void BatchGenerator::Impl::stream(Active& a, size_t upto) {
   if (upto > a.streamed) {
     if (cb_.on_text) cb_.on_text(a.req, a.text.substr(a.streamed, upto - a.streamed));
     a.streamed = upto;
   }
 }
 
-void Generator::finish(Active& a, const std::string& reason) {
+void BatchGenerator::Impl::finish(Active& a, const std::string& reason) {
   std::string why = reason;
   if (why != "stop") {
     // Text the decoder held back (an incomplete UTF-8 tail) may still complete a stop string.
@@ -397,38 +437,54 @@ void Generator::finish(Active& a, const std::string& reason) {
   if (cb_.on_done) cb_.on_done(a.req, res);
 }
 
-std::vector<GenerationResult> Generator::run(GenerationStats* stats) {
-  validate();
-  plan_prefixes();
-  for (int s = runner_.max_batch() - 1; s >= 0; --s) free_slots_.push_back(s);
-  while (!waiting_.empty() || !active_.empty()) {
-    admit();
-    if (active_.empty()) continue;
-    bool prefill_pending = false;
-    for (auto& a : active_) prefill_pending = prefill_pending || a->prefilled < requests_[a->req].prompt_ids.size();
-    if (prefill_pending) step_prefill();
-    else step_decode();
-    // Retire finished requests (their results are complete) and free their slots.
-    for (size_t i = 0; i < active_.size();) {
-      if (!results_[active_[i]->req].finish_reason.empty()) {
-        release(*active_[i]);
-        active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
-      }
-    }
-  }
-  if (stats) *stats = stats_;
-  return std::move(results_);
+size_t BatchGenerator::Impl::add(std::vector<GenerationRequest> requests) {
+  for (const GenerationRequest& r : requests)
+    check_request(r, runner_.max_seq_len(), "request " + r.id, model_seq_limit(runner_.config()));
+  const size_t first = requests_.size();
+  for (GenerationRequest& r : requests) requests_.push_back(std::move(r));
+  results_.resize(requests_.size());
+  plan_prefixes(first);
+  return first;
 }
 
-}  // namespace
+void BatchGenerator::Impl::step() {
+  admit();
+  if (active_.empty()) return;
+  bool prefill_pending = false;
+  for (auto& a : active_) prefill_pending = prefill_pending || a->prefilled < requests_[a->req].prompt_ids.size();
+  if (prefill_pending) step_prefill();
+  else step_decode();
+  // Retire finished requests (their results are complete) and free their slots.
+  for (size_t i = 0; i < active_.size();) {
+    if (!results_[active_[i]->req].finish_reason.empty()) {
+      release(*active_[i]);
+      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+BatchGenerator::BatchGenerator(ModelRunner& runner, const Tokenizer& tokenizer, GenerateCallbacks callbacks)
+    : impl_(std::make_unique<Impl>(runner, tokenizer, std::move(callbacks))) {}
+BatchGenerator::~BatchGenerator() = default;
+size_t BatchGenerator::add(std::vector<GenerationRequest> requests) { return impl_->add(std::move(requests)); }
+bool BatchGenerator::busy() const { return impl_->busy(); }
+void BatchGenerator::step() { impl_->step(); }
+GenerationResult BatchGenerator::take_result(size_t index) { return impl_->take_result(index); }
+const GenerationStats& BatchGenerator::stats() const { return impl_->stats(); }
 
 std::vector<GenerationResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,
                                        const std::vector<GenerationRequest>& requests, const GenerateCallbacks& callbacks,
                                        GenerationStats* stats) {
-  Generator g(runner, tokenizer, requests, callbacks);
-  return g.run(stats);
+  BatchGenerator g(runner, tokenizer, callbacks);
+  g.add(requests);
+  while (g.busy()) g.step();
+  std::vector<GenerationResult> results;
+  results.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) results.push_back(g.take_result(i));
+  if (stats) *stats = g.stats();
+  return results;
 }
 
 }  // namespace tpshard

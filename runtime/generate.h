@@ -4,10 +4,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/model_runner.h"
+#include "runtime/prompt_scores.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tpshard {
@@ -24,6 +26,12 @@ struct SamplingParams {
   uint64_t seed = 0;                 ///< per-request RNG stream = f(seed, request id (or index when the id is empty), step)
   std::vector<std::string> stop;     ///< stop strings: generation ends when the text contains one (excluded from output)
   bool ignore_eos = false;
+  /// Log-probabilities of each generated token (of the model's distribution, before penalties and
+  /// temperature) with this many top alternatives: -1 off, 0 only the chosen token's (OpenAI `logprobs`).
+  int logprobs = -1;
+  /// The same for the prompt's tokens (each position's logits: the prompt is prefilled whole, never from a
+  /// shared prefix); -1 off (OpenAI `echo` + `logprobs`, lm-evaluation-harness loglikelihood).
+  int prompt_logprobs = -1;
 };
 
 struct GenerationRequest {
@@ -52,6 +60,8 @@ struct GenerationResult {
   std::string text;                  ///< decoded output, special tokens skipped (stop string and what follows removed)
   std::string finish_reason;         ///< "eos", "length" or "stop"
   int prompt_tokens = 0;
+  std::vector<TokenLogprob> logprobs;         ///< per output id, when params.logprobs >= 0
+  std::vector<TokenLogprob> prompt_logprobs;  ///< per prompt token after the first, when params.prompt_logprobs >= 0
 };
 
 struct GenerationStats {
@@ -81,5 +91,30 @@ struct GenerateCallbacks {
 std::vector<GenerationResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,
                                        const std::vector<GenerationRequest>& requests,
                                        const GenerateCallbacks& callbacks = {}, GenerationStats* stats = nullptr);
+
+/// The continuous batching of generate(), driven step by step so that requests can arrive while others
+/// run (the server). Request indices count add()ed requests from 0 over the generator's life; callbacks
+/// get them. SPMD: every rank makes the same add() / step() calls in the same order.
+class BatchGenerator {
+ public:
+  BatchGenerator(ModelRunner& runner, const Tokenizer& tokenizer, GenerateCallbacks callbacks = {});
+  ~BatchGenerator();
+  BatchGenerator(const BatchGenerator&) = delete;
+  BatchGenerator& operator=(const BatchGenerator&) = delete;
+  /// Checks every request (check_request; Error before any is queued) and queues them, grouped by shared
+  /// prompt prefix among themselves. Returns the index of the first; the others follow in order.
+  size_t add(std::vector<GenerationRequest> requests);
+  bool busy() const;  ///< requests waiting or running
+  /// Admit waiting requests into free slots, run one forward (prefill of the admitted ones, else one decode
+  /// step of all), retire the finished ones (on_done is called for each).
+  void step();
+  /// Moves a finished request's result out and frees what the generator kept of it.
+  GenerationResult take_result(size_t index);
+  const GenerationStats& stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tpshard

@@ -319,6 +319,66 @@ TEST_CASE("prompt log-probabilities: every position's log_softmax equals the las
   }
 }
 
+TEST_CASE("generate(): log-probabilities of generated and prompt tokens equal the scores of the whole sequence") {
+  const std::string dir = converted("tiny-llama");
+  auto prompts = shared_prefix_prompts();  // three prompts with a common 20-token prefix
+  for (const int tp : {1, 2}) {
+    CAPTURE(tp);
+    std::vector<GenerationResult> res;
+    std::vector<SequenceScores> scores;
+    testing::FakeTokenizer fake;
+    run_on_ranks(cpu_session(dir, tp, 4), [&](RankContext& ctx) {
+      std::vector<GenerationRequest> reqs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        SamplingParams p;
+        p.max_new_tokens = 5;
+        p.ignore_eos = true;
+        p.logprobs = 3;
+        if (i == 1) p.prompt_logprobs = 2;  // prefilled whole, next to members of a shared prefix
+        reqs.push_back({std::to_string(i), prompts[i], p});
+      }
+      SamplingParams only_prompt;
+      only_prompt.max_new_tokens = 0;  // lm-eval loglikelihood: the prompt's scores, nothing generated
+      only_prompt.prompt_logprobs = 0;
+      reqs.push_back({"score", prompts[2], only_prompt});
+      auto got = generate(*ctx.runner, fake, reqs);
+      std::vector<std::vector<int32_t>> seqs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        seqs.push_back(prompts[i]);
+        seqs.back().insert(seqs.back().end(), got[i].output_ids.begin(), got[i].output_ids.end());
+      }
+      auto sc = score_sequences(*ctx.runner, seqs, 3);
+      if (ctx.is_output_rank()) {
+        res = got;
+        scores = sc;
+      }
+    });
+    REQUIRE(res.size() == 4);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(res[i].logprobs.size() == 5);
+      for (size_t k = 0; k < 5; ++k) {
+        const TokenLogprob& want = scores[i].tokens[prompts[i].size() - 1 + k];
+        CHECK(res[i].logprobs[k].token == res[i].output_ids[k]);
+        CHECK(std::abs(res[i].logprobs[k].logprob - want.logprob) <= 1e-5);
+        REQUIRE(res[i].logprobs[k].top.size() == 3);
+        CHECK(res[i].logprobs[k].top[0].first == res[i].output_ids[k]);  // greedy: the top token
+      }
+    }
+    REQUIRE(res[1].prompt_logprobs.size() == prompts[1].size() - 1);
+    for (size_t k = 0; k + 1 < prompts[1].size(); ++k) {
+      CHECK(std::abs(res[1].prompt_logprobs[k].logprob - scores[1].tokens[k].logprob) <= 1e-5);
+      CHECK(res[1].prompt_logprobs[k].top.size() == 2);
+    }
+    CHECK(res[3].output_ids.empty());
+    CHECK(res[3].finish_reason == "length");
+    REQUIRE(res[3].prompt_logprobs.size() == prompts[2].size() - 1);
+    for (size_t k = 0; k + 1 < prompts[2].size(); ++k)
+      CHECK(std::abs(res[3].prompt_logprobs[k].logprob - scores[2].tokens[k].logprob) <= 1e-5);
+    CHECK(res[0].prompt_logprobs.empty());
+  }
+}
+
 TEST_CASE("stories260K: greedy 200 tokens from BOS reproduce llama2.c's published run at tp 1, 2, 4") {
   std::ifstream f(std::string(TPSHARD_FIXTURES_DIR) + "/stories260K/expected_greedy200_ids.txt");
   REQUIRE(f.good());
