@@ -9,3 +9,4 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)      # libxxhash-de
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)      # libpcre2-dev
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # libutf8proc-dev
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)  # libsentencepiece-dev
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # libcpp-httplib-dev (tprun serve)

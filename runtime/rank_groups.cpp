@@ -29,6 +29,13 @@ std::vector<RankGroup> job_groups(const RankGrid& grid) {
                           {grid.world_rank({d, s, t}), grid.world_rank({d, s + 1, t})},
                           "stages " + std::to_string(s) + "-" + std::to_string(s + 1) + " of dp_rank " + std::to_string(d) +
                               ", tp_rank " + std::to_string(t)});
+  if (grid.tp_size * grid.pp_size > 1)
+    for (int d = 0; d < grid.dp_size; ++d) {
+      RankGroup g{GroupKind::ReplicaRanks, {}, "ranks of dp_rank " + std::to_string(d)};
+      for (int s = 0; s < grid.pp_size; ++s)
+        for (int t = 0; t < grid.tp_size; ++t) g.members.push_back(grid.world_rank({d, s, t}));
+      groups.push_back(g);
+    }
   if (grid.dp_size > 1) {
     RankGroup g{GroupKind::Replicas, {}, "replicas' output ranks"};
     for (int d = 0; d < grid.dp_size; ++d) g.members.push_back(grid.world_rank({d, 0, 0}));

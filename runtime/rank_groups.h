@@ -16,20 +16,27 @@
 
 namespace tpshard {
 
-enum class GroupKind { TensorParallel, StagePair, Replicas };
+enum class GroupKind {
+  TensorParallel,
+  StagePair,
+  ReplicaRanks,  ///< every rank of one replica (tp x pp > 1): per-step control messages (the server)
+  Replicas,
+};
 
 /// One group: its world ranks, in the order that gives each member its rank in the group.
 struct RankGroup {
   GroupKind kind = GroupKind::TensorParallel;
-  std::vector<int> members;  ///< world ranks; TensorParallel by tp_rank, StagePair {stage s, stage s + 1}, Replicas by dp_rank
+  /// world ranks; TensorParallel by tp_rank, StagePair {stage s, stage s + 1}, ReplicaRanks in world
+  /// order (pp_stage, tp_rank), Replicas by dp_rank
+  std::vector<int> members;
   std::string name;          ///< e.g. "tp group of dp_rank 0, pp_stage 1" (messages)
   /// The member index of world_rank, or -1 when it is not a member.
   int index_of(int world_rank) const;
 };
 
 /// Every group of the grid with more than one member, in the one order all ranks set them up: tensor
-/// parallel groups (by dp_rank, pp_stage), stage pairs (by dp_rank, stage s, tp_rank), then the replicas'
-/// output ranks (tp_rank 0 of stage 0 of each replica). Setting up groups one after the other in this
+/// parallel groups (by dp_rank, pp_stage), stage pairs (by dp_rank, stage s, tp_rank), the ranks of each
+/// replica (by dp_rank), then the replicas' output ranks (tp_rank 0 of stage 0 of each replica). Setting up groups one after the other in this
 /// order cannot deadlock: the first group not yet complete has all its members waiting in it.
 std::vector<RankGroup> job_groups(const RankGrid& grid);
 

@@ -64,6 +64,10 @@ struct RankContext {
   /// dp_size ranks (rank() = dp_rank), through which batch jobs send their lines to dp_rank 0. nullptr
   /// elsewhere. CPU: threads of one process; CUDA: a TCP rendezvous of the replicas' processes.
   HostExchange* replicas = nullptr;
+  /// Every rank of this replica (tp_size x pp_size of them; rank() = pp_stage * tp_size + tp_rank, 0 is
+  /// the output rank): small per-step control messages, e.g. the server's new requests from rank 0.
+  /// Never null (a single rank has a one-member exchange).
+  HostExchange* replica_ranks = nullptr;
   Device device = Device::Cpu;   ///< the backend actually used
   const Manifest* manifest = nullptr;
   ModelRunner* runner = nullptr;

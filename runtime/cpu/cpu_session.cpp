@@ -49,6 +49,9 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
   auto mailbox = std::make_shared<ThreadMailbox>();
   // The replicas' output ranks meet once per batch round; a round may take long (a failure aborts it).
   auto replicas = std::make_shared<ThreadExchangeGroup>(layout.dp_size, kReplicaRoundTimeoutS);
+  std::vector<std::shared_ptr<ThreadExchangeGroup>> replica_ranks;  // [dp], every rank of a replica
+  for (int d = 0; d < layout.dp_size; ++d)
+    replica_ranks.push_back(std::make_shared<ThreadExchangeGroup>(layout.tp_size * layout.pp_size));
   std::mutex error_mutex;
   std::exception_ptr first_error;
   bool failed = false;
@@ -56,6 +59,7 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
     for (auto& g : groups) g->abort(why);
     mailbox->abort(why);
     replicas->abort(why);
+    for (auto& r : replica_ranks) r->abort(why);
   };
   auto rank_main = [&](int world_rank) {
     const RankCoord c = layout.coord(world_rank);
@@ -70,6 +74,8 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       ThreadPool pool(threads);
       ThreadStageLink link(mailbox, layout, world_rank);
       ThreadExchange replica_exchange(replicas, c.dp_rank);
+      ThreadExchange replica_ranks_exchange(replica_ranks[static_cast<size_t>(c.dp_rank)],
+                                            c.pp_stage * layout.tp_size + c.tp_rank);
       cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage);
       cpu::CpuRunnerOptions ro;
       ro.max_batch = opts.max_batch;
@@ -86,6 +92,7 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       ctx.dp_size = layout.dp_size;
       const bool replica_output = c.tp_rank == 0 && c.pp_stage == 0;
       ctx.replicas = layout.dp_size > 1 && replica_output ? &replica_exchange : nullptr;
+      ctx.replica_ranks = &replica_ranks_exchange;
       ctx.device = Device::Cpu;
       ctx.manifest = &manifest;
       ctx.model_dir = opts.model_dir;

@@ -133,6 +133,10 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
         replica_exchange_ = std::make_unique<RendezvousExchange>(meeting);
         continue;
       }
+      if (g.kind == GroupKind::ReplicaRanks) {
+        replica_ranks_ = std::make_unique<RendezvousExchange>(meeting);
+        continue;
+      }
       RendezvousExchange exchange(meeting);
       std::unique_ptr<DeviceCommunicator> comm =
           make_device_comm(exchange, co, g.kind == GroupKind::TensorParallel ? &comm_choice_ : nullptr);
@@ -145,6 +149,7 @@ CudaWorker::CudaWorker(const SessionOptions& opts) {
       }
     }
   }
+  if (!replica_ranks_) replica_ranks_ = std::make_unique<SingleExchange>();  // one rank per replica
   if (!comm_) {  // tp 1: the local communicator (no peers)
     SingleExchange single;
     comm_ = make_device_comm(single, co, &comm_choice_);
@@ -160,6 +165,7 @@ CudaWorker::~CudaWorker() {
   to_next_stage_.reset();
   comm_.reset();
   replica_exchange_.reset();
+  replica_ranks_.reset();
   group_rendezvous_.clear();
   rendezvous_.reset();
 }
@@ -280,6 +286,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     ctx.dp_rank = me.dp_rank;
     ctx.dp_size = grid.dp_size;
     ctx.replicas = worker.replica_exchange();
+    ctx.replica_ranks = worker.replica_ranks();
     ctx.device = Device::Cuda;
     ctx.manifest = &manifest;
     ctx.model_dir = opts.model_dir;

@@ -63,6 +63,8 @@ class CudaWorker {
   /// The exchange of the replicas' output ranks (rank() = dp_rank); nullptr unless dp_size > 1 and this
   /// is tp_rank 0 of stage 0.
   HostExchange* replica_exchange() { return replica_exchange_.get(); }
+  /// Every rank of this replica (RankContext::replica_ranks); never null.
+  HostExchange* replica_ranks() { return replica_ranks_.get(); }
   const CommChoice& comm_choice() const { return comm_choice_; }  ///< which communicator, and why
   const DeviceMemoryMarks& marks() const { return marks_; }
   /// Tell the other ranks this one failed (they stop at once); call before rethrowing.
@@ -79,6 +81,7 @@ class CudaWorker {
   std::unique_ptr<DeviceCommunicator> comm_;
   std::unique_ptr<DeviceCommunicator> to_prev_stage_, to_next_stage_;
   std::unique_ptr<HostExchange> replica_exchange_;
+  std::unique_ptr<HostExchange> replica_ranks_;
   CommChoice comm_choice_;
 };
 

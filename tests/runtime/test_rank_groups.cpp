@@ -21,21 +21,25 @@ TEST_CASE("job_groups: tp groups, stage pairs and the replicas' output ranks of 
   g.pp_size = 2;
   g.tp_size = 2;
   const std::vector<RankGroup> groups = job_groups(g);
-  REQUIRE(groups.size() == 9);  // 4 tp groups, 4 stage pairs, 1 replica group
+  REQUIRE(groups.size() == 11);  // 4 tp groups, 4 stage pairs, the ranks of each of 2 replicas, 1 replica group
   CHECK(groups[0].members == std::vector<int>{0, 1});
   CHECK(groups[3].members == std::vector<int>{6, 7});
   CHECK(groups[4].kind == GroupKind::StagePair);
   CHECK(groups[4].members == std::vector<int>{0, 2});  // dp 0, stages 0-1, tp_rank 0
   CHECK(groups[5].members == std::vector<int>{1, 3});
   CHECK(groups[7].members == std::vector<int>{5, 7});
-  CHECK(groups[8].kind == GroupKind::Replicas);
-  CHECK(groups[8].members == std::vector<int>{0, 4});
-  CHECK(groups[8].index_of(4) == 1);
-  CHECK(groups[8].index_of(1) == -1);
+  CHECK(groups[8].kind == GroupKind::ReplicaRanks);
+  CHECK(groups[8].members == std::vector<int>{0, 1, 2, 3});
+  CHECK(groups[9].members == std::vector<int>{4, 5, 6, 7});
+  CHECK(groups[10].kind == GroupKind::Replicas);
+  CHECK(groups[10].members == std::vector<int>{0, 4});
+  CHECK(groups[10].index_of(4) == 1);
+  CHECK(groups[10].index_of(1) == -1);
   g.tp_size = 1;
-  g.dp_size = 1;  // pp 2 alone: one stage pair
-  REQUIRE(job_groups(g).size() == 1);
+  g.dp_size = 1;  // pp 2 alone: one stage pair and the replica's two ranks
+  REQUIRE(job_groups(g).size() == 2);
   CHECK(job_groups(g)[0].members == std::vector<int>{0, 1});
+  CHECK(job_groups(g)[1].kind == GroupKind::ReplicaRanks);
 }
 
 TEST_CASE("meet_group: every rank of a 2 x 2 x 2 world meets its groups; each exchange holds its members") {
@@ -75,5 +79,5 @@ TEST_CASE("meet_group: every rank of a 2 x 2 x 2 world meets its groups; each ex
   for (auto& t : threads) t.join();
   CHECK(failures.empty());
   for (const std::string& f : failures) MESSAGE(f);
-  CHECK(checked == 2 * 4 + 2 * 4 + 2);  // every member of every group
+  CHECK(checked == 2 * 4 + 2 * 4 + 2 * 4 + 2);  // every member of every group
 }

@@ -37,6 +37,7 @@ void add_generate_command(CLI::App& app, GlobalOptions& g);    // cmd_generate.c
 void add_tokenize_commands(CLI::App& app, GlobalOptions& g);   // cmd_tokenize.cpp  (tokenize, detokenize)
 void add_logits_command(CLI::App& app, GlobalOptions& g);      // cmd_logits.cpp
 void add_eval_command(CLI::App& app, GlobalOptions& g);        // cmd_eval.cpp      (eval triviaqa)
+void add_serve_command(CLI::App& app, GlobalOptions& g);       // cmd_serve.cpp     (OpenAI-compatible server)
 void add_bench_load_command(CLI::App& app, GlobalOptions& g);  // cmd_bench_load.cpp (CUDA builds;
                                                                // main.cpp registers a stub otherwise)
 

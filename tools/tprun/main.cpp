@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   add_logits_command(app, g);
   add_tokenize_commands(app, g);
   add_eval_command(app, g);
+  add_serve_command(app, g);
 #if TPSHARD_HAVE_CUDA
   add_bench_load_command(app, g);
 #else

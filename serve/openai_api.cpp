@@ -1,0 +1,333 @@
+// openai_api.cpp: see openai_api.h.
+#include "serve/openai_api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "format/error.h"
+
+namespace tpshard::serve {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& message) { throw ApiError{400, message}; }
+
+double number(const json& body, const char* key, double fallback, double lo, double hi) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_number()) bad(std::string("'") + key + "' must be a number");
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) bad(std::string("'") + key + "' = " + std::to_string(v) + " is outside [" +
+                                 std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+int64_t integer(const json& body, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) bad(std::string("'") + key + "' must be an integer");
+  const int64_t v = it->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(it->get<uint64_t>(), INT64_MAX))
+                                             : it->get<int64_t>();
+  if (v < lo || v > hi) bad(std::string("'") + key + "' = " + std::to_string(v) + " is outside [" + std::to_string(lo) +
+                            ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+bool boolean(const json& body, const char* key, bool fallback) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) bad(std::string("'") + key + "' must be true or false");
+  return it->get<bool>();
+}
+
+/// The options common to completions and chat completions.
+SamplingParams sampling(const json& body, int64_t default_max_tokens) {
+  if (integer(body, "n", 1, 1, INT32_MAX) != 1) bad("'n' must be 1 (one choice per prompt)");
+  if (integer(body, "best_of", 1, 1, INT32_MAX) != 1) bad("'best_of' must be 1");
+  if (number(body, "frequency_penalty", 0, -2, 2) != 0 || number(body, "presence_penalty", 0, -2, 2) != 0)
+    bad("'frequency_penalty' and 'presence_penalty' are not supported (use repetition_penalty)");
+  SamplingParams p;
+  p.max_new_tokens = static_cast<int>(integer(body, "max_tokens", default_max_tokens, 0, INT32_MAX));
+  if (body.contains("max_completion_tokens"))
+    p.max_new_tokens = static_cast<int>(integer(body, "max_completion_tokens", p.max_new_tokens, 0, INT32_MAX));
+  p.min_new_tokens = static_cast<int>(integer(body, "min_tokens", 0, 0, INT32_MAX));
+  p.temperature = static_cast<float>(number(body, "temperature", 1.0, 0, 100));
+  p.top_p = static_cast<float>(number(body, "top_p", 1.0, 1e-9, 1));
+  p.top_k = static_cast<int>(std::max<int64_t>(0, integer(body, "top_k", 0, -1, INT32_MAX)));
+  p.min_p = static_cast<float>(number(body, "min_p", 0, 0, 1));
+  p.repetition_penalty = static_cast<float>(number(body, "repetition_penalty", 1.0, 1e-6, 100));
+  p.seed = static_cast<uint64_t>(integer(body, "seed", 0, INT64_MIN, INT64_MAX));
+  p.ignore_eos = boolean(body, "ignore_eos", false);
+  if (const auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      p.stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 16) {
+      for (const json& s : *it) {
+        if (!s.is_string()) bad("'stop' must be a string or a list of up to 16 strings");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad("'stop' must be a string or a list of up to 16 strings");
+    }
+    for (const std::string& s : p.stop)
+      if (s.empty()) bad("'stop' strings must not be empty");
+  }
+  return p;
+}
+
+std::vector<int32_t> token_list(const json& a, const ApiLimits& limits) {
+  std::vector<int32_t> ids;
+  for (const json& t : a) {
+    if (!t.is_number_integer()) bad("'prompt' token lists must hold integers");
+    const int64_t id = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), INT64_MAX))
+                                              : t.get<int64_t>();
+    if (id < 0 || id >= limits.vocab_size)
+      bad("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(limits.vocab_size - 1) + ")");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+void check_fits(const ApiRequest& r, const ApiLimits& limits) {
+  for (const GenerationRequest& g : r.prompts) {
+    try {
+      check_request(g, limits.max_seq_len, "prompt " + g.id, limits.model_seq_limit);
+    } catch (const Error& e) {
+      bad(std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")"));
+    }
+  }
+}
+
+/// The text token `id` adds after token `prev` (-1: none): decode({prev, id}) minus decode({prev}), so a
+/// SentencePiece "▁upon" after "Once" reads " upon" as in the decoded text. Its bytes may be part of a
+/// UTF-8 character (JSON output replaces what is invalid).
+std::string token_text(const Tokenizer& tok, int32_t prev, int32_t id) {
+  if (id < 0 || id >= tok.vocab_size()) return {};
+  if (prev < 0 || prev >= tok.vocab_size()) return tok.decode({id}, false);
+  const std::string before = tok.decode({prev}, false), both = tok.decode({prev, id}, false);
+  return both.compare(0, before.size(), before) == 0 ? both.substr(before.size()) : tok.decode({id}, false);
+}
+
+json top_object(const Tokenizer& tok, int32_t prev, const TokenLogprob& t) {
+  json o = json::object();
+  for (const auto& [id, lp] : t.top) {
+    const std::string key = token_text(tok, prev, id);
+    if (!o.contains(key)) o[key] = lp;
+  }
+  return o;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLimits& limits) {
+  if (!body.is_object()) bad("the body must be a JSON object");
+  ApiRequest r;
+  r.stream = boolean(body, "stream", false);
+  r.echo = boolean(body, "echo", false);
+  r.logprobs = static_cast<int>(integer(body, "logprobs", -1, -1, 20));
+  if (body.contains("logprobs") && body["logprobs"].is_boolean()) bad("'logprobs' of completions is an integer (0..20)");
+  const SamplingParams p = sampling(body, 16);
+  const auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) bad("'prompt' is required");
+  std::vector<std::vector<int32_t>> prompts;
+  if (it->is_string()) {
+    prompts.push_back(tok.encode(it->get<std::string>(), true));
+  } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
+    prompts.push_back(token_list(*it, limits));
+  } else if (it->is_array() && !it->empty()) {
+    for (const json& e : *it) {
+      if (e.is_string()) prompts.push_back(tok.encode(e.get<std::string>(), true));
+      else if (e.is_array()) prompts.push_back(token_list(e, limits));
+      else bad("'prompt' must be a string, a list of strings, a list of token ids or a list of such lists");
+    }
+  } else {
+    bad("'prompt' must be a string, a list of strings, a list of token ids or a list of such lists");
+  }
+  if (prompts.size() > 4096) bad("at most 4096 prompts per request");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest g;
+    g.id = std::to_string(i);
+    g.prompt_ids = prompts[i].empty() && tok.bos_id() >= 0 ? std::vector<int32_t>{tok.bos_id()} : prompts[i];
+    g.params = p;
+    if (r.logprobs >= 0) g.params.logprobs = r.logprobs;
+    if (r.echo && r.logprobs >= 0) g.params.prompt_logprobs = r.logprobs;
+    r.prompts.push_back(std::move(g));
+  }
+  check_fits(r, limits);
+  return r;
+}
+
+ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate* tmpl, const ApiLimits& limits) {
+  if (!body.is_object()) bad("the body must be a JSON object");
+  if (tmpl == nullptr) bad("this model has no chat template (chat_template.jinja or tokenizer_config.json): use /v1/completions");
+  ApiRequest r;
+  r.chat = true;
+  r.stream = boolean(body, "stream", false);
+  if (boolean(body, "logprobs", false)) bad("'logprobs' of chat completions is not supported; use /v1/completions");
+  const auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) bad("'messages' must be a non-empty list");
+  std::vector<ChatMessage> messages;
+  for (const json& m : *it) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) bad("each message needs a string 'role'");
+    const json& c = m.value("content", json());
+    std::string content;
+    if (c.is_string()) {
+      content = c.get<std::string>();
+    } else if (c.is_array()) {  // content parts: only text
+      for (const json& part : c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          bad("message content parts must be {\"type\": \"text\", \"text\": ...}");
+        content += part["text"].get<std::string>();
+      }
+    } else if (!c.is_null()) {
+      bad("message 'content' must be a string or a list of text parts");
+    }
+    messages.push_back({m["role"].get<std::string>(), content});
+  }
+  std::string text;
+  try {
+    text = render_chat(*tmpl, messages, true);
+  } catch (const Error& e) {
+    bad(e.what());
+  }
+  GenerationRequest g;
+  g.id = "0";
+  g.prompt_ids = tok.encode(text, false);
+  if (g.prompt_ids.empty()) bad("the rendered conversation has no tokens");
+  const int64_t room = limits.max_seq_len - static_cast<int64_t>(g.prompt_ids.size()) + 1;  // as many as fit
+  g.params = sampling(body, std::max<int64_t>(1, room));
+  r.prompts.push_back(std::move(g));
+  check_fits(r, limits);
+  return r;
+}
+
+std::string openai_finish_reason(const std::string& ours) { return ours == "length" ? "length" : "stop"; }
+
+json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results, const Tokenizer& tok,
+                   const std::string& id, int64_t created, const std::string& model) {
+  json choices = json::array();
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const GenerationResult& res = results[i];
+    const GenerationRequest& g = req.prompts[i];
+    prompt_tokens += static_cast<int64_t>(g.prompt_ids.size());
+    completion_tokens += static_cast<int64_t>(res.output_ids.size());
+    json c;
+    c["index"] = i;
+    if (req.chat) {
+      c["message"] = {{"role", "assistant"}, {"content", res.text}};
+      c["logprobs"] = nullptr;
+    } else {
+      std::string text = res.text;
+      if (req.echo) text = tok.decode(g.prompt_ids, true) + text;
+      c["text"] = text;
+      if (req.logprobs >= 0) {
+        json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+        size_t offset = 0;
+        int32_t prev = -1;
+        auto put = [&](int32_t token, const TokenLogprob* lp) {
+          const std::string s = token_text(tok, prev, token);
+          tokens.push_back(s);
+          offsets.push_back(offset);
+          offset += s.size();
+          lps.push_back(lp ? json(lp->logprob) : json());
+          tops.push_back(lp && req.logprobs > 0 ? top_object(tok, prev, *lp) : json());
+          prev = token;
+        };
+        if (req.echo) {
+          for (size_t k = 0; k < g.prompt_ids.size(); ++k)  // the first prompt token has no prediction
+            put(g.prompt_ids[k], k == 0 || k - 1 >= res.prompt_logprobs.size() ? nullptr : &res.prompt_logprobs[k - 1]);
+        } else if (!g.prompt_ids.empty()) {
+          prev = g.prompt_ids.back();
+        }
+        for (size_t k = 0; k < res.output_ids.size(); ++k)
+          put(res.output_ids[k], k < res.logprobs.size() ? &res.logprobs[k] : nullptr);
+        c["logprobs"] = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+      } else {
+        c["logprobs"] = nullptr;
+      }
+    }
+    c["finish_reason"] = openai_finish_reason(res.finish_reason);
+    choices.push_back(c);
+  }
+  json j;
+  j["id"] = id;
+  j["object"] = req.chat ? "chat.completion" : "text_completion";
+  j["created"] = created;
+  j["model"] = model;
+  j["choices"] = choices;
+  j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}};
+  return j;
+}
+
+std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
+                         bool first, const std::string& id, int64_t created, const std::string& model) {
+  json c;
+  c["index"] = index;
+  if (req.chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || finish_reason.empty()) delta["content"] = text;
+    c["delta"] = delta;
+  } else {
+    c["text"] = text;
+  }
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = finish_reason.empty() ? json() : json(openai_finish_reason(finish_reason));
+  json j;
+  j["id"] = id;
+  j["object"] = req.chat ? "chat.completion.chunk" : "text_completion";
+  j["created"] = created;
+  j["model"] = model;
+  j["choices"] = json::array({c});
+  return "data: " + dump(j) + "\n\n";
+}
+
+json error_body(const ApiError& e) {
+  return {{"error", {{"message", e.message}, {"type", "invalid_request_error"}, {"code", e.status}}}};
+}
+
+json request_to_json(const GenerationRequest& r) {
+  const SamplingParams& p = r.params;
+  return {{"id", r.id},
+          {"prompt", r.prompt_ids},
+          {"max_new_tokens", p.max_new_tokens},
+          {"min_new_tokens", p.min_new_tokens},
+          {"temperature", p.temperature},
+          {"top_k", p.top_k},
+          {"top_p", p.top_p},
+          {"min_p", p.min_p},
+          {"repetition_penalty", p.repetition_penalty},
+          {"seed", p.seed},
+          {"stop", p.stop},
+          {"ignore_eos", p.ignore_eos},
+          {"logprobs", p.logprobs},
+          {"prompt_logprobs", p.prompt_logprobs}};
+}
+
+GenerationRequest request_from_json(const json& j) {
+  GenerationRequest r;
+  r.id = j.at("id").get<std::string>();
+  r.prompt_ids = j.at("prompt").get<std::vector<int32_t>>();
+  SamplingParams& p = r.params;
+  p.max_new_tokens = j.at("max_new_tokens").get<int>();
+  p.min_new_tokens = j.at("min_new_tokens").get<int>();
+  p.temperature = j.at("temperature").get<float>();
+  p.top_k = j.at("top_k").get<int>();
+  p.top_p = j.at("top_p").get<float>();
+  p.min_p = j.at("min_p").get<float>();
+  p.repetition_penalty = j.at("repetition_penalty").get<float>();
+  p.seed = j.at("seed").get<uint64_t>();
+  p.stop = j.at("stop").get<std::vector<std::string>>();
+  p.ignore_eos = j.at("ignore_eos").get<bool>();
+  p.logprobs = j.at("logprobs").get<int>();
+  p.prompt_logprobs = j.at("prompt_logprobs").get<int>();
+  return r;
+}
+
+}  // namespace tpshard::serve

@@ -1,0 +1,80 @@
+// openai_api.h: the OpenAI-compatible request and response bodies of `tprun serve` (the subset the
+// `openai` Python client and lm-evaluation-harness's local-completions / local-chat-completions send),
+// as pure functions from JSON to GenerationRequests and from GenerationResults back to JSON.
+// Owns: parsing and validating bodies, token strings, the logprobs object, streaming chunks. Does not own:
+// HTTP (serve/http_server.h) or running the model. Schema: https://platform.openai.com/docs/api-reference
+// (legacy completions and chat completions).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/chat_template.h"
+#include "runtime/generate.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tpshard::serve {
+
+/// A request the server refuses: HTTP status (400 for a bad body) and the message of the OpenAI error
+/// object {"error": {"message", "type": "invalid_request_error", "code": status}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+};
+
+/// What the model must run for one HTTP request: one GenerationRequest per prompt (choices in order).
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false;
+  bool echo = false;            ///< completions: the prompt is part of the returned text and logprobs
+  int logprobs = -1;            ///< completions: top alternatives per token (0..20), -1: none
+  std::vector<GenerationRequest> prompts;
+};
+
+/// Limits the server checks requests against.
+struct ApiLimits {
+  int64_t max_seq_len = 0;      ///< positions per sequence (the runner's)
+  int64_t model_seq_limit = 0;  ///< the model's context (generate.h model_seq_limit), 0: unknown
+  int64_t vocab_size = 0;       ///< the model's (ids must be below it)
+};
+
+/// POST /v1/completions body -> ApiRequest. prompt: a string, a list of strings, a list of token ids or a
+/// list of such lists; max_tokens (default 16), temperature (default 1), top_p, top_k (<= 0: off),
+/// min_p, repetition_penalty, min_tokens, stop (string or list), seed, n (only 1), echo, logprobs
+/// (0..20), stream, ignore_eos. Text prompts are encoded with the tokenizer (special tokens added).
+/// Throws ApiError for a missing prompt, a wrong type, an unsupported option value (n > 1, best_of > 1,
+/// non-zero frequency / presence penalty), a prompt that does not fit (check_request's message).
+ApiRequest parse_completion(const nlohmann::json& body, const Tokenizer& tok, const ApiLimits& limits);
+
+/// POST /v1/chat/completions body -> ApiRequest: messages [{role, content}] rendered with the model's chat
+/// template (tmpl; nullptr: the model has none -> ApiError) and encoded without extra special tokens;
+/// max_tokens / max_completion_tokens (default: as many as fit), the sampling options of
+/// parse_completion, stream. Throws ApiError as parse_completion.
+ApiRequest parse_chat(const nlohmann::json& body, const Tokenizer& tok, const ChatTemplate* tmpl,
+                      const ApiLimits& limits);
+
+/// The response body of a finished request (results: one per prompt, in order).
+/// id: "cmpl-N" / "chatcmpl-N"; created: Unix seconds; model: the served model name.
+nlohmann::json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results,
+                             const Tokenizer& tok, const std::string& id, int64_t created, const std::string& model);
+
+/// One server-sent event "data: {...}\n\n" of a streamed response: a text piece of choice `index`, or with
+/// finish_reason (non-empty) the last chunk of that choice. Chat: the first chunk of a choice also
+/// carries delta.role "assistant".
+std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
+                         bool first, const std::string& id, int64_t created, const std::string& model);
+
+/// The OpenAI error body of e.
+nlohmann::json error_body(const ApiError& e);
+
+/// OpenAI finish_reason of a GenerationResult's: "eos" and "stop" -> "stop", "length" -> "length".
+std::string openai_finish_reason(const std::string& ours);
+
+/// Serialization of requests for the per-step broadcast from the output rank to every rank (exact:
+/// every field of GenerationRequest and SamplingParams).
+nlohmann::json request_to_json(const GenerationRequest& r);
+GenerationRequest request_from_json(const nlohmann::json& j);
+
+}  // namespace tpshard::serve

@@ -1,0 +1,310 @@
+// server.cpp: see server.h. Threads of the output rank: cpp-httplib's connection threads (parse, tokenize,
+// queue a Job, wait for its events) and the rank's own thread (the model loop). A Job's state is guarded
+// by the server mutex; the loop never blocks on a connection.
+#include "serve/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+#include "runtime/host_exchange.h"
+#include "serve/openai_api.h"
+
+namespace tpshard::serve {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+/// The longest the model loop waits for a request while idle before the ranks meet again.
+constexpr auto kIdlePoll = std::chrono::milliseconds(20);
+
+/// One HTTP request in flight.
+struct Job {
+  ApiRequest req;
+  std::string id;
+  int64_t created = 0;
+  size_t first_index = 0;                    ///< BatchGenerator index of prompt 0
+  std::vector<GenerationResult> results;     ///< per prompt
+  size_t remaining = 0;                      ///< prompts not finished
+  std::deque<std::string> events;            ///< streaming: server-sent events not yet written
+  std::vector<bool> started;                 ///< streaming: choice had its first chunk
+  std::string error;                         ///< set when the model loop refused it
+  bool done = false;
+};
+
+class Server {
+ public:
+  Server(RankContext& ctx, const ServeOptions& o) : ctx_(ctx), opts_(o) {
+    model_name_ = o.model_name.empty() ? std::filesystem::path(ctx.model_dir).filename().string() : o.model_name;
+    if (model_name_.empty()) model_name_ = std::filesystem::path(ctx.model_dir).parent_path().filename().string();
+    limits_.max_seq_len = ctx.runner->max_seq_len();
+    limits_.model_seq_limit = model_seq_limit(ctx.runner->config());
+    limits_.vocab_size = ctx.runner->config().vocab_size;
+  }
+
+  void run();
+
+ private:
+  bool output() const { return ctx_.replica_ranks->rank() == 0; }
+  void start_http();
+  void handle_generate(const httplib::Request& http, httplib::Response& res, bool chat);
+  /// Model loop (output rank): the requests that arrived, encoded for the broadcast, moved to pending_;
+  /// waits up to kIdlePoll for one when `wait`. "stop" once idle_exit_s passed without a request.
+  std::string take_arrivals(bool wait);
+  void on_text(size_t index, const std::string& piece);
+  void on_done(size_t index, const GenerationResult& r);
+  void finish_job(const std::shared_ptr<Job>& job);
+
+  RankContext& ctx_;
+  ServeOptions opts_;
+  std::string model_name_;
+  ApiLimits limits_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::string chat_template_error_;
+  httplib::Server http_;
+  std::thread http_thread_;
+  std::mutex mu_;
+  std::condition_variable arrived_cv_, job_cv_;
+  std::deque<std::shared_ptr<Job>> arrivals_;
+  std::vector<std::shared_ptr<Job>> pending_;        ///< the jobs of the last broadcast, in its order
+  std::map<size_t, std::shared_ptr<Job>> by_index_;  ///< BatchGenerator index -> its job (output rank)
+  std::vector<size_t> finished_;                     ///< indices finished in the current step (every rank)
+  std::atomic<uint64_t> next_id_{0};
+  Clock::time_point last_request_ = Clock::now();
+  std::atomic<bool> stop_{false};
+};
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_body(e).dump(), "application/json");
+}
+
+json parse_body(const httplib::Request& http) {
+  json body = json::parse(http.body, nullptr, false);
+  if (body.is_discarded()) throw ApiError{400, "the body is not valid JSON"};
+  return body;
+}
+
+void Server::start_http() {
+  try {
+    chat_template_ = std::make_unique<ChatTemplate>(load_chat_template(ctx_.model_dir));
+  } catch (const Error& e) {
+    chat_template_error_ = e.what();
+  }
+  http_.set_payload_max_length(64u << 20);
+  http_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
+  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    json m = {{"id", model_name_}, {"object", "model"}, {"created", 0}, {"owned_by", "tpshard"},
+              {"max_model_len", limits_.max_seq_len}};
+    res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+  });
+  http_.Post("/tokenize", [this](const httplib::Request& http, httplib::Response& res) {
+    try {
+      const json body = parse_body(http);
+      if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
+        throw ApiError{400, "'prompt' (a string) is required"};
+      const bool special = body.value("add_special_tokens", true);
+      const std::vector<int32_t> ids = ctx_.tokenizer->encode(body["prompt"].get<std::string>(), special);
+      res.set_content(json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", limits_.max_seq_len}}.dump(),
+                      "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  http_.Post("/detokenize", [this](const httplib::Request& http, httplib::Response& res) {
+    try {
+      const json body = parse_body(http);
+      if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+        throw ApiError{400, "'tokens' (a list of ids) is required"};
+      std::vector<int32_t> ids;
+      for (const json& t : body["tokens"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx_.tokenizer->vocab_size())
+          throw ApiError{400, "'tokens' must hold ids 0.." + std::to_string(ctx_.tokenizer->vocab_size() - 1)};
+        ids.push_back(t.get<int32_t>());
+      }
+      res.set_content(json{{"prompt", ctx_.tokenizer->decode(ids, false)}}.dump(-1, ' ', false, json::error_handler_t::replace),
+                      "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
+  http_.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
+  TPS_CHECK(http_.bind_to_port(opts_.host.c_str(), opts_.port),
+            "serve: cannot listen on " + opts_.host + ":" + std::to_string(opts_.port),
+            "choose a free --port, or a --host address of this machine");
+  http_thread_ = std::thread([this] { http_.listen_after_bind(); });
+  std::fprintf(stderr, "tprun: serving %s on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions)\n",
+               model_name_.c_str(), opts_.host.c_str(), opts_.port);
+}
+
+void Server::handle_generate(const httplib::Request& http, httplib::Response& res, bool chat) {
+  auto job = std::make_shared<Job>();
+  try {
+    const json body = parse_body(http);
+    if (chat) {
+      if (!chat_template_) throw ApiError{400, "this model's chat template cannot be used: " + chat_template_error_};
+      job->req = parse_chat(body, *ctx_.tokenizer, chat_template_.get(), limits_);
+    } else {
+      job->req = parse_completion(body, *ctx_.tokenizer, limits_);
+    }
+  } catch (const ApiError& e) {
+    send_error(res, e);
+    return;
+  }
+  job->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  job->created = static_cast<int64_t>(std::time(nullptr));
+  job->results.resize(job->req.prompts.size());
+  job->remaining = job->req.prompts.size();
+  job->started.assign(job->req.prompts.size(), false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    arrivals_.push_back(job);
+    last_request_ = Clock::now();
+  }
+  arrived_cv_.notify_one();
+  if (!job->req.stream) {
+    std::unique_lock<std::mutex> lock(mu_);
+    job_cv_.wait(lock, [&] { return job->done; });
+    if (!job->error.empty()) return send_error(res, ApiError{400, job->error});
+    res.set_content(response_body(job->req, job->results, *ctx_.tokenizer, job->id, job->created, model_name_)
+                        .dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
+    return;
+  }
+  res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
+    std::unique_lock<std::mutex> lock(mu_);
+    job_cv_.wait(lock, [&] { return !job->events.empty() || job->done; });
+    while (!job->events.empty()) {
+      const std::string e = std::move(job->events.front());
+      job->events.pop_front();
+      lock.unlock();
+      if (!sink.write(e.data(), e.size())) return false;  // the client went away (the job still runs to its end)
+      lock.lock();
+    }
+    if (job->done && job->events.empty()) {
+      if (!job->error.empty()) {
+        const std::string e = "data: " + error_body(ApiError{400, job->error}).dump() + "\n\n";
+        sink.write(e.data(), e.size());
+      }
+      sink.write("data: [DONE]\n\n", 14);
+      sink.done();
+    }
+    return true;
+  });
+}
+
+std::string Server::take_arrivals(bool wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (wait && arrivals_.empty()) arrived_cv_.wait_for(lock, kIdlePoll, [&] { return !arrivals_.empty(); });
+  json batch = json::array();
+  for (const auto& job : arrivals_) {
+    json prompts = json::array();
+    for (const GenerationRequest& g : job->req.prompts) prompts.push_back(request_to_json(g));
+    batch.push_back(prompts);
+  }
+  pending_.assign(arrivals_.begin(), arrivals_.end());
+  arrivals_.clear();
+  const bool idle_out = opts_.idle_exit_s > 0 && batch.empty() && wait &&
+                        std::chrono::duration<double>(Clock::now() - last_request_).count() > opts_.idle_exit_s;
+  return idle_out ? std::string("stop") : batch.dump();
+}
+
+void Server::on_text(size_t index, const std::string& piece) {
+  if (!output()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_index_.find(index);
+  if (it == by_index_.end() || !it->second->req.stream) return;
+  Job& job = *it->second;
+  const size_t choice = index - job.first_index;
+  job.events.push_back(stream_event(job.req, choice, piece, "", !job.started[choice], job.id, job.created, model_name_));
+  job.started[choice] = true;
+  job_cv_.notify_all();
+}
+
+void Server::on_done(size_t index, const GenerationResult& r) {
+  finished_.push_back(index);
+  if (!output()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = by_index_.find(index);
+  if (it == by_index_.end()) return;
+  Job& job = *it->second;
+  const size_t choice = index - job.first_index;
+  job.results[choice] = r;
+  if (job.req.stream)
+    job.events.push_back(stream_event(job.req, choice, "", r.finish_reason, !job.started[choice], job.id, job.created, model_name_));
+  job.started[choice] = true;
+  if (--job.remaining == 0) job.done = true;
+  by_index_.erase(it);
+  job_cv_.notify_all();
+}
+
+void Server::run() {
+  TPS_CHECK(ctx_.dp_size == 1, "serve: --dp " + std::to_string(ctx_.dp_size) + " is not supported",
+            "serve with one replica (--tp / --pp); start one server per replica behind a load balancer");
+  TPS_CHECK(ctx_.tokenizer != nullptr, "serve: " + ctx_.model_dir + " has no tokenizer",
+            "copy the model's tokenizer.json or tokenizer.model into the converted directory");
+  if (output()) start_http();
+  GenerateCallbacks cb;
+  cb.on_text = [this](size_t i, const std::string& s) { on_text(i, s); };
+  cb.on_done = [this](size_t i, const GenerationResult& r) { on_done(i, r); };
+  BatchGenerator gen(*ctx_.runner, *ctx_.tokenizer, cb);
+  while (true) {
+    // Block in the poll only when there is nothing to run; otherwise collect without waiting.
+    std::string blob = output() ? take_arrivals(!gen.busy()) : std::string();
+    blob = ctx_.replica_ranks->broadcast(blob, 0);
+    if (blob == "stop") break;
+    const json batch = json::parse(blob);
+    for (size_t j = 0; j < batch.size(); ++j) {
+      std::vector<GenerationRequest> reqs;
+      for (const json& r : batch[j]) reqs.push_back(request_from_json(r));
+      size_t first = 0;
+      std::string error;
+      try {  // add() checks before queuing anything; every rank throws alike
+        first = gen.add(reqs);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      if (!output()) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      const std::shared_ptr<Job>& job = pending_[j];
+      if (!error.empty()) {
+        job->error = error;
+        job->done = true;
+        job_cv_.notify_all();
+        continue;
+      }
+      job->first_index = first;
+      for (size_t k = 0; k < reqs.size(); ++k) by_index_[first + k] = job;
+    }
+    if (gen.busy()) gen.step();
+    for (size_t i : finished_) gen.take_result(i);
+    finished_.clear();
+  }
+  if (output()) {
+    http_.stop();
+    if (http_thread_.joinable()) http_thread_.join();
+  }
+}
+
+}  // namespace
+
+void run_server(RankContext& ctx, const ServeOptions& options) {
+  Server s(ctx, options);
+  s.run();
+}
+
+}  // namespace tpshard::serve

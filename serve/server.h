@@ -1,0 +1,28 @@
+// server.h: `tprun MODEL serve`: an OpenAI-compatible HTTP server over the model's ranks. The output rank
+// (world rank 0) serves HTTP (cpp-httplib, one thread per connection); every rank of the replica runs the
+// same BatchGenerator: each loop iteration the output rank broadcasts the requests that arrived
+// (RankContext::replica_ranks), all ranks add them and take one generation step, so concurrent requests
+// share the continuous batching and the shared-prefix prefill of batch jobs.
+// Endpoints: POST /v1/completions, POST /v1/chat/completions (serve/openai_api.h), GET /v1/models,
+// GET /health, POST /tokenize, POST /detokenize.
+#pragma once
+#include <string>
+
+#include "runtime/session_types.h"
+
+namespace tpshard::serve {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string model_name;  ///< the "model" of responses and /v1/models; empty: the model directory's name
+  /// Stop after this many seconds without a request (0: never). For tests and batch scripts.
+  double idle_exit_s = 0;
+};
+
+/// Run the server until the process is stopped (or idle_exit_s). Collective: every rank of the job calls
+/// it. Throws Error (output rank) when the address cannot be bound, naming it; dp_size > 1 is refused
+/// (one replica serves).
+void run_server(RankContext& ctx, const ServeOptions& options);
+
+}  // namespace tpshard::serve

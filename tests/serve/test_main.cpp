@@ -1,0 +1,3 @@
+// test_main.cpp: doctest entry point of test_serve.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>

@@ -1,0 +1,148 @@
+// test_openai_api.cpp: request bodies -> GenerationRequests (defaults, every option, every refusal) and
+// results -> response bodies (the fields the openai client and lm-evaluation-harness read), with the
+// byte tokenizer of the eval tests' fakes.
+#include <doctest/doctest.h>
+
+#include "serve/openai_api.h"
+#include "tests/eval/fake_model.h"
+
+using namespace tpshard;
+using namespace tpshard::serve;
+using json = nlohmann::json;
+
+namespace {
+
+ApiLimits limits() {
+  ApiLimits l;
+  l.max_seq_len = 64;
+  l.model_seq_limit = 64;
+  l.vocab_size = 258;
+  return l;
+}
+
+std::string refusal(const json& body, bool chat = false) {
+  test::ByteTokenizer tok;
+  try {
+    if (chat) {
+      ChatTemplate t;
+      parse_chat(body, tok, &t, limits());
+    } else {
+      parse_completion(body, tok, limits());
+    }
+  } catch (const ApiError& e) {
+    CHECK(e.status == 400);
+    return e.message;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("completions: prompt forms and options become GenerationRequests") {
+  test::ByteTokenizer tok;
+  ApiRequest r = parse_completion(json{{"prompt", "ab"}}, tok, limits());
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(r.prompts[0].prompt_ids == tok.encode("ab", true));
+  CHECK(r.prompts[0].params.max_new_tokens == 16);      // OpenAI's default
+  CHECK(r.prompts[0].params.temperature == 1.0f);       // OpenAI's default
+  CHECK(r.prompts[0].params.logprobs == -1);
+  CHECK_FALSE(r.stream);
+  r = parse_completion(json{{"prompt", json::array({json::array({5, 6}), "c"})},
+                            {"max_tokens", 3}, {"temperature", 0}, {"top_p", 0.5}, {"top_k", 7}, {"seed", 9},
+                            {"stop", "zz"}, {"echo", true}, {"logprobs", 2}, {"stream", true}, {"min_tokens", 1},
+                            {"repetition_penalty", 1.1}, {"ignore_eos", true}},
+                       tok, limits());
+  REQUIRE(r.prompts.size() == 2);
+  CHECK(r.prompts[0].prompt_ids == std::vector<int32_t>{5, 6});
+  const SamplingParams& p = r.prompts[1].params;
+  CHECK(p.max_new_tokens == 3);
+  CHECK(p.temperature == 0.0f);
+  CHECK(p.top_p == 0.5f);
+  CHECK(p.top_k == 7);
+  CHECK(p.seed == 9);
+  CHECK(p.stop == std::vector<std::string>{"zz"});
+  CHECK(p.min_new_tokens == 1);
+  CHECK(p.ignore_eos);
+  CHECK(p.logprobs == 2);
+  CHECK(p.prompt_logprobs == 2);  // echo + logprobs
+  CHECK(r.echo);
+  CHECK(r.stream);
+  CHECK(parse_completion(json{{"prompt", json::array({1, 2, 3})}, {"top_k", -1}}, tok, limits()).prompts[0].params.top_k == 0);
+  // The broadcast form is exact.
+  const GenerationRequest back = request_from_json(request_to_json(r.prompts[1]));
+  CHECK(back.prompt_ids == r.prompts[1].prompt_ids);
+  CHECK(back.params.top_p == p.top_p);
+  CHECK(back.params.repetition_penalty == p.repetition_penalty);
+  CHECK(back.params.stop == p.stop);
+  CHECK(back.params.prompt_logprobs == 2);
+}
+
+TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
+  CHECK(refusal(json::array()).find("JSON object") != std::string::npos);
+  CHECK(refusal(json::object()).find("'prompt' is required") != std::string::npos);
+  CHECK(refusal(json{{"prompt", 5}}).find("'prompt' must be") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"n", 3}}).find("'n' must be 1") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"temperature", "hot"}}).find("'temperature' must be a number") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"top_p", 2}}).find("'top_p'") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"logprobs", 21}}).find("'logprobs'") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"frequency_penalty", 0.5}}).find("not supported") != std::string::npos);
+  CHECK(refusal(json{{"prompt", json::array({1, 999})}}).find("outside the vocabulary") != std::string::npos);
+  CHECK(refusal(json{{"prompt", json::array({1, -1})}}).find("outside the vocabulary") != std::string::npos);
+  CHECK(refusal(json{{"prompt", std::string(70, 'a')}}).find("exceeds") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "aaaa"}, {"max_tokens", 100}}).find("max_new_tokens") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"stop", json::array({1})}}).find("'stop'") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"max_tokens", 1e300}}).find("'max_tokens' must be an integer") != std::string::npos);
+  CHECK(refusal(json{{"messages", json::array()}}, true).find("'messages'") != std::string::npos);
+  CHECK(refusal(json{{"messages", json::array({json{{"content", "x"}}})}}, true).find("'role'") != std::string::npos);
+  test::ByteTokenizer tok;
+  CHECK_THROWS_AS(parse_chat(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}}, tok, nullptr, limits()),
+                  ApiError);
+}
+
+TEST_CASE("response bodies: text, finish_reason, usage, echo with logprobs (first token null), chat, stream chunks") {
+  test::ByteTokenizer tok;
+  ApiRequest r = parse_completion(json{{"prompt", "ab"}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 2}}, tok, limits());
+  GenerationResult res;
+  res.output_ids = {'c', 'd'};
+  res.text = "cd";
+  res.finish_reason = "length";
+  const size_t prompt_len = r.prompts[0].prompt_ids.size();
+  for (size_t k = 1; k < prompt_len; ++k) res.prompt_logprobs.push_back({r.prompts[0].prompt_ids[k], -0.5f, {{'x', -0.1f}}});
+  res.logprobs = {{'c', -1.0f, {{'c', -1.0f}}}, {'d', -2.0f, {{'e', -0.2f}}}};
+  const json j = response_body(r, {res}, tok, "cmpl-7", 100, "m");
+  CHECK(j["object"] == "text_completion");
+  CHECK(j["id"] == "cmpl-7");
+  CHECK(j["model"] == "m");
+  CHECK(j["usage"]["prompt_tokens"] == prompt_len);
+  CHECK(j["usage"]["completion_tokens"] == 2);
+  const json& c = j["choices"][0];
+  CHECK(c["text"] == tok.decode(r.prompts[0].prompt_ids, true) + "cd");
+  CHECK(c["finish_reason"] == "length");
+  const json& lp = c["logprobs"];
+  REQUIRE(lp["token_logprobs"].size() == prompt_len + 2);
+  CHECK(lp["token_logprobs"][0].is_null());
+  CHECK(lp["top_logprobs"][0].is_null());
+  CHECK(lp["token_logprobs"][1] == -0.5);
+  CHECK(lp["token_logprobs"][prompt_len + 1] == -2.0);
+  CHECK(lp["top_logprobs"][prompt_len + 1]["e"] == doctest::Approx(-0.2));
+  CHECK(lp["tokens"][prompt_len] == "c");
+  res.finish_reason = "eos";
+  ApiRequest chat;
+  chat.chat = true;
+  chat.prompts = r.prompts;
+  const json cj = response_body(chat, {res}, tok, "chatcmpl-1", 100, "m");
+  CHECK(cj["object"] == "chat.completion");
+  CHECK(cj["choices"][0]["message"]["role"] == "assistant");
+  CHECK(cj["choices"][0]["message"]["content"] == "cd");
+  CHECK(cj["choices"][0]["finish_reason"] == "stop");
+  const std::string first = stream_event(chat, 0, "c", "", true, "chatcmpl-1", 100, "m");
+  REQUIRE(first.rfind("data: ", 0) == 0);
+  const json e = json::parse(first.substr(6));
+  CHECK(e["object"] == "chat.completion.chunk");
+  CHECK(e["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(e["choices"][0]["delta"]["content"] == "c");
+  CHECK(e["choices"][0]["finish_reason"].is_null());
+  const json last = json::parse(stream_event(r, 0, "", "stop", false, "cmpl-7", 100, "m").substr(6));
+  CHECK(last["choices"][0]["finish_reason"] == "stop");
+  CHECK(error_body(ApiError{400, "bad"})["error"]["message"] == "bad");
+}

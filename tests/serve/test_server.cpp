@@ -1,0 +1,221 @@
+// test_server.cpp: `tprun serve` as a user runs it (a process, tp 2 on the CPU backend, 3 kv_cache slots)
+// against what the library computes in-process for the same model: greedy and seeded completions of
+// concurrent requests, streaming, echo + logprobs (lm-evaluation-harness loglikelihood), chat with the
+// model's template, tokenize / detokenize, and bad requests that leave the server serving.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/chat_template.h"
+#include "runtime/generate.h"
+#include "runtime/prompt_scores.h"
+#include "runtime/rendezvous.h"
+#include "runtime/session.h"
+
+extern char** environ;
+
+using namespace tpshard;
+using json = nlohmann::json;
+
+namespace {
+
+/// stories260K converted at tp 1 and 2, with SmolLM2's ChatML template as its chat template.
+std::string model_dir() {
+  static const std::string dir = [] {
+    const std::string out = std::string(TPSHARD_TEST_OUT_DIR) + "/stories260K";
+    std::filesystem::create_directories(TPSHARD_TEST_OUT_DIR);
+    const std::string cmd = std::string(TPSHARD_BIN_DIR) + "/tpshard convert " + TPSHARD_FIXTURES_DIR +
+                            "/stories260K -o " + out + " --tp 1,2 --force -q";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    std::ifstream cfg(std::string(TPSHARD_FIXTURES_DIR) + "/smollm2/tokenizer_config.json");
+    const json c = json::parse(cfg);
+    std::ofstream(out + "/chat_template.jinja") << c["chat_template"].get<std::string>();
+    return out;
+  }();
+  return dir;
+}
+
+/// A `tprun serve` process, killed when the test ends.
+class ServerProcess {
+ public:
+  ServerProcess() : port_(find_free_port()) {
+    const std::string cmd = "exec " + std::string(TPSHARD_BIN_DIR) + "/tprun " + model_dir() +
+                            " --tp 2 --device cpu --threads 1 --max-batch 3 serve --port " + std::to_string(port_) +
+                            " --idle-exit 60 > " + TPSHARD_TEST_OUT_DIR + "/serve.log 2>&1";
+    const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+    REQUIRE(posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+    httplib::Client c("127.0.0.1", port_);
+    for (int i = 0; i < 300; ++i) {
+      if (auto r = c.Get("/health"); r && r->status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL("tprun serve did not answer /health within 30 s");
+  }
+  ~ServerProcess() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+  int port() const { return port_; }
+
+ private:
+  int port_;
+  pid_t pid_ = 0;
+};
+
+std::string serve_finish(const std::string& ours) { return ours == "length" ? "length" : "stop"; }
+
+json post(int port, const std::string& path, const json& body, int* status = nullptr) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post(path.c_str(), body.dump(), "application/json");
+  REQUIRE(r);
+  if (status) *status = r->status;
+  return json::parse(r->body);
+}
+
+SessionOptions session(int tp) {
+  SessionOptions o;
+  o.model_dir = model_dir();
+  o.tp_size = tp;
+  o.device = Device::Cpu;
+  o.max_batch = 3;
+  o.quiet = true;
+  o.cpu_threads = 1;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat and bad requests against the library") {
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat", "Lily and Ben went", "One day", "A big dog",
+                                            "Tom had a red ball"};
+  // What the library gives for the same requests (ids "0": the server's per-prompt id, which keys the RNG).
+  std::vector<GenerationResult> greedy, sampled;
+  std::vector<SequenceScores> scores;
+  std::vector<int32_t> chat_ids;
+  GenerationResult chat_result;
+  run_on_ranks(session(1), [&](RankContext& ctx) {
+    for (const bool sample : {false, true})
+      for (const std::string& p : prompts) {
+        GenerationRequest r;
+        r.id = "0";
+        r.prompt_ids = ctx.tokenizer->encode(p, true);
+        r.params.max_new_tokens = 12;
+        r.params.temperature = sample ? 0.8f : 0.0f;
+        r.params.seed = 5;
+        (sample ? sampled : greedy).push_back(generate(*ctx.runner, *ctx.tokenizer, {r})[0]);
+      }
+    scores = score_sequences(*ctx.runner, {ctx.tokenizer->encode(prompts[0] + " there was", true)}, 0);
+    chat_ids = ctx.tokenizer->encode(apply_chat_template(model_dir(), {{"user", "Tell me a story"}}, true), false);
+    GenerationRequest r;
+    r.id = "0";
+    r.prompt_ids = chat_ids;
+    r.params.max_new_tokens = 10;
+    r.params.temperature = 0;
+    chat_result = generate(*ctx.runner, *ctx.tokenizer, {r})[0];
+  });
+
+  ServerProcess server;
+  const int port = server.port();
+  // Twelve requests at once through 3 kv_cache slots: continuous batching, results as if alone.
+  std::vector<json> got(2 * prompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < got.size(); ++i)
+    clients.emplace_back([&, i] {
+      const bool sample = i >= prompts.size();
+      got[i] = post(port, "/v1/completions",
+                    {{"prompt", prompts[i % prompts.size()]}, {"max_tokens", 12}, {"temperature", sample ? 0.8 : 0.0}, {"seed", 5}});
+    });
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    const GenerationResult& want = i < prompts.size() ? greedy[i] : sampled[i - prompts.size()];
+    REQUIRE(got[i]["choices"].size() == 1);
+    CHECK(got[i]["choices"][0]["text"] == want.text);
+    CHECK(got[i]["choices"][0]["finish_reason"] == serve_finish(want.finish_reason));
+    CHECK(got[i]["usage"]["completion_tokens"] == want.output_ids.size());
+  }
+
+  // Streaming: the events' text pieces add up to the same text, then [DONE].
+  {
+    httplib::Client c("127.0.0.1", port);
+    std::string body;
+    auto r = c.Post("/v1/completions", json{{"prompt", prompts[0]}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
+                    "application/json");
+    REQUIRE(r);
+    body = r->body;
+    std::string text;
+    size_t at = 0;
+    int events = 0;
+    while ((at = body.find("data: ", at)) != std::string::npos) {
+      const size_t end = body.find("\n\n", at);
+      const std::string data = body.substr(at + 6, end - at - 6);
+      at = end;
+      if (data == "[DONE]") break;
+      text += json::parse(data)["choices"][0]["text"].get<std::string>();
+      ++events;
+    }
+    CHECK(events >= 2);
+    CHECK(text == greedy[0].text);
+    CHECK(body.find("data: [DONE]") != std::string::npos);
+  }
+
+  // lm-evaluation-harness loglikelihood: echo, logprobs, max_tokens 0 -> the prompt's token log-probabilities.
+  {
+    const json r = post(port, "/v1/completions",
+                        {{"prompt", prompts[0] + " there was"}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}, {"temperature", 0}});
+    const json& lp = r["choices"][0]["logprobs"]["token_logprobs"];
+    REQUIRE(lp.size() == scores[0].tokens.size() + 1);
+    CHECK(lp[0].is_null());
+    for (size_t k = 0; k < scores[0].tokens.size(); ++k) CHECK(std::abs(lp[k + 1].get<double>() - scores[0].tokens[k].logprob) <= 1e-5);
+    CHECK(r["choices"][0]["logprobs"]["top_logprobs"][1].size() == 1);
+  }
+
+  // Chat with the model's template.
+  {
+    const json r = post(port, "/v1/chat/completions",
+                        {{"messages", json::array({json{{"role", "user"}, {"content", "Tell me a story"}}})}, {"max_tokens", 10}, {"temperature", 0}});
+    CHECK(r["object"] == "chat.completion");
+    CHECK(r["choices"][0]["message"]["content"] == chat_result.text);
+    CHECK(r["usage"]["prompt_tokens"] == chat_ids.size());
+  }
+
+  // tokenize / detokenize, models.
+  {
+    const json t = post(port, "/tokenize", {{"prompt", prompts[2]}});
+    const json d = post(port, "/detokenize", {{"tokens", t["tokens"]}});
+    CHECK(d["prompt"].get<std::string>().find(prompts[2]) != std::string::npos);
+    httplib::Client c("127.0.0.1", port);
+    auto m = c.Get("/v1/models");
+    REQUIRE(m);
+    CHECK(json::parse(m->body)["data"][0]["id"] == "stories260K");
+  }
+
+  // Bad requests: 400 with an OpenAI error object; the server keeps serving.
+  {
+    httplib::Client c("127.0.0.1", port);
+    auto bad = c.Post("/v1/completions", "{not json", "application/json");
+    REQUIRE(bad);
+    CHECK(bad->status == 400);
+    CHECK(json::parse(bad->body)["error"]["message"] == "the body is not valid JSON");
+    int status = 0;
+    const json too_long = post(port, "/v1/completions", {{"prompt", json::array({1, 2})}, {"max_tokens", 100000}}, &status);
+    CHECK(status == 400);
+    CHECK(too_long["error"]["message"].get<std::string>().find("max_new_tokens") != std::string::npos);
+    const json again = post(port, "/v1/completions", {{"prompt", prompts[1]}, {"max_tokens", 12}, {"temperature", 0}}, &status);
+    CHECK(status == 200);
+    CHECK(again["choices"][0]["text"] == greedy[1].text);
+  }
+}

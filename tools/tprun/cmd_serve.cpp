@@ -1,0 +1,30 @@
+// cmd_serve.cpp: `tprun MODEL_DIR [--tp N ...] serve [--host H] [--port P] [--served-model-name NAME]`:
+// the OpenAI-compatible server (serve/server.h) on every rank of the job.
+#include <memory>
+#include <string>
+
+#include "serve/server.h"
+#include "tools/tprun/commands.h"
+#include "tools/tprun/preflight_model.h"
+
+namespace tpshard::tprun {
+
+void add_serve_command(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<serve::ServeOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health, /tokenize, /detokenize");
+  sub->add_option("--host", o->host, "address to listen on (default 127.0.0.1; 0.0.0.0: every interface)");
+  sub->add_option("--port", o->port, "TCP port (default 8000)")->check(CLI::Range(1, 65535));
+  sub->add_option("--served-model-name", o->model_name, "the model name of responses (default: the directory's name)");
+  sub->add_option("--idle-exit", o->idle_exit_s, "stop after this many seconds without a request (default 0: never)")
+      ->check(CLI::NonNegativeNumber);
+  g.preflight.push_back([sub, &g] {
+    if (!sub->parsed()) return;
+    check_usage(g.session.dp_size == 1, "serve: --dp " + std::to_string(g.session.dp_size) + " is not supported",
+                "serve one replica (--tp / --pp); start one server per replica behind a load balancer");
+    if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);
+  });
+  sub->callback([&g, o] { run_on_ranks(g.session, [&](RankContext& ctx) { serve::run_server(ctx, *o); }); });
+}
+
+}  // namespace tpshard::tprun
