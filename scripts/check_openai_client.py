@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""check_openai_client.py: drive a running `tprun serve` with the official `openai` Python client.
+
+Checks what clients rely on: /v1/models lists the served name; a greedy completion equals its streamed
+form; echo + logprobs with max_tokens 0 (how lm-evaluation-harness scores a continuation) gives one
+null then one log-probability per prompt token; chat completions (plain and streamed) agree; n > 1 is
+refused with a 400. Prints one line per check and exits 1 when any fails.
+
+    tprun MODEL_DIR --tp 2 serve --port 8000 &
+    python3 scripts/check_openai_client.py --base-url http://127.0.0.1:8000/v1 [--no-chat]
+"""
+import argparse
+import sys
+
+import openai
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    ap.add_argument("--no-chat", action="store_true", help="skip chat checks (a model without a chat template)")
+    args = ap.parse_args()
+    c = openai.OpenAI(base_url=args.base_url, api_key="unused")
+    fails = 0
+
+    def check(ok, what):
+        nonlocal fails
+        print(("PASS " if ok else "FAIL ") + what)
+        fails += 0 if ok else 1
+
+    models = [m.id for m in c.models.list()]
+    check(len(models) == 1, f"/v1/models lists one model: {models}")
+    model = models[0]
+    r = c.completions.create(model=model, prompt="Once upon a time", max_tokens=16, temperature=0, logprobs=2)
+    text = r.choices[0].text
+    lp = r.choices[0].logprobs
+    check(r.usage.completion_tokens == len(lp.tokens) == len(lp.token_logprobs),
+          f"completion: {r.usage.completion_tokens} tokens with log-probabilities, finish {r.choices[0].finish_reason}")
+    check(all(len(t) <= 2 for t in lp.top_logprobs), "completion: at most 2 top_logprobs per token")
+    streamed = "".join(x.choices[0].text for x in c.completions.create(
+        model=model, prompt="Once upon a time", max_tokens=16, temperature=0, stream=True))
+    check(streamed == text, f"stream == non-stream: {text!r}")
+    e = c.completions.create(model=model, prompt="Once upon a time, there was", max_tokens=0, echo=True, logprobs=1)
+    elp = e.choices[0].logprobs.token_logprobs
+    check(elp[0] is None and all(isinstance(x, float) and x <= 0 for x in elp[1:]),
+          f"echo + logprobs, max_tokens 0: {len(elp)} prompt tokens, first null, sum {sum(elp[1:]):.4f}")
+    if not args.no_chat:
+        msgs = [{"role": "user", "content": "Tell me a story."}]
+        ch = c.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
+        cs = "".join((x.choices[0].delta.content or "") for x in c.chat.completions.create(
+            model=model, messages=msgs, max_tokens=12, temperature=0, stream=True))
+        check(ch.choices[0].message.role == "assistant" and cs == ch.choices[0].message.content,
+              f"chat == streamed chat: {cs!r}")
+    try:
+        c.completions.create(model=model, prompt="x", n=2)
+        check(False, "n=2 refused")
+    except openai.BadRequestError as err:
+        check(err.status_code == 400, f"n=2 refused: {err.message}")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
