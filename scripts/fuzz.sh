@@ -13,7 +13,7 @@ BUILD=${2:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPSHARD_CUDA=OFF -DTPSHARD_FUZZ=ON \
   -DTPSHARD_BUILD_TESTS=OFF ${CMAKE_ARGS:-} > /dev/null
-TARGETS=(fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_safetensors fuzz_config fuzz_manifest fuzz_shard fuzz_jsonl)
+TARGETS=(fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_safetensors fuzz_config fuzz_manifest fuzz_shard fuzz_jsonl fuzz_openai_api)
 T=(); for t in "${TARGETS[@]}"; do T+=(--target "$t"); done
 cmake --build "$BUILD" -j "$JOBS" "${T[@]}" --target tpshard > "$BUILD/fuzz_build.log" 2>&1 ||
   { tail -30 "$BUILD/fuzz_build.log"; exit 1; }
@@ -31,6 +31,7 @@ seed fuzz_tokenizer_encode $FIX/tokenizers/vectors/* $FIX/triviaqa/*.jsonl
 seed fuzz_safetensors $FIX/tiny-llama/model.safetensors $FIX/tiny-gpt-neo/model.safetensors
 seed fuzz_config $FIX/*/config.json $FIX/configs/*.json
 seed fuzz_jsonl $FIX/triviaqa/*.jsonl
+seed fuzz_openai_api $FIX/serve/*.json
 if [ ! -f "$W/model/manifest.json" ]; then
   ASAN_OPTIONS=detect_leaks=0 "$BUILD/bin/tpshard" convert $FIX/tiny-llama -o "$W/model" --tp 1,3 --pp 1,2 --force -q 2>/dev/null
 fi

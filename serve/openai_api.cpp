@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "format/error.h"
+#include "format/json_depth.h"
 
 namespace tpshard::serve {
 namespace {
@@ -122,6 +123,17 @@ json top_object(const Tokenizer& tok, int32_t prev, const TokenLogprob& t) {
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
+
+json parse_body(const std::string& text) {
+  json body;
+  try {
+    body = json::parse(text, json_depth_guard("request body"), false);
+  } catch (const Error& e) {
+    bad(e.what());
+  }
+  if (body.is_discarded()) bad("the body is not valid JSON");
+  return body;
+}
 
 ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLimits& limits) {
   if (!body.is_object()) bad("the body must be a JSON object");

@@ -40,6 +40,10 @@ struct ApiLimits {
   int64_t vocab_size = 0;       ///< the model's (ids must be below it)
 };
 
+/// An HTTP body as JSON. Throws ApiError 400 when it is not JSON or nests deeper than kMaxJsonDepth
+/// (format/json_depth.h: a deep value would overflow the stack when later copied or printed).
+nlohmann::json parse_body(const std::string& text);
+
 /// POST /v1/completions body -> ApiRequest. prompt: a string, a list of strings, a list of token ids or a
 /// list of such lists; max_tokens (default 16), temperature (default 1), top_p, top_k (<= 0: off),
 /// min_p, repetition_penalty, min_tokens, stop (string or list), seed, n (only 1), echo, logprobs

@@ -92,11 +92,7 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e).dump(), "application/json");
 }
 
-json parse_body(const httplib::Request& http) {
-  json body = json::parse(http.body, nullptr, false);
-  if (body.is_discarded()) throw ApiError{400, "the body is not valid JSON"};
-  return body;
-}
+json parse_body(const httplib::Request& http) { return serve::parse_body(http.body); }
 
 void Server::start_http() {
   try {
