@@ -520,6 +520,27 @@ if [ -x "$BIN/tprun" ] && [ -d "$MODEL" ]; then
       result FAIL "tprun generate stories260K --device cuda --tp $TP" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
     fi
   done
+  # tprun serve on the CUDA backend (tp 1, and tp 2 as ranks sharing one GPU when there is one GPU):
+  # concurrent greedy completions equal tprun generate's text, streaming, echo + logprobs
+  for P in "Once upon a time" "The little dog"; do
+    "$BIN/tprun" "$MODEL" --tp 1 --device cuda generate --prompt "$P" --max-new-tokens 24 --temperature 0 \
+      > "$WORK/serve_expect_${#P}.txt" 2>> "$LOG"
+  done
+  for TP in 1 2; do
+    SHARE=""; [ "$TP" -le "$NGPU" ] || SHARE="TPSHARD_TEST_SHARE_GPUS=1"
+    SPORT=$((20000 + RANDOM % 20000))
+    env $SHARE "$BIN/tprun" "$MODEL" --tp $TP --device cuda --max-batch 4 serve --port $SPORT --idle-exit 60 \
+      > "$WORK/serve_$TP.out" 2> "$WORK/serve_$TP.err" &
+    SPID=$!
+    for _ in $(seq 1 100); do python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$SPORT/health')" 2>/dev/null && break; sleep 0.3; done
+    if run_logged "serve cuda tp $TP" timeout 120 python3 "$REPO/scripts/serve_check.py" --url "http://127.0.0.1:$SPORT" --max-tokens 24 \
+         --expect "Once upon a time=$WORK/serve_expect_16.txt" --expect "The little dog=$WORK/serve_expect_14.txt"; then
+      result PASS "tprun serve --device cuda --tp $TP: concurrent completions == generate, stream, echo + logprobs" "$(grep -c PASS "$WORK/out.txt") checks"
+    else
+      result FAIL "tprun serve --device cuda --tp $TP" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ') $(tail -2 "$WORK/serve_$TP.err" | tr '\n' ' ')"
+    fi
+    kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+  done
   # 5-shot eval: the shots are a prefix shared by every prompt; with one kv_cache slot nothing is shared
   SP=$REPO/tests/fixtures/triviaqa/validation_sample.hf_layout.jsonl
   if run_logged "eval shared cuda" "$BIN/tprun" "$MODEL" --tp 1 --device cuda --max-batch 8 eval triviaqa --data "$SP" --shots 5 --output "$WORK/preds_shared.jsonl" &&
