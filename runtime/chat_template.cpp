@@ -1,4 +1,4 @@
-// chat_template.cpp: recognise and render the ChatML and Llama-2 [INST] chat templates.
+// chat_template.cpp: recognise and render the ChatML, Llama-2 [INST] and Llama-3 chat templates.
 // Recognition works on a normalised form of the Jinja source (whitespace outside string literals removed,
 // literals unescaped, x['key'] written x.key) searched for the lines that define each form.
 // Rendering follows the templates' Jinja semantics (transformers renders with trim_blocks/lstrip_blocks).
@@ -153,6 +153,22 @@ bool is_llama2(const NormalisedTemplate& nt) {
          !contains(nt.code, "DEFAULT_SYSTEM") && !nt.found_raw_text;
 }
 
+/// Meta-Llama-3-Instruct: per message bos (first only) + "<|start_header_id|>ROLE<|end_header_id|>\n\n" +
+/// trimmed content + "<|eot_id|>"; the assistant header as generation prompt. Llama 3.1+ templates (tools,
+/// "Cutting Knowledge Date" system text) are other forms and are not matched.
+bool is_llama3(const NormalisedTemplate& nt) {
+  return contains(nt.code, "'<|start_header_id|>'+message.role+'<|end_header_id|>\n\n'+message.content|trim+'<|eot_id|>'") &&
+         contains(nt.code, "{%ifloop.index0==0%}{%setcontent=bos_token+content%}{%endif%}") &&
+         contains(nt.code, "'<|start_header_id|>assistant<|end_header_id|>\n\n'") && !contains(nt.code, "tools") &&
+         !contains(nt.code, "Knowledge") && !nt.found_raw_text;
+}
+
+/// True when the Llama-3 template adds the assistant header only with add_generation_prompt (the original
+/// 8B-Instruct template adds it always).
+bool llama3_conditional_header(const NormalisedTemplate& nt) {
+  return contains(nt.code, "{%ifadd_generation_prompt%}{{'<|start_header_id|>assistant<|end_header_id|>\n\n'}}{%endif%}");
+}
+
 /// Length in bytes of the UTF-8 sequence starting with byte b (1 for invalid lead bytes).
 size_t utf8_len(unsigned char b) {
   if (b >= 0xF0 && b < 0xF8) return 4;
@@ -201,6 +217,15 @@ std::string render_chatml(const ChatTemplate& tmpl, const std::vector<ChatMessag
     out += "<|im_start|>system\n" + tmpl.default_system + "<|im_end|>\n";
   for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string render_llama3(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
+                          bool add_generation_prompt) {
+  std::string out = tmpl.bos_token;
+  for (const ChatMessage& m : messages)
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + python_strip(m.content) + "<|eot_id|>";
+  if (add_generation_prompt || !tmpl.generation_prompt_optional) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
 }
 
@@ -273,7 +298,16 @@ ChatTemplate parse_chat_template(const std::string& template_text, const std::st
     tmpl.eos_token = eos_token;
     return tmpl;
   }
-  throw Error(source + ": chat template is not a form tprun can render (supported: ChatML, Llama-2 [INST])",
+  if (is_llama3(nt)) {
+    if (bos_token.empty())
+      throw Error(source + ": Llama-3 chat template needs bos_token, which is missing",
+                  "add \"bos_token\": \"<|begin_of_text|>\" to tokenizer_config.json");
+    tmpl.kind = ChatTemplateKind::Llama3;
+    tmpl.bos_token = bos_token;
+    tmpl.generation_prompt_optional = llama3_conditional_header(nt);
+    return tmpl;
+  }
+  throw Error(source + ": chat template is not a form tprun can render (supported: ChatML, Llama-2 [INST], Llama-3)",
               kPlainPromptHint);
 }
 
@@ -320,6 +354,7 @@ std::string render_chat(const ChatTemplate& tmpl, const std::vector<ChatMessage>
   if (messages.empty())
     throw Error("chat template: cannot render an empty conversation", "give at least one message");
   if (tmpl.kind == ChatTemplateKind::Llama2) return render_llama2(tmpl, messages);
+  if (tmpl.kind == ChatTemplateKind::Llama3) return render_llama3(tmpl, messages, add_generation_prompt);
   return render_chatml(tmpl, messages, add_generation_prompt);
 }
 

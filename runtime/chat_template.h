@@ -1,6 +1,6 @@
 // chat_template.h: chat messages -> the prompt string a chat model was trained on.
 // Owns: reading the Jinja chat template of a model dir (tokenizer_config.json "chat_template" or
-// chat_template.jinja), recognising the two forms we support (ChatML, Llama-2 [INST]) and rendering them
+// chat_template.jinja), recognising the forms we support (ChatML, Llama-2 [INST], Llama-3) and rendering them
 // exactly as transformers' apply_chat_template(tokenize=False) does. Does not own: tokenization.
 // Why not a Jinja engine: Debian packages no C++ Jinja2 library; a template we do not recognise is an Error.
 #pragma once
@@ -18,6 +18,9 @@ struct ChatMessage {
 enum class ChatTemplateKind {
   ChatML,  ///< "<|im_start|>{role}\n{content}<|im_end|>\n" per message; SmolLM2, Qwen2; InternLM2 with BOS first
   Llama2,  ///< "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>"; Llama-2-chat
+  /// "<|begin_of_text|>" + per message "<|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>";
+  /// Meta-Llama-3-Instruct
+  Llama3,
 };
 
 /// A recognised chat template, with the special-token strings it uses.
@@ -30,6 +33,9 @@ struct ChatTemplate {
   /// {{ bos_token }} (InternLM2), rendered once before the first message; empty otherwise.
   std::string bos_token;
   std::string eos_token;  ///< Llama2 only: tokenizer_config.json eos_token (e.g. "</s>")
+  /// Llama3 only: the assistant header is added only with add_generation_prompt (false: always, as the
+  /// original Meta-Llama-3-8B-Instruct template does).
+  bool generation_prompt_optional = true;
 };
 
 /// Recognise a Jinja chat template's text. source names the file in error messages.

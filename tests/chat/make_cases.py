@@ -43,22 +43,35 @@ CHATML_PLAIN = (
     "{%- endif %}\n"
 )
 
-# Forms we do not render: the C++ side must refuse them with an Error.
+# Meta-Llama-3-Instruct with the generation prompt conditional (later revisions), and as first published
+# in meta-llama/Meta-Llama-3-8B-Instruct tokenizer_config.json (the assistant header always).
 LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
           "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
           "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
           "{{ content }}{% endfor %}{% if add_generation_prompt %}"
           "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
 
+LLAMA3_ORIGINAL = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+                   "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+                   "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+                   "{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}")
+
 TEMPLATES = {
     "llama2": {"template": LLAMA2, "bos_token": "<s>", "eos_token": "</s>"},
+    "llama3": {"template": LLAMA3, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    "llama3_original": {"template": LLAMA3_ORIGINAL, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
     "chatml_plain": {"template": CHATML_PLAIN, "bos_token": "", "eos_token": ""},
     "chatml_with_bos": {"template": CHATML_WITH_BOS, "bos_token": "<s>", "eos_token": "</s>"},
 }
 CHATML_WITH_EOS = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                    "'<|im_end|>' + eos_token + '\\n'}}{% endfor %}"
                    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-UNSUPPORTED = {"llama3": LLAMA3, "chatml_with_eos": CHATML_WITH_EOS}
+# Forms we do not render: the C++ side must refuse them with an Error. Llama 3.1 adds a dated system
+# preamble and tool calls to the Llama-3 form (shortened here to what makes it different).
+LLAMA31 = ("{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
+           "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}{{- 'Cutting Knowledge Date: December 2023\\n' }}"
+           "{{- '<|eot_id|>' }}" + LLAMA3)
+UNSUPPORTED = {"llama31": LLAMA31, "chatml_with_eos": CHATML_WITH_EOS}
 
 CONVERSATIONS = [
     ("user_only", [{"role": "user", "content": "What is the capital of France?"}]),

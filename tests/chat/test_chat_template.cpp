@@ -90,7 +90,10 @@ TEST_CASE("Llama-2 and plain ChatML templates match the Jinja rendering, includi
     const auto& tj = j.at("templates").at(tname);
     const tpshard::ChatTemplate t = tpshard::parse_chat_template(
         tj.at("template"), tj.at("bos_token"), tj.at("eos_token"), "template_cases.json:" + tname);
-    CHECK(t.kind == (tname == "llama2" ? ChatTemplateKind::Llama2 : ChatTemplateKind::ChatML));
+    const ChatTemplateKind want = tname == "llama2"                ? ChatTemplateKind::Llama2
+                                  : tname.rfind("llama3", 0) == 0 ? ChatTemplateKind::Llama3
+                                                                  : ChatTemplateKind::ChatML;
+    CHECK(t.kind == want);
     CHECK(t.default_system.empty());
     CAPTURE(tname);
     CAPTURE(c.at("name").get<std::string>());
