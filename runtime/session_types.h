@@ -22,7 +22,12 @@ struct SessionOptions {
   int dp_size = 1;               ///< data-parallel replicas: eval / generate --input split their items
   int micro_batches = 0;         ///< pipeline micro-batches per step; 0 = 2 x pp_size
   Device device = Device::Auto;  ///< Auto: CUDA when this build has it and a GPU is present, else CPU
-  int max_batch = 8;             ///< kv_cache slots
+  /// kv_cache slots; 0 (default): the CPU backend takes kDefaultCpuMaxBatch, the CUDA backend as many as
+  /// fit in gpu_memory_utilization of each GPU (at most kMaxAutoBatch; the replica's ranks take the least).
+  int max_batch = 0;
+  /// CUDA, automatic max_batch: the fraction of each GPU's memory the job may hold (vLLM's
+  /// gpu_memory_utilization: memory already in use on the GPU counts against it).
+  double gpu_memory_utilization = 0.9;
   int max_seq_len = 0;           ///< 0: min(max_position_embeddings, 2048)
   bool verify_hashes = true;     ///< check XXH3 of every tensor while loading
   int nnodes = 1;                ///< CUDA: nodes, one tprun launcher each (like torchrun --nnodes)
@@ -31,6 +36,11 @@ struct SessionOptions {
   int cpu_threads = 0;           ///< CPU: matmul threads per rank; 0 = max(1, usable_cpus() / tp_size), runtime/cpu_budget.h
   bool quiet = false;            ///< do not print the "backend" line on stderr
 };
+
+/// kv_cache slots of the CPU backend when SessionOptions::max_batch is 0.
+constexpr int kDefaultCpuMaxBatch = 8;
+/// The most kv_cache slots the CUDA backend chooses by itself (an explicit --max-batch may be larger).
+constexpr int kMaxAutoBatch = 256;
 
 /// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048)
 /// when 0. Throws Error when it exceeds max_position_embeddings. A sliding window (Mistral, Qwen2 with

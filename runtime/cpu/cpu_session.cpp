@@ -78,7 +78,7 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
                                             c.pp_stage * layout.tp_size + c.tp_rank);
       cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage);
       cpu::CpuRunnerOptions ro;
-      ro.max_batch = opts.max_batch;
+      ro.max_batch = opts.max_batch > 0 ? opts.max_batch : kDefaultCpuMaxBatch;
       ro.max_seq_len = max_seq_len;
       ro.link = layout.pp_size > 1 ? &link : nullptr;
       ro.micro_batches = opts.micro_batches;

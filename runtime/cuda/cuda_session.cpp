@@ -244,6 +244,45 @@ void print_rank_memory(CudaWorker& worker, const ModelRunner& runner) {
 
 }  // namespace
 
+/// SessionOptions::max_batch 0 on CUDA: the most slots (<= kMaxAutoBatch) whose memory plan for this
+/// rank's stage fits in gpu_memory_utilization x total minus what the GPU already holds, the least over
+/// the replica's ranks (they must run the same schedule). 1 when nothing fits (check_memory_plan then
+/// says so). Collective over worker.replica_ranks(); prints the choice once.
+static int auto_max_batch(CudaWorker& worker, const Manifest& m, const SessionOptions& opts, int max_seq_len, size_t free_b,
+                   size_t total_b) {
+  const RankGrid& grid = worker.grid();
+  const int stage = worker.coord().pp_stage;
+  const double used = static_cast<double>(total_b - free_b);
+  const double budget = opts.gpu_memory_utilization * static_cast<double>(total_b) - used;
+  auto fits = [&](int b) {
+    const MemoryPlan p = plan_memory(m, grid.tp_size, b, max_seq_len, opts.model_dir, 0, grid.pp_size);
+    uint64_t t = 0;
+    for (const RankMemory& r : p.ranks)
+      if (r.pp_stage == stage) t = std::max(t, r.total_bytes);
+    return static_cast<double>(t) <= budget;
+  };
+  int lo = 1, hi = kMaxAutoBatch;  // the plan grows with the batch: the largest b that fits, by bisection
+  if (!fits(lo)) {
+    hi = lo;
+  } else {
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (fits(mid)) lo = mid;
+      else hi = mid - 1;
+    }
+  }
+  int chosen = lo;
+  for (const std::string& s : worker.replica_ranks()->all_gather(std::to_string(lo))) chosen = std::min(chosen, std::stoi(s));
+  if (!opts.quiet && worker.replica_ranks()->rank() == 0 && worker.coord().dp_rank == 0) {
+    const MemoryPlan p = plan_memory(m, grid.tp_size, chosen, max_seq_len, opts.model_dir, 0, grid.pp_size);
+    std::fprintf(stderr,
+                 "tprun: --max-batch %d (chosen: the most kv_cache slots of %d positions, up to %d, that fit in %.2f of "
+                 "GPU memory; kv_cache %s per rank; --max-batch sets it)\n",
+                 chosen, max_seq_len, kMaxAutoBatch, opts.gpu_memory_utilization, mib(p.kv_cache_bytes).c_str());
+  }
+  return chosen;
+}
+
 void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankContext&)>& fn) {
   CudaWorker worker(opts);
   const RankCoord me = worker.coord();
@@ -256,7 +295,9 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     const int max_seq_len = ::tpshard::effective_max_seq_len(opts, manifest.model);  // runtime/session_types.h: as the CPU backend
     size_t free_b = 0, total_b = 0;
     TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    check_memory_plan(manifest, opts.model_dir, grid.tp_size, opts.max_batch, max_seq_len, free_b, total_b, grid.pp_size,
+    const int max_batch =
+        opts.max_batch > 0 ? opts.max_batch : auto_max_batch(worker, manifest, opts, max_seq_len, free_b, total_b);
+    check_memory_plan(manifest, opts.model_dir, grid.tp_size, max_batch, max_seq_len, free_b, total_b, grid.pp_size,
                       me.pp_stage);
 
     LoadOptions lo;
@@ -267,7 +308,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     if (grid.pp_size > 1)
       link = std::make_unique<DeviceStageLink>(me.pp_stage, grid.pp_size, worker.to_prev_stage(), worker.to_next_stage());
     CudaRunnerOptions ro;
-    ro.max_batch = opts.max_batch;
+    ro.max_batch = max_batch;
     ro.max_seq_len = max_seq_len;
     ro.use_cuda_graphs = tuning().cuda_graphs;
     ro.lookahead = tuning().lookahead;

@@ -211,6 +211,17 @@ TEST_CASE("yarn rope: inv_freq and attention factor equal transformers' _compute
   CHECK(ours != rope_inv_freq(plain));  // the scaling changes some frequencies
 }
 
+TEST_CASE("the CPU backend's kv_cache slots: 8 unless --max-batch says otherwise") {
+  const std::string dir = converted("tiny-llama");
+  SessionOptions o = cpu_session(dir, 2, 0);
+  int slots = -1;
+  run_on_ranks(o, [&](RankContext& ctx) { slots = ctx.runner->max_batch(); });
+  CHECK(slots == kDefaultCpuMaxBatch);
+  o.max_batch = 3;
+  run_on_ranks(o, [&](RankContext& ctx) { slots = ctx.runner->max_batch(); });
+  CHECK(slots == 3);
+}
+
 TEST_CASE("a prompt gives the same logits alone and in a batch") {
   const nlohmann::json ref = reference("tiny-llama");
   const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();

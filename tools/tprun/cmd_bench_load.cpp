@@ -129,10 +129,11 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     s.kv_cache_mib = s.workspace_mib = std::nan("");
     if (!o.no_runner) {
       const int seq = ::tpshard::effective_max_seq_len(g.session, manifest.model);
+      const int batch = g.session.max_batch > 0 ? g.session.max_batch : kDefaultCpuMaxBatch;  // the runner's share, as before
       const ::tpshard::MemoryPlan plan =
-          ::tpshard::plan_memory(manifest, worker.tp_size(), g.session.max_batch, seq, g.session.model_dir);
+          ::tpshard::plan_memory(manifest, worker.tp_size(), batch, seq, g.session.model_dir);
       CudaRunnerOptions ro;
-      ro.max_batch = g.session.max_batch;
+      ro.max_batch = batch;
       ro.max_seq_len = seq;
       auto runner = make_cuda_runner(manifest, rank, worker.tp_size(), *arena, worker.comm(), ro);
       size_t free2 = 0;

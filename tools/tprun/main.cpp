@@ -123,8 +123,13 @@ int main(int argc, char** argv) {
       ->check(tpshard::cli::positive_for(g.session.micro_batches));
   app.add_option("--device", device, "cpu, cuda or auto (cuda when built with it and a GPU is visible)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  app.add_option("--max-batch", g.session.max_batch, "kv_cache slots (sequences decoded together)")
+  app.add_option("--max-batch", g.session.max_batch,
+                 "kv_cache slots (sequences decoded together; default: CUDA as many as fit in --gpu-memory-utilization, "
+                 "at most 256; CPU 8)")
       ->check(tpshard::cli::positive_for(g.session.max_batch));
+  app.add_option("--gpu-memory-utilization", g.session.gpu_memory_utilization,
+                 "CUDA: fraction of each GPU's memory the job may hold when --max-batch is not given (default 0.9)")
+      ->check(CLI::Range(0.05, 1.0));
   app.add_option("--max-seq-len", g.session.max_seq_len,
                  "positions per kv_cache slot (default: min(max_position_embeddings, 2048))")
       ->check(tpshard::cli::positive_for(g.session.max_seq_len));
