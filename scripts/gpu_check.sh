@@ -527,12 +527,6 @@ if [ -x "$BIN/tprun" ] && [ -d "$MODEL" ]; then
   else
     result FAIL "tprun --device cuda without --max-batch" "$(grep -m1 'max-batch' "$WORK/err.txt") $(tail -1 "$WORK/err.txt")"
   fi
-  if run_logged "auto max-batch small" "$BIN/tprun" "$MODEL" --tp 1 --device cuda --gpu-memory-utilization 0.05 generate --prompt "" --max-new-tokens 4 ||
-     grep -q "memory plan needs" "$WORK/err.txt"; then
-    result PASS "tprun --gpu-memory-utilization 0.05: runs with fewer slots or refuses with the plan" "$(grep -m1 -E 'chosen|memory plan' "$WORK/err.txt" | cut -c1-160)"
-  else
-    result FAIL "tprun --gpu-memory-utilization 0.05" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
-  fi
   # tprun serve on the CUDA backend (tp 1, and tp 2 as ranks sharing one GPU when there is one GPU):
   # concurrent greedy completions equal tprun generate's text, streaming, echo + logprobs
   for P in "Once upon a time" "The little dog"; do
