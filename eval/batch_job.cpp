@@ -185,13 +185,14 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
                    opts.output_path.c_str(), report.truncated_bytes);
   }
 
-  // Longest prompts first: equal-length neighbours share batches (little padding), and a prompt that
-  // does not fit fails at once rather than hours in.
+  // Prompts in token order: prompts that start alike (the same few-shot examples or system prompt) fall
+  // into the same batch, where generate() prefills their common prefix once. (Every request was checked
+  // against the sequence limit before the job started.)
   std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) {
-    return items[a].request.prompt_ids.size() > items[b].request.prompt_ids.size();
+    return items[a].request.prompt_ids < items[b].request.prompt_ids;
   });
   const size_t bs = static_cast<size_t>(opts.batch_size);
-  // With replicas, every replica takes every dp_size-th item of the sorted list (similar lengths), and
+  // With replicas, every replica takes every dp_size-th item of the sorted list, and
   // the job runs in rounds of one batch per replica: after each round the replicas' output ranks
   // exchange their lines (ctx.replicas) and dp_rank 0 writes them all. Replica 0 has the most items, so
   // its batch count is the number of rounds; a replica without a batch in a round sends nothing new.

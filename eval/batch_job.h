@@ -64,8 +64,8 @@ struct BatchJobReport {
 /// finished item.
 using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const GenerationResult& result)>;
 
-/// Run the job. Batches: the items not yet in the output, sorted by prompt length (longest first, ties
-/// in input order), batch_size at a time; each batch's lines are written in input order with one
+/// Run the job. Batches: the items not yet in the output, sorted by prompt token ids (so prompts with a
+/// common prefix share batches; ties in input order), batch_size at a time; each batch's lines are written in input order with one
 /// write + fsync. When every item is done the output is rewritten in input order (lines of ids not in
 /// `items` follow, in their old order), so a resumed run ends with the same file as an uninterrupted one.
 /// Model check: a stored line's "model_xxh3" (when present, and when ctx.manifest gives one) must equal
