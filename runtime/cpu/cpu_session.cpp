@@ -20,6 +20,7 @@
 #include "runtime/cpu/thread_mailbox.h"
 #include "runtime/cpu/thread_pool.h"
 #include "runtime/host_exchange.h"
+#include "runtime/process_memory.h"
 
 namespace tpshard::cpu {
 
@@ -33,6 +34,21 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
   const ParallelLayout layout = make_parallel_layout(config, opts.tp_size, opts.pp_size, opts.dp_size);
   shards_for(manifest, opts.tp_size, opts.model_dir, opts.pp_size);
   const int max_seq_len = effective_max_seq_len(opts, config);
+  const int max_batch = opts.max_batch > 0 ? opts.max_batch : kDefaultCpuMaxBatch;
+  {  // memory preflight: every rank of the job lives in this process
+    uint64_t weights = 0, kv = 0;
+    const size_t widen = 4 / dtype_size(manifest.dtype);  // weights are widened to f32 when loaded
+    for (const ManifestShard& s : shards_for(manifest, opts.tp_size, opts.model_dir, opts.pp_size))
+      weights += s.weight_bytes * widen * static_cast<uint64_t>(opts.dp_size);
+    for (int r = 0; r < layout.world_size(); ++r) {
+      const RankCoord c = layout.coord(r);
+      kv += 2ull * sizeof(float) * static_cast<uint64_t>(max_batch) * static_cast<uint64_t>(max_seq_len) *
+            static_cast<uint64_t>(layout.tp(c.tp_rank).kv_heads.size()) * static_cast<uint64_t>(config.head_dim) *
+            static_cast<uint64_t>(layout.stage_layers[static_cast<size_t>(c.pp_stage)].size());
+    }
+    const std::string warning = check_cpu_memory(weights, kv, available_host_memory_bytes(), opts.model_dir);
+    if (!warning.empty() && !opts.quiet) std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(opts.model_dir, config);
   const int world = layout.world_size();
   const int threads = opts.cpu_threads > 0 ? opts.cpu_threads : ThreadPool::default_threads_per_rank(world);
@@ -78,7 +94,7 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
                                             c.pp_stage * layout.tp_size + c.tp_rank);
       cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage);
       cpu::CpuRunnerOptions ro;
-      ro.max_batch = opts.max_batch > 0 ? opts.max_batch : kDefaultCpuMaxBatch;
+      ro.max_batch = max_batch;
       ro.max_seq_len = max_seq_len;
       ro.link = layout.pp_size > 1 ? &link : nullptr;
       ro.micro_batches = opts.micro_batches;

@@ -14,6 +14,7 @@
 #include "format/error.h"
 #include "format/hash.h"
 #include "format/shard_file.h"
+#include "runtime/process_memory.h"
 #include "runtime/session.h"
 
 using namespace tpshard;
@@ -191,4 +192,22 @@ TEST_CASE("a shard of another conversion (same architecture, same size) is refus
     for (auto& e : shards) e.erase("table_xxh3");
   std::ofstream(dir + "/manifest.json", std::ios::trunc) << j.dump(2) << "\n";
   CHECK(error_of(opts(dir, 2)) == "");
+}
+
+TEST_CASE("CPU memory preflight: weights beyond the available memory are refused naming the model; a kv_cache beyond it warns") {
+  using tpshard::check_cpu_memory;
+  const uint64_t gib = 1ull << 30;
+  CHECK(check_cpu_memory(10 * gib, 5 * gib, 0, "M").empty());        // unknown: no check
+  CHECK(check_cpu_memory(10 * gib, 5 * gib, 16 * gib, "M").empty());  // fits
+  const std::string w = check_cpu_memory(10 * gib, 8 * gib, 16 * gib, "M");
+  CHECK(w.find("kv_cache (8.00 GiB)") != std::string::npos);
+  CHECK(w.find("--max-batch") != std::string::npos);
+  try {
+    check_cpu_memory(20 * gib, 0, 16 * gib, "models/big");
+    FAIL("not refused");
+  } catch (const tpshard::Error& e) {
+    CHECK(std::string(e.what()).find("models/big take 20.00 GiB") != std::string::npos);
+    CHECK(e.hint().find("--device cuda") != std::string::npos);
+  }
+  CHECK(tpshard::available_host_memory_bytes() > 0);  // this machine has /proc/meminfo
 }

@@ -215,8 +215,8 @@ int main(int argc, char** argv) {
     return dynamic_cast<const UsageError*>(&e) ? 2 : 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of host memory (std::bad_alloc)\n"
-                         "hint: lower --max-batch / --max-seq-len (the CPU backend reserves its kv_cache up front), or use "
-                         "fewer --threads\n");
+                         "hint: lower --max-batch / --max-seq-len (the CPU backend reserves its kv_cache up front; the f32 "
+                         "weights were checked against the available memory before loading), or use fewer --threads\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
