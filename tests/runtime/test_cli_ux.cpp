@@ -144,7 +144,8 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
        "error: generate: --min-new-tokens 10 is greater than --max-new-tokens 5\n", 2},
       {m + " logits", "error: logits: pass --ids or --text\n", 2},
       {m + " tokenize", "error: tokenize: pass --text or --file\n", 2},
-      {m + " chat", "error: --prompt is required\nhint: `tprun MODEL_DIR chat --help` lists the options\n", 2},  // CLI11's
+      {m + " chat", "error: chat: pass --prompt TEXT or --messages FILE\n", 2},
+      {m + " chat --messages " + dir + "/missing.json", "error: chat --messages: cannot open " + dir + "/missing.json\n", 1},
       // what an input holds (or a missing file): 1
       {m + " generate --input " + dir + "/missing.jsonl --output " + out,
        "error: generate --input " + dir + "/missing.jsonl: no such file\n", 1},

@@ -6,12 +6,17 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "eval/generate_jsonl.h"
 #include "format/error.h"
+#include "format/json_depth.h"
 #include "runtime/chat_template.h"
 #include "runtime/generate.h"
 #include "runtime/process_memory.h"
@@ -31,6 +36,7 @@ struct GenerateOptions {
   int batch_size = 0;
   std::string on_bad_record = "stop";  // JSONL only: stop | skip
   std::string system;  // chat only
+  std::string chat_prompt, messages_file;  // chat only: one user message, or a conversation file
 };
 
 void add_sampling_options(CLI::App* sub, SamplingParams& p) {
@@ -46,7 +52,8 @@ void add_sampling_options(CLI::App* sub, SamplingParams& p) {
   sub->add_option("--min-p", p.min_p, "drop tokens below min_p * p_max (0 = off)")->check(tpshard::cli::fraction(true));
   sub->add_option("--repetition-penalty", p.repetition_penalty, "CTRL repetition penalty (1 = off)")
       ->check(tpshard::cli::positive_for(p.repetition_penalty));
-  sub->add_option("--seed", p.seed, "sampling seed (per request stream = f(seed, request index, step))")
+  sub->add_option("--seed", p.seed,
+                  "sampling seed (default 0, so runs repeat exactly; per request stream = f(seed, request id or index, step))")
       ->check(tpshard::cli::uint64_value());
   sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output")
       ->check(tpshard::cli::non_empty_text());
@@ -245,11 +252,39 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
   });
 }
 
+/// The conversation of `chat --messages FILE`: a JSON list of {"role", "content"} (OpenAI's messages).
+std::vector<ChatMessage> read_messages(const std::string& path) {
+  std::ifstream f(path);
+  TPS_CHECK(f.good(), "chat --messages: cannot open " + path, "pass a readable JSON file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str(), json_depth_guard(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON (" + std::string(e.what()) + ")", "write a list of {\"role\": ..., \"content\": ...}");
+  }
+  TPS_CHECK(j.is_array() && !j.empty(), path + ": expected a non-empty JSON list of messages",
+            "write [{\"role\": \"user\", \"content\": \"...\"}, ...]");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& m = j[i];
+    TPS_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") && m["content"].is_string(),
+              path + ": message " + std::to_string(i) + " needs string \"role\" and \"content\"",
+              "write {\"role\": \"user\" | \"assistant\" | \"system\", \"content\": \"...\"}");
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
+}
+
 void run_chat(GlobalOptions& g, const GenerateOptions& o) {
   std::vector<ChatMessage> messages;
   if (!o.system.empty()) messages.push_back({"system", o.system});
-  TPS_CHECK(o.prompts.size() == 1, "chat: pass exactly one --prompt (the user message)", "tprun MODEL chat --prompt \"...\"");
-  messages.push_back({"user", o.prompts.front()});
+  if (!o.messages_file.empty()) {
+    for (ChatMessage& m : read_messages(o.messages_file)) messages.push_back(std::move(m));
+  } else {
+    messages.push_back({"user", o.chat_prompt});
+  }
   const std::string rendered = apply_chat_template(g.session.model_dir, messages, true);
   run_on_ranks(g.session, [&](RankContext& ctx) {
     require_tokenizer(ctx);
@@ -280,13 +315,19 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   });
 
   auto c = std::make_shared<GenerateOptions>();
-  CLI::App* chat = app.add_subcommand("chat", "answer one user message through the model's chat template");
-  chat->add_option("--prompt", c->prompts, "the user message")->required();
-  chat->add_option("--system", c->system, "optional system message");
+  CLI::App* chat = app.add_subcommand("chat", "answer a user message (or a conversation) through the model's chat template");
+  auto* chat_prompt = chat->add_option("--prompt", c->chat_prompt, "the user message (one; --messages for a conversation)");
+  auto* messages = chat->add_option("--messages", c->messages_file,
+                                    "JSON file: a list of {\"role\", \"content\"} (OpenAI messages); the reply continues it");
+  chat_prompt->excludes(messages);
+  chat->add_option("--system", c->system, "optional system message (before the conversation)");
   add_sampling_options(chat, c->params);
   chat->callback([&g, c] { run_chat(g, *c); });
-  g.preflight.push_back([chat, c, &g] {
+  g.preflight.push_back([chat, c, chat_prompt, messages, &g] {
     if (!chat->parsed()) return;
+    check_usage(chat_prompt->count() + messages->count() == 1, "chat: pass --prompt TEXT or --messages FILE",
+                "tprun MODEL chat --prompt \"...\"");
+    if (messages->count()) (void)read_messages(c->messages_file);  // a bad file is named before any weight loads
     check_sampling_options("chat", c->params);
     if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);  // before any weight loads
   });
