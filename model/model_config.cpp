@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -293,8 +294,30 @@ json read_json_file(const std::string& path) {
 
 ModelConfig load_hf_config_file(const std::string& path) { return parse_hf_config(read_json_file(path), path); }
 
+/// What a directory without config.json holds instead, as a hint: a llama2.c checkpoint (a *.bin next to
+/// a tok*.bin tokenizer) points at the import script, a GGUF file says it is not a source we convert.
+std::string missing_config_hint(const std::string& hf_dir) {
+  bool llama2c_model = false, llama2c_tok = false, gguf = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(hf_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool bin = name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+    if (bin && name.rfind("tok", 0) == 0) llama2c_tok = true;
+    else if (bin && name.find("tok") != std::string::npos && name.find(".tok") != std::string::npos) llama2c_tok = true;
+    else if (bin && name.rfind("pytorch_model", 0) != 0) llama2c_model = true;
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) gguf = true;
+  }
+  if (llama2c_model && llama2c_tok)
+    return "this looks like a llama2.c checkpoint: import it first with `python3 scripts/llama2c_to_hf.py " + hf_dir +
+           " HF_OUT`, then `tpshard convert HF_OUT`";
+  if (gguf) return "GGUF files are not a source tpshard converts: convert from the Hugging Face checkpoint (config.json + *.safetensors)";
+  return "check that the directory is a Hugging Face model directory (config.json and *.safetensors)";
+}
+
 ModelConfig load_hf_config(const std::string& hf_dir) {
   const std::string path = hf_dir + "/config.json";
+  if (!std::filesystem::exists(path) && std::filesystem::is_directory(hf_dir))
+    throw Error(path + ": cannot open (No such file or directory)", missing_config_hint(hf_dir));
   ModelConfig c = parse_hf_config(read_json_file(path), path);
   const std::string gen_path = hf_dir + "/generation_config.json";
   std::ifstream probe(gen_path);

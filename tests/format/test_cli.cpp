@@ -119,6 +119,25 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
                           "hint: pass the directory that holds manifest.json (" + (d / "out") + ")\n");
 }
 
+TEST_CASE("tpshard convert of a directory without config.json says what it holds instead") {
+  ScratchDir d;
+  const std::string log = d / "log.txt";
+  fs::create_directories(d / "l2c");
+  std::ofstream(d / "l2c/stories260K.bin") << "x";
+  std::ofstream(d / "l2c/stories260K.tok512.bin") << "x";
+  CHECK(run_tpshard("convert " + (d / "l2c") + " -o " + (d / "o1"), log) == 1);
+  CHECK(read_text(log).find("hint: this looks like a llama2.c checkpoint: import it first with `python3 scripts/llama2c_to_hf.py") !=
+        std::string::npos);
+  fs::create_directories(d / "gg");
+  std::ofstream(d / "gg/model-q4.gguf") << "x";
+  CHECK(run_tpshard("convert " + (d / "gg") + " -o " + (d / "o2"), log) == 1);
+  CHECK(read_text(log).find("GGUF files are not a source tpshard converts") != std::string::npos);
+  fs::create_directories(d / "empty");
+  CHECK(run_tpshard("convert " + (d / "empty") + " -o " + (d / "o3"), log) == 1);
+  CHECK(read_text(log).find("Hugging Face model directory (config.json and *.safetensors)") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "o1"));
+}
+
 TEST_CASE("tpshard: an unknown or missing subcommand is named with the choices") {
   ScratchDir d;
   const std::string log = d / "log.txt";
