@@ -83,9 +83,16 @@ int run_convert(const ConvertOptions& options) {
   }
   if (!r.skipped_line.empty()) std::fprintf(stderr, "tpshard convert: %s\n", r.skipped_line.c_str());
   const std::string tps = manifest_layouts_text(r.manifest);
-  std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, %s: %s source -> %s of shards in %.1fs (convert %.1fs, %.2f GB/s)\n",
+  uint64_t on_disk = 0, raw = 0;  // with --compress the files are smaller than the tensors they hold
+  for (const auto& s : r.shards) {
+    on_disk += s.file_bytes;
+    raw += s.raw_bytes;
+  }
+  const std::string shards = human_bytes(on_disk) + " of shards on disk" +
+                             (on_disk < raw ? " (" + human_bytes(raw) + " of tensors, compressed)" : std::string());
+  std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, %s: %s source -> %s in %.1fs (convert %.1fs, %.2f GB/s)\n",
                opt.hf_dir.c_str(), opt.out_dir.c_str(), r.manifest.model.architecture.c_str(), dtype_name(r.manifest.dtype),
-               tps.c_str(), human_bytes(r.source_bytes).c_str(), human_bytes(r.output_bytes).c_str(), r.total_seconds, r.seconds,
+               tps.c_str(), human_bytes(r.source_bytes).c_str(), shards.c_str(), r.total_seconds, r.seconds,
                r.seconds > 0 ? static_cast<double>(r.output_bytes) / r.seconds / 1e9 : 0.0);
   return 0;
 }

@@ -86,9 +86,10 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
               (long long)c.intermediate_size, (long long)c.vocab_size);
   std::printf("dtype      %s   format v%d   tool %s   tied embeddings %s\n", dtype_name(m.dtype), m.format_version,
               m.tool_version.c_str(), c.tie_word_embeddings ? "yes" : "no");
-  std::printf("source    ");
-  for (const auto& s : m.source) std::printf(" %s (%s, %s)", s.name.c_str(), human_bytes(s.bytes).c_str(), hash_to_hex(s.xxh3).c_str());
-  std::printf("\ntokenizer ");
+  for (size_t i = 0; i < m.source.size(); ++i)  // one source file per line
+    std::printf("%-10s %s (%s, %s)\n", i == 0 ? "source" : "", m.source[i].name.c_str(), human_bytes(m.source[i].bytes).c_str(),
+                hash_to_hex(m.source[i].xxh3).c_str());
+  std::printf("tokenizer ");
   for (const auto& t : m.tokenizer_files) std::printf(" %s", t.c_str());
   std::printf("\n\n%-3s %-4s %-5s %-7s %-7s %12s %12s  %-9s %-9s %-13s %-13s  %-16s  %s\n", "pp", "tp", "stage", "rank",
               "layers", "file", "weights", "heads", "kv_heads", "mlp_columns", "vocab_rows", "xxh3", "path");
