@@ -1,7 +1,12 @@
-// batch_job.cpp: resumable, length-sorted, batched generation jobs (see batch_job.h).
+// batch_job.cpp: resumable, prefix-grouped, batched generation jobs (see batch_job.h).
 #include "eval/batch_job.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <chrono>
 #include <memory>
@@ -111,23 +116,8 @@ Round decode_round(const std::string& blob, int dp_rank) {
 
 }  // namespace
 
-BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
-                             const MakeLine& make_line) {
-  TPS_CHECK(ctx.runner != nullptr && ctx.tokenizer != nullptr, "batch job: rank context has no model",
-            "open the model with run_on_ranks first");
-  TPS_CHECK(opts.batch_size >= 1, "--batch-size " + std::to_string(opts.batch_size) + " must be at least 1",
-            "use a positive batch size, e.g. 48");
-  // With replicas (dp_size > 1) each replica's output rank sends its share's lines to dp_rank 0, whose
-  // output rank writes the one file; without, the job's output rank writes everything.
-  const bool replicated = ctx.dp_size > 1;
-  const bool writer_rank = replicated ? ctx.is_replica_output_rank() : ctx.is_output_rank();
-  TPS_CHECK(!replicated || !writer_rank || ctx.replicas != nullptr,
-            "batch job: dp_rank " + std::to_string(ctx.dp_rank) + " has no exchange with the other replicas",
-            "this is a bug in the session (RankContext::replicas)");
-  const bool owner = writer_rank && ctx.dp_rank == 0;  // opens, finally rewrites and releases the file
-  BatchJobReport report;
-  report.total = items.size();
-
+std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items, const BatchJobOptions& opts,
+                                            const Manifest* manifest, const std::string& model_dir) {
   std::vector<std::string> keys;
   keys.reserve(items.size());
   std::unordered_set<std::string> key_set;
@@ -138,10 +128,8 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
                   "ids must be unique for resuming to work; fix the input");
   }
 
-  // Every rank reads the same existing output (before anybody writes) so all skip the same ids.
-  JsonlContents existing = read_jsonl_results(opts.output_path);
-  std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
-  const std::string model_xxh3 = ctx.manifest != nullptr ? model_fingerprint(*ctx.manifest) : std::string();
+  const JsonlContents existing = read_jsonl_results(opts.output_path);
+  const std::string model_xxh3 = manifest != nullptr ? model_fingerprint(*manifest) : std::string();
   if (!model_xxh3.empty()) {
     // Results of another model must not be reused: the whole file is refused (lines without the
     // field, from older files, are not compared).
@@ -151,7 +139,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       if (h != j.end() && (!h->is_string() || h->get<std::string>() != model_xxh3))
         throw Error(opts.output_path + ": was made with another model: its result for id " + existing.keys[l] +
                         " has model_xxh3 " + h->dump() + ", the model " +
-                        (ctx.model_dir.empty() ? std::string("being run") : ctx.model_dir) + " has \"" + model_xxh3 + "\"",
+                        (model_dir.empty() ? std::string("being run") : model_dir) + " has \"" + model_xxh3 + "\"",
                     "delete " + opts.output_path + " or choose another --output");
     }
   }
@@ -169,6 +157,39 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
                     "delete " + opts.output_path + " or choose another --output");
     }
   }
+  return keys;
+}
+
+void check_output_not_locked(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // not there yet (or unreadable: the job's own open reports that)
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases the probe's lock
+  TPS_CHECK(!held, path + ": another job is writing this file", "wait for it to finish or stop it, then rerun to resume");
+}
+
+BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
+                             const MakeLine& make_line) {
+  TPS_CHECK(ctx.runner != nullptr && ctx.tokenizer != nullptr, "batch job: rank context has no model",
+            "open the model with run_on_ranks first");
+  TPS_CHECK(opts.batch_size >= 1, "--batch-size " + std::to_string(opts.batch_size) + " must be at least 1",
+            "use a positive batch size, e.g. 48");
+  // With replicas (dp_size > 1) each replica's output rank sends its share's lines to dp_rank 0, whose
+  // output rank writes the one file; without, the job's output rank writes everything.
+  const bool replicated = ctx.dp_size > 1;
+  const bool writer_rank = replicated ? ctx.is_replica_output_rank() : ctx.is_output_rank();
+  TPS_CHECK(!replicated || !writer_rank || ctx.replicas != nullptr,
+            "batch job: dp_rank " + std::to_string(ctx.dp_rank) + " has no exchange with the other replicas",
+            "this is a bug in the session (RankContext::replicas)");
+  const bool owner = writer_rank && ctx.dp_rank == 0;  // opens, finally rewrites and releases the file
+  BatchJobReport report;
+  report.total = items.size();
+
+  const std::vector<std::string> keys = check_batch_output(items, opts, ctx.manifest, ctx.model_dir);
+  // Every rank reads the same existing output (before anybody writes) so all skip the same ids.
+  const JsonlContents existing = read_jsonl_results(opts.output_path);
+  std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
+  const std::string model_xxh3 = ctx.manifest != nullptr ? model_fingerprint(*ctx.manifest) : std::string();
   if (ctx.comm != nullptr && ctx.tp_size > 1) ctx.comm->barrier();
 
   std::vector<size_t> todo;

@@ -64,6 +64,18 @@ struct BatchJobReport {
 /// finished item.
 using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const GenerationResult& result)>;
 
+/// The checks run_batch_job makes of an existing output before anything runs (so tprun's preflight can
+/// make them before any weight loads): ids unique, every stored line made with this model (model_xxh3 of
+/// manifest, when given) and for its item's request (see run_batch_job). Returns each item's id key.
+/// Throws Error naming opts.output_path and the first offending id. Reads the file; writes nothing.
+std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items, const BatchJobOptions& opts,
+                                            const Manifest* manifest, const std::string& model_dir);
+
+/// Throws Error when another process holds path's output lock (a job writing it, ResumableJsonlWriter);
+/// nothing when the file does not exist. A probe: it takes and drops the lock at once, so call it only
+/// where no rank of this job can be writing yet (tprun's preflight).
+void check_output_not_locked(const std::string& path);
+
 /// Run the job. Batches: the items not yet in the output, sorted by prompt token ids (so prompts with a
 /// common prefix share batches; ties in input order), batch_size at a time; each batch's lines are written in input order with one
 /// write + fsync. When every item is done the output is rewritten in input order (lines of ids not in

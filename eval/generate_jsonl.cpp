@@ -132,6 +132,26 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
 
 }  // namespace
 
+namespace {
+
+/// The batch job of generate --input: its output file and result fields.
+BatchJobOptions generate_job(const std::string& output_path) {
+  BatchJobOptions job;
+  job.label = "generate";
+  job.output_path = output_path;
+  job.result_keys = {"text", "output_ids", "finish_reason"};
+  return job;
+}
+
+}  // namespace
+
+void check_generate_output(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
+                           const std::string& model_dir) {
+  const BatchJobOptions job = generate_job(output_path);
+  check_output_not_locked(output_path);
+  (void)check_batch_output(requests.items, job, &manifest, model_dir);
+}
+
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
                         const SamplingParams& defaults, int batch_size) {
   run_generate_jsonl(ctx, input_path, output_path, defaults, batch_size, GenerateJsonlOptions{});
@@ -185,12 +205,9 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
   if (items.empty() && ctx.is_output_rank())
     std::fprintf(stderr, "warning: %s: no prompt to generate for\n", input_path.c_str());
 
-  BatchJobOptions job;
-  job.label = "generate";
-  job.output_path = output_path;
+  BatchJobOptions job = generate_job(output_path);
   job.batch_size = batch_size;
   job.progress_interval_s = options.progress_interval_s;
-  job.result_keys = {"text", "output_ids", "finish_reason"};
   BatchJobReport r = run_batch_job(ctx, items, job, [&](size_t i, const GenerationResult& res) {
     nlohmann::ordered_json out;
     out["prompt"] = prompts[i];

@@ -43,6 +43,12 @@ JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer
 /// `defaults`). Output (appended, resumable, finally in input order): {"id", "prompt", "text",
 /// "output_ids", "finish_reason", "prompt_tokens"}. SPMD: call on every rank with identical arguments.
 /// Throws Error naming FILE:LINE for a malformed line (policy Stop) or a duplicate id.
+/// tprun's preflight, before any weight loads: an existing output_path must not be being written by
+/// another job and must be resumable by this one (check_batch_output: this model, these requests).
+/// Throws Error naming the file.
+void check_generate_output(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
+                           const std::string& model_dir);
+
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
                         const SamplingParams& defaults, int batch_size);
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,

@@ -182,13 +182,30 @@ void print_summary(const TriviaQaOptions& opts, const TriviaQaSummary& s, const 
   std::fflush(stdout);
 }
 
+/// The batch job of an eval: its output file (--output, or the default next to the data) and result fields.
+BatchJobOptions triviaqa_job(const TriviaQaOptions& opts) {
+  BatchJobOptions job;
+  job.label = "triviaqa";
+  job.output_path = opts.output_path.empty() ? default_predictions_path(opts.data_path) : opts.output_path;
+  job.batch_size = opts.batch_size;
+  job.progress_interval_s = opts.progress_interval_s;
+  job.result_keys = {"prediction", "answers"};
+  return job;
+}
+
 }  // namespace
 
 void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
-                           int64_t model_seq_limit, bool print) {
+                           int64_t model_seq_limit, bool print, const Manifest* manifest) {
   const QuestionSet q = load_questions(print, opts);
   if (max_seq_len <= 0) return;
-  for (const BatchItem& item : build_items(q, opts, tokenizer)) {
+  const std::vector<BatchItem> items = build_items(q, opts, tokenizer);
+  if (manifest != nullptr) {  // an existing predictions file must be resumable by this job, and not being written
+    const BatchJobOptions job = triviaqa_job(opts);
+    check_output_not_locked(job.output_path);
+    (void)check_batch_output(items, job, manifest, opts.model_dir);
+  }
+  for (const BatchItem& item : items) {
     // The id run_batch_job gives the request (TriviaQA ids are strings), so the text matches the run's.
     const std::string id = item.id.is_string() ? item.id.get<std::string>() : id_key(item.id);
     try {
@@ -218,14 +235,9 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
   std::vector<std::string> keys;
   for (const BatchItem& item : items) keys.push_back(id_key(item.id));
 
-  const std::string output = opts.output_path.empty() ? default_predictions_path(opts.data_path) : opts.output_path;
+  const BatchJobOptions job = triviaqa_job(opts);
+  const std::string& output = job.output_path;
   const std::string summary_path = opts.summary_path.empty() ? output + ".summary.json" : opts.summary_path;
-  BatchJobOptions job;
-  job.label = "triviaqa";
-  job.output_path = output;
-  job.batch_size = opts.batch_size;
-  job.progress_interval_s = opts.progress_interval_s;
-  job.result_keys = {"prediction", "answers"};
   BatchJobReport r = run_batch_job(ctx, items, job, [&](size_t i, const GenerationResult& res) {
     const TriviaQaRecord& rec = q.scored[i];
     const std::string prediction = extract_answer(res.text);

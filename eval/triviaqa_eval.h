@@ -64,9 +64,11 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
 /// The checks of run_triviaqa_eval that need no weights, for tprun's preflight: reads --data and
 /// --shots-from (bad records: Error "FILE:LINE: ..." or, policy Skip, a warning on stderr when print),
 /// enough records for --shots, and every scored question's few-shot prompt (tokenized with tokenizer)
-/// against max_seq_len / model_seq_limit as check_request checks it ("request ID: ..."). Throws Error.
+/// against max_seq_len / model_seq_limit as check_request checks it ("request ID: ..."). With manifest, an
+/// existing predictions file too: not being written by another job, and resumable by this one (made with
+/// this model, for these prompts: check_batch_output). Throws Error.
 void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
-                           int64_t model_seq_limit, bool print);
+                           int64_t model_seq_limit, bool print, const Manifest* manifest = nullptr);
 
 /// "DIR/NAME.jsonl" -> "NAME.predictions.jsonl" (in the current directory): DATA_STEM is the whole file
 /// name minus a final ".jsonl" or ".json" ("val.hf.jsonl" -> "val.hf.predictions.jsonl"); an empty

@@ -183,6 +183,29 @@ TEST_CASE("tprun generate --input with nothing to run (an empty file, or every r
   CHECK_FALSE(std::filesystem::exists(tmp + "/out.jsonl"));
 }
 
+TEST_CASE("tprun generate --input: an output another job writes, or one of another model, fails before loading") {
+  const std::string m = pf_model_dir();
+  const std::string tmp = pf_fresh_dir("cli-preflight-output");
+  pf_write(tmp + "/in.jsonl", "{\"id\": \"a\", \"prompt\": \"Once\"}\n");
+  // A result line of another model under the same id.
+  pf_write(tmp + "/other.jsonl", "{\"id\": \"a\", \"text\": \"x\", \"output_ids\": [1], \"finish_reason\": \"length\", "
+                                 "\"model_xxh3\": \"0123456789abcdef\"}\n");
+  const PfRun other = pf_tprun(m + " --tp 2 --device cpu generate --input in.jsonl --output other.jsonl --max-new-tokens 2", tmp);
+  INFO("stderr: " << other.err);
+  CHECK(other.code == 1);
+  CHECK(other.err.find("error: other.jsonl: was made with another model") == 0);
+  CHECK(other.err.find("backend") == std::string::npos);
+  // An output whose lock another process holds (flock in a shell, as a running job does).
+  pf_write(tmp + "/busy.jsonl", "");
+  const std::string hold = "cd " + tmp + " && (flock -x busy.jsonl sleep 5 &) && sleep 0.5 && ";
+  const PfRun busy =
+      tpshard::test::run_tprun(m + " --tp 2 --device cpu generate --input in.jsonl --output busy.jsonl --max-new-tokens 2", tmp, hold);
+  INFO("stderr: " << busy.err);
+  CHECK(busy.code == 1);
+  CHECK(busy.err.find("error: busy.jsonl: another job is writing this file") == 0);
+  CHECK(busy.err.find("backend") == std::string::npos);
+}
+
 TEST_CASE("tprun generate --prompt: max_new_tokens beyond the model's context fails before loading, "
           "without hinting --max-seq-len") {
   const std::string m = pf_model_dir();

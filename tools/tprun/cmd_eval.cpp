@@ -117,7 +117,9 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
       const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
       eval::TriviaQaOptions checked = *o;
       checked.on_bad_record = eval::parse_bad_record_policy(*bad);
-      eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process);
+      checked.model_dir = g.session.model_dir;
+      const Manifest manifest = load_manifest(g.session.model_dir);
+      eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process, &manifest);
     }
     if (g.primary_process) print_triviaqa_notice(*o);
   });

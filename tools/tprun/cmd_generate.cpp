@@ -222,6 +222,7 @@ void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
                                    : std::string("the file has no records")),
               req.skipped > 0 ? "fix the records, or drop --on-bad-record skip to stop at the first bad one"
                               : "give one JSON object per line, e.g. {\"prompt\": \"Once upon a time\"}");
+    eval::check_generate_output(req, o.output, load_manifest(g.session.model_dir), g.session.model_dir);
     return;
   }
   for (size_t i = 0; i < o.prompts.size(); ++i) {
