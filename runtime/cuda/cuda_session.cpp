@@ -253,7 +253,9 @@ static int auto_max_batch(CudaWorker& worker, const Manifest& m, const SessionOp
   const RankGrid& grid = worker.grid();
   const int stage = worker.coord().pp_stage;
   const double used = static_cast<double>(total_b - free_b);
-  const double budget = opts.gpu_memory_utilization * static_cast<double>(total_b) - used;
+  // Ranks sharing one GPU (TPSHARD_TEST_SHARE_GPUS) each see the whole GPU free: they split the budget.
+  const int sharing = tuning().share_gpus ? std::max(1, worker.env().local_world_size) : 1;
+  const double budget = (opts.gpu_memory_utilization * static_cast<double>(total_b) - used) / sharing;
   auto fits = [&](int b) {
     const MemoryPlan p = plan_memory(m, grid.tp_size, b, max_seq_len, opts.model_dir, 0, grid.pp_size);
     uint64_t t = 0;
