@@ -382,6 +382,7 @@ json model_config_to_json(const ModelConfig& c) {
   j["attention_bias"] = c.attention_bias;
   j["attention_out_bias"] = c.attention_out_bias;
   j["mlp_bias"] = c.mlp_bias;
+  j["qk_norm"] = c.qk_norm;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["sliding_window"] = c.sliding_window;
   j["layer_windows"] = c.layer_windows;
@@ -433,6 +434,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
   c.attention_bias = opt_bool(j, "attention_bias", c.attention_bias, where);
   c.attention_out_bias = opt_bool(j, "attention_out_bias", c.attention_out_bias, where);
   c.mlp_bias = opt_bool(j, "mlp_bias", c.mlp_bias, where);
+  c.qk_norm = opt_bool(j, "qk_norm", c.qk_norm, where);  // older manifests: none (false)
   c.gated_mlp = opt_bool(j, "gated_mlp", c.gated_mlp, where);
   // The windows as converted (Qwen2 derives them from config.json fields the manifest does not keep).
   if (has(j, "layer_windows")) {

@@ -13,8 +13,8 @@ namespace tpshard {
 
 /// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
 /// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-/// InternLM2ForCausalLM, GPTNeoForCausalLM).
-enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3 };
+/// InternLM2ForCausalLM, GPTNeoForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM).
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3 };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
 /// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'
@@ -65,6 +65,9 @@ struct ModelConfig {
   bool attention_bias = false;      ///< q/k/v projections have a bias (GPT-NeoX: always; Qwen2: true)
   bool attention_out_bias = false;  ///< attention output projection has a bias (GPT-NeoX: true)
   bool mlp_bias = false;            ///< MLP projections have biases (GPT-NeoX: true)
+  /// RMSNorm of each Q and K head over head_dim (weights blk.N.attn_q_norm / attn_k_norm, eps norm_eps)
+  /// after the projection, before rotary (Qwen3).
+  bool qk_norm = false;
   bool tie_word_embeddings = false; ///< lm_head shares token_embd
   /// Mistral / Qwen2 sliding_window when some layer uses it (0 = none, also when it is at least
   /// max_position_embeddings); the layers that do carry it in layer_windows, which is what the backends read.

@@ -14,6 +14,7 @@ template <typename T>
 struct LayerTensors {
   T attn_norm_weight{}, attn_norm_bias{};
   T attn_qkv_weight{}, attn_qkv_bias{};
+  T attn_q_norm_weight{}, attn_k_norm_weight{};  ///< per-head q/k RMSNorm (Qwen3)
   T attn_output_weight{}, attn_output_bias{};
   T ffn_norm_weight{}, ffn_norm_bias{};
   T ffn_gate_up_weight{}, ffn_gate_up_bias{};  ///< gated MLP
@@ -44,6 +45,8 @@ T& tensor_slot(ModelTensors<T>& m, TensorRole role, int layer) {
     case TensorRole::AttnNormBias: return m.layers.at(layer).attn_norm_bias;
     case TensorRole::AttnQkvWeight: return m.layers.at(layer).attn_qkv_weight;
     case TensorRole::AttnQkvBias: return m.layers.at(layer).attn_qkv_bias;
+    case TensorRole::AttnQNormWeight: return m.layers.at(layer).attn_q_norm_weight;
+    case TensorRole::AttnKNormWeight: return m.layers.at(layer).attn_k_norm_weight;
     case TensorRole::AttnOutputWeight: return m.layers.at(layer).attn_output_weight;
     case TensorRole::AttnOutputBias: return m.layers.at(layer).attn_output_bias;
     case TensorRole::FfnNormWeight: return m.layers.at(layer).ffn_norm_weight;

@@ -8,6 +8,8 @@
 //   blk.N.attn_qkv.weight          [(heads_per_rank + 2*kv_heads_per_rank)*head_dim, hidden]  column
 //                                  rows: this rank's Q heads, then its K heads, then its V heads
 //   blk.N.attn_qkv.bias            [(heads_per_rank + 2*kv_heads_per_rank)*head_dim]         column (attention_bias)
+//   blk.N.attn_q_norm.weight       [head_dim]  (qk_norm: RMSNorm of each Q head)     replicated
+//   blk.N.attn_k_norm.weight       [head_dim]  (qk_norm: RMSNorm of each K head)     replicated
 //   blk.N.attn_output.weight       [hidden, heads_per_rank*head_dim]                 row
 //   blk.N.attn_output.bias         [hidden]                                          replicated, added once after all_reduce
 //   blk.N.ffn_norm.weight / .bias  [hidden]                                          replicated

@@ -30,6 +30,8 @@ std::string canonical_name(TensorRole role, int layer) {
     case TensorRole::AttnNormBias: return names::blk(layer, "attn_norm.bias");
     case TensorRole::AttnQkvWeight: return names::blk(layer, "attn_qkv.weight");
     case TensorRole::AttnQkvBias: return names::blk(layer, "attn_qkv.bias");
+    case TensorRole::AttnQNormWeight: return names::blk(layer, "attn_q_norm.weight");
+    case TensorRole::AttnKNormWeight: return names::blk(layer, "attn_k_norm.weight");
     case TensorRole::AttnOutputWeight: return names::blk(layer, "attn_output.weight");
     case TensorRole::AttnOutputBias: return names::blk(layer, "attn_output.bias");
     case TensorRole::FfnNormWeight: return names::blk(layer, "ffn_norm.weight");
@@ -62,6 +64,8 @@ SplitKind role_split(TensorRole role) {
     case TensorRole::PosEmbd:
     case TensorRole::AttnNormWeight:
     case TensorRole::AttnNormBias:
+    case TensorRole::AttnQNormWeight:
+    case TensorRole::AttnKNormWeight:
     case TensorRole::AttnOutputBias:
     case TensorRole::FfnNormWeight:
     case TensorRole::FfnNormBias:

@@ -25,6 +25,8 @@ enum class TensorRole {
   AttnNormBias,      ///< blk.N.attn_norm.bias   [hidden] (LayerNorm)
   AttnQkvWeight,     ///< blk.N.attn_qkv.weight  [(heads + 2 kv_heads) head_dim, hidden]: Q | K | V rows
   AttnQkvBias,       ///< blk.N.attn_qkv.bias    [(heads + 2 kv_heads) head_dim]
+  AttnQNormWeight,   ///< blk.N.attn_q_norm.weight [head_dim]: RMSNorm of each Q head before rotary (Qwen3), replicated
+  AttnKNormWeight,   ///< blk.N.attn_k_norm.weight [head_dim]: the same for each K head
   AttnOutputWeight,  ///< blk.N.attn_output.weight [hidden, heads head_dim] (row parallel)
   AttnOutputBias,    ///< blk.N.attn_output.bias [hidden], added once after the all_reduce
   FfnNormWeight,     ///< blk.N.ffn_norm.weight  [hidden]

@@ -6,7 +6,8 @@ Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OU
 
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
 tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
-tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), and the repacked fixtures tiny-internlm2
+tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), tiny-qwen3 (q/k norms,
+head_dim apart from hidden / heads), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -61,6 +62,15 @@ def qwen2_config():
                        num_hidden_layers=2, intermediate_size=128, vocab_size=VOCAB,
                        tie_word_embeddings=False, max_position_embeddings=128,
                        rms_norm_eps=1e-6, rope_theta=1000000.0)
+
+
+def qwen3_config():
+    # per-head q_norm / k_norm before rotary; head_dim 16 given apart from hidden / heads (64 / 8 = 8),
+    # as Qwen3's 128 over 4096 / 32 = 128 is not implied; GQA 8/2; no biases.
+    from transformers import Qwen3Config
+    return Qwen3Config(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                       num_hidden_layers=2, intermediate_size=128, vocab_size=VOCAB, tie_word_embeddings=False,
+                       max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=1000000.0)
 
 
 def mistral_swa_config():
@@ -302,6 +312,7 @@ def main():
         ("tiny-mistral-swa", mistral_swa_config(), 800),
         ("tiny-llama-yarn", llama_yarn_config(), 900),
         ("tiny-phi3", phi3_config(), 1000),
+        ("tiny-qwen3", qwen3_config(), 1100),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

@@ -1,5 +1,9 @@
 // llama.cpp: LlamaForCausalLM (Llama 2 / 3, SmolLM2, TinyLlama), and the Llama-style block shared with
 // Mistral and Qwen2 (llama_family.h).
+#include <string>
+#include <vector>
+
+#include "format/error.h"
 #include "model/arch/llama_family.h"
 #include "model/arch/registry.h"
 #include "model/config_fields.h"
@@ -9,6 +13,7 @@ namespace tpshard {
 namespace llama_family {
 
 using namespace config_fields;
+using nlohmann::json;
 
 double parse_common(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   c.intermediate_size = req_int(j, "intermediate_size", path);
@@ -31,6 +36,31 @@ void set_sliding_window(ModelConfig& c, int64_t window, const std::vector<bool>&
   if (!any) return;
   c.sliding_window = window;
   for (bool s : sliding) c.layer_windows.push_back(s ? window : 0);
+}
+
+std::vector<bool> qwen_sliding_layers(const json& j, int64_t layers, const std::string& path) {
+  std::vector<bool> out;
+  if (!has(j, "layer_types")) {
+    const int64_t first = opt_int(j, "max_window_layers", 28, path);
+    for (int64_t l = 0; l < layers; ++l) out.push_back(l >= first);
+    return out;
+  }
+  const json& t = j["layer_types"];
+  const std::string hint = "layer_types must list \"full_attention\" or \"sliding_attention\" for each layer (fix config.json)";
+  if (!t.is_array() || static_cast<int64_t>(t.size()) != layers)
+    throw Error(path + ": layer_types is not a list of " + std::to_string(layers) + " entries", hint);
+  for (const json& e : t) {
+    const std::string name = e.is_string() ? e.get<std::string>() : e.dump();
+    if (name != "full_attention" && name != "sliding_attention")
+      throw Error(path + ": unknown layer type \"" + name + "\" in layer_types", hint);
+    out.push_back(name == "sliding_attention");
+  }
+  return out;
+}
+
+void parse_qwen_sliding_window(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
+  if (opt_bool(j, "use_sliding_window", false, path))
+    set_sliding_window(c, opt_int(j, "sliding_window", 0, path), qwen_sliding_layers(j, c.num_hidden_layers, path));
 }
 
 std::vector<OutputTensor> plan(const ModelConfig& c) { return plan_block(c, Projections::Separate); }
@@ -56,6 +86,10 @@ std::vector<OutputTensor> plan_block(const ModelConfig& c, Projections projectio
     if (c.attention_bias)
       add_tensor(v, R::AttnQkvBias, l, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
                  {{q_rows}, {kv_rows}, {kv_rows}}, T::LlamaQkv);
+    if (c.qk_norm) {
+      add_tensor(v, R::AttnQNormWeight, l, {a + "q_norm.weight"}, {{hd}}, T::Replicate);
+      add_tensor(v, R::AttnKNormWeight, l, {a + "k_norm.weight"}, {{hd}}, T::Replicate);
+    }
     add_tensor(v, R::AttnOutputWeight, l, {a + "o_proj.weight"}, {{H, q_rows}}, T::ColsSplit);
     if (c.attention_out_bias) add_tensor(v, R::AttnOutputBias, l, {a + "o_proj.bias"}, {{H}}, T::Replicate);
     add_tensor(v, R::FfnNormWeight, l, {p + "post_attention_layernorm.weight"}, {{H}}, T::Replicate);

@@ -1,4 +1,4 @@
-// llama_family.h: the block shared by the Llama-style architectures (llama.cpp, mistral.cpp, qwen2.cpp):
+// llama_family.h: the block shared by the Llama-style architectures (llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp):
 // RMSNorm, full rotary, gated silu MLP; q/k/v and gate/up stored separately (Llama, Mistral, Qwen2) or fused
 // (phi3.cpp), either way fused per rank.
 #pragma once
@@ -25,6 +25,13 @@ void parse_llama_biases(const nlohmann::json& j, ModelConfig& c, const std::stri
 /// sliding[l] (one entry per layer), else 0; c.sliding_window = window. Both empty / 0 when window <= 0,
 /// window >= max_position_embeddings (it never limits attention) or no layer slides.
 void set_sliding_window(ModelConfig& c, int64_t window, const std::vector<bool>& sliding);
+
+/// Qwen2 / Qwen3 sliding-window attention as transformers 5 applies it (configuration_qwen2.py,
+/// modeling_qwen2.py): only when use_sliding_window is true (otherwise sliding_window is None), on the
+/// layers whose layer_types entry is "sliding_attention"; a config without layer_types gets
+/// "sliding_attention" for the layers l >= max_window_layers (default 28). Throws Error naming path for
+/// a layer_types list of the wrong length or with an unknown entry.
+void parse_qwen_sliding_window(const nlohmann::json& j, ModelConfig& c, const std::string& path);
 
 /// How a Llama-style checkpoint stores its q/k/v and gate/up projections.
 enum class Projections {

@@ -15,6 +15,7 @@ const ArchSpec& arch_spec(Arch arch) {
     case Arch::InternLM2: return kInternLM2Arch;
     case Arch::GptNeo: return kGptNeoArch;
     case Arch::Phi3: return kPhi3Arch;
+    case Arch::Qwen3: return kQwen3Arch;
   }
   throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
 }
@@ -22,7 +23,8 @@ const ArchSpec& arch_spec(Arch arch) {
 namespace {
 
 /// Every Arch value, in the order error messages list them.
-constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::InternLM2, Arch::GptNeo, Arch::Phi3};
+constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama,  Arch::Mistral, Arch::Qwen2,
+                         Arch::InternLM2, Arch::GptNeo, Arch::Phi3,    Arch::Qwen3};
 
 }  // namespace
 

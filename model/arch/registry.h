@@ -45,5 +45,6 @@ extern const ArchSpec kQwen2Arch;
 extern const ArchSpec kInternLM2Arch;
 extern const ArchSpec kGptNeoArch;
 extern const ArchSpec kPhi3Arch;
+extern const ArchSpec kQwen3Arch;
 
 }  // namespace tpshard

@@ -177,9 +177,13 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
   std::vector<float> qkv(n * qkv_cols);
   linear(pool_, h, lw.attn_qkv_weight.data(), opt(lw.attn_qkv_bias), qkv.data(), n, H, qkv_cols);
 
-  // Rotary on Q and K heads, then append K/V to the kv_cache.
+  // (Qwen3) RMSNorm of each Q and K head, then rotary on them, then append K/V to the kv_cache.
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_cols;
+    if (config_.qk_norm) {  // each head is a row of head_dim: Q heads, then K heads
+      rms_norm(row, lw.attn_q_norm_weight.data(), row, hpr, hd, config_.norm_eps);
+      rms_norm(row + hpr * hd, lw.attn_k_norm_weight.data(), row + hpr * hd, kv_heads_, hd, config_.norm_eps);
+    }
     for (int64_t j = 0; j < hpr + kv_heads_; ++j)
       apply_rotary(row + j * hd, toks[t].pos, inv_freq_, static_cast<float>(config_.rope_attention_factor));
     for (int64_t j = 0; j < kv_heads_; ++j) {

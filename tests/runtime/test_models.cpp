@@ -185,6 +185,9 @@ TEST_CASE("Mistral, sliding_window 6 (shorter than the prompts), GQA 8/2: vs tra
   check_against_hf("tiny-mistral-swa");
 }
 
+TEST_CASE("Qwen3, per-head q/k RMSNorm, head_dim 16 apart from hidden / heads, GQA 8/2: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-qwen3", {1, 2, 3, 4});
+}
 TEST_CASE("Phi-3, fused qkv_proj and gate_up_proj, sliding_window 6, GQA 8/2: vs transformers at tp 1, 2, 3 (uneven), 4") {
   check_against_hf("tiny-phi3", {1, 2, 3, 4});
 }
