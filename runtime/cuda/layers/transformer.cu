@@ -8,6 +8,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/bias_add.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/head_norm.cuh"
 #include "kernels/kv_cache.cuh"
 #include "kernels/linear.cuh"
 #include "kernels/norm.cuh"
@@ -318,6 +319,20 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   const int hd = static_cast<int>(c_.head_dim);
   const int heads = static_cast<int>(mine_.heads.size()), kvh = static_cast<int>(mine_.kv_heads.size());
   const int qkv_rows = (heads + 2 * kvh) * hd;
+  if (c_.qk_norm) {  // Qwen3: RMSNorm of each Q and K head, before rotary
+    HeadNormParams hn;
+    hn.qkv = qkv_;
+    hn.row_stride = qkv_rows;
+    hn.q_weight = w_.layers[i].attn_q_norm_weight;
+    hn.k_weight = w_.layers[i].attn_k_norm_weight;
+    hn.dtype = w_.dtype;
+    hn.n = m.n;
+    hn.num_heads = heads;
+    hn.num_kv_heads = kvh;
+    hn.head_dim = hd;
+    hn.eps = static_cast<float>(c_.norm_eps);
+    head_rms_norm(hn, stream_);
+  }
   AttentionParams a;
   a.q = qkv_;
   a.q_stride = qkv_rows;
