@@ -43,6 +43,29 @@ bool boolean(const json& body, const char* key, bool fallback) {
   return it->get<bool>();
 }
 
+/// Refuses a field the endpoint does not know (a typo would otherwise be ignored silently), and the
+/// OpenAI fields we accept only at their neutral value.
+void check_fields(const json& body, const std::vector<const char*>& known) {
+  for (const auto& [key, value] : body.items()) {
+    if (std::find_if(known.begin(), known.end(), [&](const char* k) { return key == k; }) == known.end())
+      bad("unknown field '" + key + "'");
+  }
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
+    bad("'logit_bias' is not supported");
+  if (body.contains("suffix") && !body["suffix"].is_null()) bad("'suffix' is not supported");
+}
+
+/// The fields both endpoints take (sampling, stopping, streaming, bookkeeping).
+const std::vector<const char*> kCommonFields = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "min_tokens", "stop",
+    "seed", "n", "best_of", "stream", "stream_options", "ignore_eos", "frequency_penalty", "presence_penalty", "user",
+    "logit_bias"};
+
+std::vector<const char*> with(std::vector<const char*> v, std::initializer_list<const char*> more) {
+  v.insert(v.end(), more.begin(), more.end());
+  return v;
+}
+
 /// The options common to completions and chat completions.
 SamplingParams sampling(const json& body, int64_t default_max_tokens) {
   if (integer(body, "n", 1, 1, INT32_MAX) != 1) bad("'n' must be 1 (one choice per prompt)");
@@ -137,6 +160,8 @@ json parse_body(const std::string& text) {
 
 ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLimits& limits) {
   if (!body.is_object()) bad("the body must be a JSON object");
+  static const std::vector<const char*> known = with(kCommonFields, {"prompt", "echo", "logprobs", "suffix"});
+  check_fields(body, known);
   ApiRequest r;
   r.stream = boolean(body, "stream", false);
   r.echo = boolean(body, "echo", false);
@@ -175,6 +200,8 @@ ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLim
 
 ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate* tmpl, const ApiLimits& limits) {
   if (!body.is_object()) bad("the body must be a JSON object");
+  static const std::vector<const char*> known = with(kCommonFields, {"messages", "max_completion_tokens", "logprobs", "top_logprobs"});
+  check_fields(body, known);
   if (tmpl == nullptr) bad("this model has no chat template (chat_template.jinja or tokenizer_config.json): use /v1/completions");
   ApiRequest r;
   r.chat = true;

@@ -47,9 +47,10 @@ nlohmann::json parse_body(const std::string& text);
 /// POST /v1/completions body -> ApiRequest. prompt: a string, a list of strings, a list of token ids or a
 /// list of such lists; max_tokens (default 16), temperature (default 1), top_p, top_k (<= 0: off),
 /// min_p, repetition_penalty, min_tokens, stop (string or list), seed, n (only 1), echo, logprobs
-/// (0..20), stream, ignore_eos. Text prompts are encoded with the tokenizer (special tokens added).
-/// Throws ApiError for a missing prompt, a wrong type, an unsupported option value (n > 1, best_of > 1,
-/// non-zero frequency / presence penalty), a prompt that does not fit (check_request's message).
+/// (0..20), stream, ignore_eos; model and user are accepted and ignored. Text prompts are encoded with the
+/// tokenizer (special tokens added). Throws ApiError for a missing prompt, an unknown field, a wrong type,
+/// an unsupported option value (n > 1, best_of > 1, non-zero frequency / presence penalty, logit_bias,
+/// suffix), a prompt that does not fit (check_request's message, naming both lengths).
 ApiRequest parse_completion(const nlohmann::json& body, const Tokenizer& tok, const ApiLimits& limits);
 
 /// POST /v1/chat/completions body -> ApiRequest: messages [{role, content}] rendered with the model's chat

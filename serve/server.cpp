@@ -83,6 +83,7 @@ class Server {
   std::map<size_t, std::shared_ptr<Job>> by_index_;  ///< BatchGenerator index -> its job (output rank)
   std::vector<size_t> finished_;                     ///< indices finished in the current step (every rank)
   std::atomic<uint64_t> next_id_{0};
+  int in_flight_ = 0;  ///< jobs accepted and not done (under mu_)
   Clock::time_point last_request_ = Clock::now();
   std::atomic<bool> stop_{false};
 };
@@ -100,7 +101,14 @@ void Server::start_http() {
   } catch (const Error& e) {
     chat_template_error_ = e.what();
   }
-  http_.set_payload_max_length(64u << 20);
+  http_.set_payload_max_length(64u << 20);  // a larger body gets 413 from cpp-httplib
+  if (!opts_.api_key.empty())
+    http_.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& res) {
+      if (q.path == "/health" || q.get_header_value("Authorization") == "Bearer " + opts_.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, ApiError{401, "missing or wrong API key (send \"Authorization: Bearer KEY\")"});
+      return httplib::Server::HandlerResponse::Handled;
+    });
   http_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
   http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json m = {{"id", model_name_}, {"object", "model"}, {"created", 0}, {"owned_by", "tpshard"},
@@ -168,6 +176,10 @@ void Server::handle_generate(const httplib::Request& http, httplib::Response& re
   job->started.assign(job->req.prompts.size(), false);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_ >= opts_.max_queued)
+      return send_error(res, ApiError{429, "the server has " + std::to_string(in_flight_) +
+                                               " requests in flight (--max-queued): retry later"});
+    ++in_flight_;
     arrivals_.push_back(job);
     last_request_ = Clock::now();
   }
@@ -243,7 +255,10 @@ void Server::on_done(size_t index, const GenerationResult& r) {
   if (job.req.stream)
     job.events.push_back(stream_event(job.req, choice, "", r.finish_reason, !job.started[choice], job.id, job.created, model_name_));
   job.started[choice] = true;
-  if (--job.remaining == 0) job.done = true;
+  if (--job.remaining == 0) {
+    job.done = true;
+    --in_flight_;
+  }
   by_index_.erase(it);
   job_cv_.notify_all();
 }
@@ -280,6 +295,7 @@ void Server::run() {
       if (!error.empty()) {
         job->error = error;
         job->done = true;
+        --in_flight_;
         job_cv_.notify_all();
         continue;
       }

@@ -18,6 +18,10 @@ struct ServeOptions {
   std::string model_name;  ///< the "model" of responses and /v1/models; empty: the model directory's name
   /// Stop after this many seconds without a request (0: never). For tests and batch scripts.
   double idle_exit_s = 0;
+  /// Non-empty: every request except GET /health must carry "Authorization: Bearer API_KEY" (else 401).
+  std::string api_key;
+  /// Requests in flight (queued or running) at most; one more gets 429 (too many requests).
+  int max_queued = 1024;
 };
 
 /// Run the server until the process is stopped (or idle_exit_s). Collective: every rank of the job calls

@@ -92,6 +92,12 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   CHECK(refusal(json{{"prompt", "aaaa"}, {"max_tokens", 100}}).find("max_new_tokens") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"stop", json::array({1})}}).find("'stop'") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"max_tokens", 1e300}}).find("'max_tokens' must be an integer") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"max_token", 5}}) == "unknown field 'max_token'");  // a typo is not ignored
+  CHECK(refusal(json{{"prompt", "a"}, {"logit_bias", {{"5", 1}}}}).find("'logit_bias'") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"suffix", "x"}}).find("'suffix'") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"model", "m"}, {"user", "u"}, {"logit_bias", json::object()}}).empty());
+  CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}, {"echo", true}}, true) ==
+        "unknown field 'echo'");
   CHECK(refusal(json{{"messages", json::array()}}, true).find("'messages'") != std::string::npos);
   CHECK(refusal(json{{"messages", json::array({json{{"content", "x"}}})}}, true).find("'role'") != std::string::npos);
   test::ByteTokenizer tok;

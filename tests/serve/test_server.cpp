@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -46,13 +47,14 @@ std::string model_dir() {
   return dir;
 }
 
-/// A `tprun serve` process, killed when the test ends.
+/// A `tprun serve` process (extra: more serve options), killed when the test ends.
 class ServerProcess {
  public:
-  ServerProcess() : port_(find_free_port()) {
+  explicit ServerProcess(const std::string& extra = "") : port_(find_free_port()) {
     const std::string cmd = "exec " + std::string(TPSHARD_BIN_DIR) + "/tprun " + model_dir() +
                             " --tp 2 --device cpu --threads 1 --max-batch 3 serve --port " + std::to_string(port_) +
-                            " --idle-exit 60 > " + TPSHARD_TEST_OUT_DIR + "/serve.log 2>&1";
+                            " --idle-exit 60 " + extra + " > " + TPSHARD_TEST_OUT_DIR + "/serve" +
+                            std::to_string(port_) + ".log 2>&1";
     const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
     REQUIRE(posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
     httplib::Client c("127.0.0.1", port_);
@@ -218,4 +220,45 @@ TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat
     CHECK(status == 200);
     CHECK(again["choices"][0]["text"] == greedy[1].text);
   }
+}
+
+TEST_CASE("tprun serve --api-key: 401 without the key (health stays open); --max-queued: 429 beyond it, the rest served") {
+  ServerProcess server("--api-key s3cret --max-queued 2");
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(60, 0);
+  // 400 tokens each (no EOS): long enough that the first two are still running when the others arrive.
+  const std::string body =
+      json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0}, {"ignore_eos", true}}.dump();
+  auto no_key = c.Post("/v1/completions", body, "application/json");
+  REQUIRE(no_key);
+  CHECK(no_key->status == 401);
+  CHECK(json::parse(no_key->body)["error"]["message"].get<std::string>().find("API key") != std::string::npos);
+  auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  const httplib::Headers auth = {{"Authorization", "Bearer s3cret"}};
+  auto ok = c.Post("/v1/completions", auth, body, "application/json");
+  REQUIRE(ok);
+  CHECK(ok->status == 200);
+  // Eight at once with room for two: some get 429, every other one a full answer.
+  std::vector<int> status(8);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < status.size(); ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client ci("127.0.0.1", server.port());
+      ci.set_read_timeout(60, 0);
+      auto r = ci.Post("/v1/completions", auth, body, "application/json");
+      status[i] = r ? r->status : -1;
+      if (r && r->status == 200) CHECK(json::parse(r->body)["choices"][0]["text"] == json::parse(ok->body)["choices"][0]["text"]);
+    });
+  for (auto& t : clients) t.join();
+  const int refused = static_cast<int>(std::count(status.begin(), status.end(), 429));
+  const int served = static_cast<int>(std::count(status.begin(), status.end(), 200));
+  CHECK(refused + served == 8);
+  CHECK(refused >= 1);
+  CHECK(served >= 2);
+  // The slots of the refused and the finished requests are free again.
+  auto after = c.Post("/v1/completions", auth, body, "application/json");
+  REQUIRE(after);
+  CHECK(after->status == 200);
 }

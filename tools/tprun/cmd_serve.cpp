@@ -18,6 +18,9 @@ void add_serve_command(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--served-model-name", o->model_name, "the model name of responses (default: the directory's name)");
   sub->add_option("--idle-exit", o->idle_exit_s, "stop after this many seconds without a request (default 0: never)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every request but /health");
+  sub->add_option("--max-queued", o->max_queued, "requests in flight at most; more get 429 (default 1024)")
+      ->check(CLI::PositiveNumber);
   g.preflight.push_back([sub, &g] {
     if (!sub->parsed()) return;
     check_usage(g.session.dp_size == 1, "serve: --dp " + std::to_string(g.session.dp_size) + " is not supported",
