@@ -46,8 +46,9 @@ bool boolean(const json& body, const char* key, bool fallback) {
 /// Refuses a field the endpoint does not know (a typo would otherwise be ignored silently), and the
 /// OpenAI fields we accept only at their neutral value.
 void check_fields(const json& body, const std::vector<const char*>& known) {
-  for (const auto& [key, value] : body.items()) {
-    if (std::find_if(known.begin(), known.end(), [&](const char* k) { return key == k; }) == known.end())
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::find_if(known.begin(), known.end(), [&key](const char* k) { return key == k; }) == known.end())
       bad("unknown field '" + key + "'");
   }
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
