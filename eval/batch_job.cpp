@@ -18,23 +18,12 @@
 #include "eval/resumable_jsonl.h"
 #include "format/error.h"
 #include "format/hash.h"
+#include "runtime/request_json.h"
 
 namespace tpshard::eval {
 
 std::string request_fingerprint(const GenerationRequest& r) {
-  const SamplingParams& p = r.params;
-  const nlohmann::json j = {{"prompt_ids", r.prompt_ids},
-                            {"max_new_tokens", p.max_new_tokens},
-                            {"min_new_tokens", p.min_new_tokens},
-                            {"temperature", p.temperature},
-                            {"top_k", p.top_k},
-                            {"top_p", p.top_p},
-                            {"min_p", p.min_p},
-                            {"repetition_penalty", p.repetition_penalty},
-                            {"seed", p.seed},
-                            {"stop", p.stop},
-                            {"ignore_eos", p.ignore_eos}};
-  const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text = generation_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return hash_to_hex(xxh3_64(text.data(), text.size()));
 }
 
@@ -117,7 +106,8 @@ Round decode_round(const std::string& blob, int dp_rank) {
 }  // namespace
 
 std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items, const BatchJobOptions& opts,
-                                            const Manifest* manifest, const std::string& model_dir) {
+                                            const Manifest* manifest, const std::string& model_dir,
+                                            JsonlContents* contents) {
   std::vector<std::string> keys;
   keys.reserve(items.size());
   std::unordered_set<std::string> key_set;
@@ -128,7 +118,7 @@ std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items,
                   "ids must be unique for resuming to work; fix the input");
   }
 
-  const JsonlContents existing = read_jsonl_results(opts.output_path);
+  JsonlContents existing = read_jsonl_results(opts.output_path);
   const std::string model_xxh3 = manifest != nullptr ? model_fingerprint(*manifest) : std::string();
   if (!model_xxh3.empty()) {
     // Results of another model must not be reused: the whole file is refused (lines without the
@@ -157,6 +147,7 @@ std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items,
                     "delete " + opts.output_path + " or choose another --output");
     }
   }
+  if (contents != nullptr) *contents = std::move(existing);
   return keys;
 }
 
@@ -185,9 +176,9 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   BatchJobReport report;
   report.total = items.size();
 
-  const std::vector<std::string> keys = check_batch_output(items, opts, ctx.manifest, ctx.model_dir);
   // Every rank reads the same existing output (before anybody writes) so all skip the same ids.
-  const JsonlContents existing = read_jsonl_results(opts.output_path);
+  JsonlContents existing;
+  const std::vector<std::string> keys = check_batch_output(items, opts, ctx.manifest, ctx.model_dir, &existing);
   std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
   const std::string model_xxh3 = ctx.manifest != nullptr ? model_fingerprint(*ctx.manifest) : std::string();
   if (ctx.comm != nullptr && ctx.tp_size > 1) ctx.comm->barrier();

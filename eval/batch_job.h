@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/resumable_jsonl.h"
 #include "model/manifest.h"
 #include "runtime/generate.h"
 #include "runtime/session_types.h"
@@ -67,9 +68,11 @@ using MakeLine = std::function<nlohmann::ordered_json(size_t item_index, const G
 /// The checks run_batch_job makes of an existing output before anything runs (so tprun's preflight can
 /// make them before any weight loads): ids unique, every stored line made with this model (model_xxh3 of
 /// manifest, when given) and for its item's request (see run_batch_job). Returns each item's id key.
-/// Throws Error naming opts.output_path and the first offending id. Reads the file; writes nothing.
+/// Throws Error naming opts.output_path and the first offending id. Reads the file once (its contents go
+/// to *contents when given); writes nothing.
 std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items, const BatchJobOptions& opts,
-                                            const Manifest* manifest, const std::string& model_dir);
+                                            const Manifest* manifest, const std::string& model_dir,
+                                            JsonlContents* contents = nullptr);
 
 /// Throws Error when another process holds path's output lock (a job writing it, ResumableJsonlWriter);
 /// nothing when the file does not exist. A probe: it takes and drops the lock at once, so call it only

@@ -77,9 +77,4 @@ nlohmann::json error_body(const ApiError& e);
 /// OpenAI finish_reason of a GenerationResult's: "eos" and "stop" -> "stop", "length" -> "length".
 std::string openai_finish_reason(const std::string& ours);
 
-/// Serialization of requests for the per-step broadcast from the output rank to every rank (exact:
-/// every field of GenerationRequest and SamplingParams).
-nlohmann::json request_to_json(const GenerationRequest& r);
-GenerationRequest request_from_json(const nlohmann::json& j);
-
 }  // namespace tpshard::serve

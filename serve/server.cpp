@@ -20,6 +20,7 @@
 
 #include "format/error.h"
 #include "runtime/host_exchange.h"
+#include "runtime/request_json.h"
 #include "serve/openai_api.h"
 
 namespace tpshard::serve {

@@ -3,6 +3,7 @@
 // byte tokenizer of the eval tests' fakes.
 #include <doctest/doctest.h>
 
+#include "runtime/request_json.h"
 #include "serve/openai_api.h"
 #include "tests/eval/fake_model.h"
 

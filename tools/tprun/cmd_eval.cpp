@@ -118,8 +118,8 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
       eval::TriviaQaOptions checked = *o;
       checked.on_bad_record = eval::parse_bad_record_policy(*bad);
       checked.model_dir = g.session.model_dir;
-      const Manifest manifest = load_manifest(g.session.model_dir);
-      eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process, &manifest);
+      eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process,
+                                  &m.manifest);
     }
     if (g.primary_process) print_triviaqa_notice(*o);
   });

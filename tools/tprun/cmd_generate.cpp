@@ -222,14 +222,14 @@ void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
                                    : std::string("the file has no records")),
               req.skipped > 0 ? "fix the records, or drop --on-bad-record skip to stop at the first bad one"
                               : "give one JSON object per line, e.g. {\"prompt\": \"Once upon a time\"}");
-    eval::check_generate_output(req, o.output, load_manifest(g.session.model_dir), g.session.model_dir);
+    eval::check_generate_output(req, o.output, m.manifest, g.session.model_dir);
     return;
   }
   for (size_t i = 0; i < o.prompts.size(); ++i) {
     GenerationRequest r{std::to_string(i), m.tokenizer->encode(o.prompts[i], true), o.params};
     if (r.prompt_ids.empty() && m.tokenizer->bos_id() >= 0) r.prompt_ids = {m.tokenizer->bos_id()};
-    if (r.prompt_ids.empty() && !m.config.bos_token_ids.empty())
-      r.prompt_ids = {static_cast<int32_t>(m.config.bos_token_ids.front())};
+    if (r.prompt_ids.empty() && !m.manifest.model.bos_token_ids.empty())
+      r.prompt_ids = {static_cast<int32_t>(m.manifest.model.bos_token_ids.front())};
     if (r.prompt_ids.empty()) continue;  // encode_prompt reports it in the run
     check_request(r, m.max_seq_len, "request " + r.id, m.model_seq_limit);  // as Generator::validate
   }

@@ -15,7 +15,7 @@
 namespace tpshard::tprun {
 
 struct PreflightModel {
-  ModelConfig config;                    ///< the manifest's model config
+  Manifest manifest;                     ///< s.model_dir's manifest.json (its model config: manifest.model)
   std::unique_ptr<Tokenizer> tokenizer;  ///< nullptr: the model dir has no tokenizer (no_tokenizer_error)
   int64_t max_seq_len = 0;               ///< positions per kv_cache slot, as the backends compute it
   int64_t model_seq_limit = 0;           ///< the model's own context (model_seq_limit in runtime/generate.h)
@@ -24,9 +24,9 @@ struct PreflightModel {
 /// Reads s.model_dir's manifest and tokenizer. Throws the Errors the backends throw for the same
 /// problems (no manifest, --max-seq-len above the model's limit), with the same text.
 inline PreflightModel load_preflight_model(const SessionOptions& s) {
-  const Manifest manifest = load_manifest(s.model_dir);
   PreflightModel p;
-  p.config = manifest.model;
+  p.manifest = load_manifest(s.model_dir);
+  const Manifest& manifest = p.manifest;
   p.max_seq_len = effective_max_seq_len(s, manifest.model);
   p.model_seq_limit = model_seq_limit(manifest.model);
   p.tokenizer = load_model_tokenizer(s.model_dir, manifest.model);
