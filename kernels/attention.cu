@@ -39,12 +39,13 @@ __global__ void attention_kernel(AttentionParams p) {
   const int key_end = min(len, key_begin + per_split);
 
   const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(t) * p.q_stride + static_cast<int64_t>(h) * hd;
-  const int64_t base = (static_cast<int64_t>(p.slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd;
+  const int rows = attention_cache_rows(p);
+  const int64_t base = (static_cast<int64_t>(p.slots[t]) * p.num_kv_heads + kvh) * rows * hd;
   const T* k = static_cast<const T*>(p.k_cache) + base;
   const T* v = static_cast<const T*>(p.v_cache) + base;
   // Keys j < prefix come from the shared prefix's slot (same layout, same positions).
   const int prefix = attention_prefix_len(p, t);
-  const int64_t pbase = prefix > 0 ? (static_cast<int64_t>(p.prefix_slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd : base;
+  const int64_t pbase = prefix > 0 ? (static_cast<int64_t>(p.prefix_slots[t]) * p.num_kv_heads + kvh) * rows * hd : base;
   const T* kp = static_cast<const T*>(p.k_cache) + pbase;
   const T* vp = static_cast<const T*>(p.v_cache) + pbase;
   if (p.rotary_append) {
@@ -57,8 +58,8 @@ __global__ void attention_kernel(AttentionParams p) {
       const T* row = static_cast<const T*>(p.q) + static_cast<int64_t>(t) * p.q_stride;
       const T* kr = row + static_cast<int64_t>(p.num_heads + kvh) * hd;
       const T* vr = row + static_cast<int64_t>(p.num_heads + p.num_kv_heads + kvh) * hd;
-      T* kd = const_cast<T*>(k) + static_cast<int64_t>(pos) * hd;
-      T* vd = const_cast<T*>(v) + static_cast<int64_t>(pos) * hd;
+      T* kd = const_cast<T*>(k) + kv_row(pos, rows) * hd;
+      T* vd = const_cast<T*>(v) + kv_row(pos, rows) * hd;
       for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         kd[d] = from_f32<T>(rotated(kr, d, half, p.rotary_ndims, static_cast<float>(pos), p.inv_freq, p.rotary_attention_factor));
         vd[d] = vr[d];
@@ -85,7 +86,7 @@ __global__ void attention_kernel(AttentionParams p) {
         const int jj = jj0 + u * nwarps;  // uniform across the warp
         s[u] = 0.f;
         if (jj < cnt) {
-          const T* kr = (j0 + jj < prefix ? kp : k) + static_cast<int64_t>(j0 + jj) * hd;
+          const T* kr = (j0 + jj < prefix ? kp : k) + kv_row(j0 + jj, rows) * hd;
 #pragma unroll 4
           for (int d = lane; d < hd; d += 32) s[u] += q_s[d] * to_f32(kr[d]);
         }
@@ -114,7 +115,7 @@ __global__ void attention_kernel(AttentionParams p) {
     if (my_g < groups) {
 #pragma unroll 8
       for (int jj = my_g; jj < cnt; jj += groups)
-        acc += p_s[jj] * to_f32((j0 + jj < prefix ? vp : v)[static_cast<int64_t>(j0 + jj) * hd + my_d]);
+        acc += p_s[jj] * to_f32((j0 + jj < prefix ? vp : v)[kv_row(j0 + jj, rows) * hd + my_d]);
     }
     m = m_new;
     __syncthreads();  // p_s is overwritten by the next tile
@@ -216,6 +217,10 @@ void attention_validate(const AttentionParams& p) {
             "head_dim must be <= 256, and the Q heads must read exactly the num_kv_heads KV heads");
   TPS_CHECK(p.window >= 0, "kernels/attention: negative window " + std::to_string(p.window),
             "pass AttentionParams::window 0 (all positions) or the local window");
+  TPS_CHECK(p.kv_positions == 0 || p.kv_positions >= p.max_seq_len || (p.window > 0 && p.kv_positions >= p.window),
+            "kernels/attention: a ring of " + std::to_string(p.kv_positions) + " kv_cache rows for window " +
+                std::to_string(p.window),
+            "size the ring with model/kv_ring.h (at least the window)");
   TPS_CHECK(p.num_splits == 1 || p.partial, "kernels/attention: num_splits > 1 needs the partial workspace",
             "pass AttentionParams::partial");
   TPS_CHECK(!p.rotary_append || p.rotary_ndims == 0 || (p.inv_freq && p.rotary_ndims % 2 == 0 && p.rotary_ndims <= p.head_dim),

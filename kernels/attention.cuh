@@ -12,13 +12,14 @@
 #include <cstdint>
 
 #include "format/dtype.h"
+#include "kernels/kv_cache.cuh"
 
 namespace tpshard::cuda {
 
 struct AttentionParams {
   const void* q = nullptr;          ///< [n, q_stride] of dtype; Q head h at columns h*head_dim.. (the QKV row)
   int64_t q_stride = 0;
-  const void* k_cache = nullptr;    ///< [slots, kv_heads, max_seq_len, head_dim] of dtype (one layer)
+  const void* k_cache = nullptr;    ///< [slots, kv_heads, kv_positions, head_dim] of dtype (one layer; kv_cache.cuh)
   const void* v_cache = nullptr;
   const int32_t* slots = nullptr;      ///< [n] device
   const int32_t* positions = nullptr;  ///< [n] device; keys 0..positions[t] are attended
@@ -43,7 +44,8 @@ struct AttentionParams {
   /// (uneven tensor parallelism, model/parallel_layout.h). 0 for even splits.
   int head_offset = 0;
   int head_dim = 0;                 ///< <= 256
-  int max_seq_len = 0;
+  int max_seq_len = 0;              ///< positions[t] < max_seq_len
+  int kv_positions = 0;             ///< rows per (slot, kv head) of the cache; 0: max_seq_len (kv_row: a ring when fewer)
   int num_splits = 1;               ///< key-range pieces per (token, head); each covers ceil(len / num_splits) keys
   float scale = 0.f;                ///< softmax scale, normally 1/sqrt(head_dim) (GPT-Neo: 1)
   int window = 0;                   ///< > 0: local attention over the last `window` positions; 0: all
@@ -87,6 +89,11 @@ __device__ inline int attention_prefix_len(const AttentionParams& p, int t) {
 /// First key attended by a query at position pos: 0, or pos + 1 - window on a local layer.
 __host__ __device__ inline int attention_first_key(int pos, int window) {
   return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
+
+/// Rows per (slot, kv head) of p's kv_cache.
+__host__ __device__ inline int attention_cache_rows(const AttentionParams& p) {
+  return p.kv_positions > 0 ? p.kv_positions : p.max_seq_len;
 }
 
 /// Throws Error when p breaks the contract above (head_dim, heads / kv_heads, partial, rotary_append).

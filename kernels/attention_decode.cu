@@ -121,12 +121,13 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
   const int loop_end = new_key ? pos : we;  // keys [wb, loop_end) come from the kv_cache
 
   const int kvh = attention_kv_head(p, h);
-  const int64_t base = (static_cast<int64_t>(slot) * p.num_kv_heads + kvh) * p.max_seq_len * hd;
+  const int rows = attention_cache_rows(p);
+  const int64_t base = (static_cast<int64_t>(slot) * p.num_kv_heads + kvh) * rows * hd;
   const T* kc = static_cast<const T*>(p.k_cache) + base;
   const T* vc = static_cast<const T*>(p.v_cache) + base;
   // Keys j < prefix come from the shared prefix's slot (same layout, same positions).
   const int prefix = attention_prefix_len(p, t);
-  const int64_t pbase = prefix > 0 ? (static_cast<int64_t>(p.prefix_slots[t]) * p.num_kv_heads + kvh) * p.max_seq_len * hd : base;
+  const int64_t pbase = prefix > 0 ? (static_cast<int64_t>(p.prefix_slots[t]) * p.num_kv_heads + kvh) * rows * hd : base;
   const T* kpc = static_cast<const T*>(p.k_cache) + pbase;
   const T* vpc = static_cast<const T*>(p.v_cache) + pbase;
   int dim0[NCH];
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
         kr[u][c] = Raw{};
         vr[u][c] = Raw{};
         if (j0 + u < loop_end && has[c]) {
-          const int64_t at = static_cast<int64_t>(j0 + u) * hd + dim0[c];
+          const int64_t at = kv_row(j0 + u, rows) * hd + dim0[c];
           const bool shared = j0 + u < prefix;
           kr[u][c] = *reinterpret_cast<const Raw*>((shared ? kpc : kc) + at);
           vr[u][c] = *reinterpret_cast<const Raw*>((shared ? vpc : vc) + at);
@@ -174,8 +175,8 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
       const T* vh = row + static_cast<int64_t>(p.num_heads + p.num_kv_heads + kvh) * hd;
       const float kf = rotated(kh, d, half, p.rotary_ndims, fpos, p.inv_freq, p.rotary_attention_factor);
       const T vt = vh[d];
-      const_cast<T*>(kc)[static_cast<int64_t>(pos) * hd + d] = from_f32<T>(kf);
-      const_cast<T*>(vc)[static_cast<int64_t>(pos) * hd + d] = vt;
+      const_cast<T*>(kc)[kv_row(pos, rows) * hd + d] = from_f32<T>(kf);
+      const_cast<T*>(vc)[kv_row(pos, rows) * hd + d] = vt;
       knew_s[d] = kf;
       vnew_s[d] = to_f32(vt);
     }

@@ -11,11 +11,12 @@ __global__ void kv_append_kernel(KvAppendParams p) {
   const T* row = static_cast<const T*>(p.qkv) + static_cast<int64_t>(t) * p.row_stride;
   const T* k = row + static_cast<int64_t>(p.num_heads) * p.head_dim;
   const T* v = k + static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
-  const int64_t slot = p.slots[t], pos = p.positions[t];
+  const int rows = p.kv_positions > 0 ? p.kv_positions : p.max_seq_len;
+  const int64_t slot = p.slots[t], row_at = kv_row(p.positions[t], rows);
   const int total = p.num_kv_heads * p.head_dim;
   for (int k_i = threadIdx.x; k_i < total; k_i += blockDim.x) {
     const int j = k_i / p.head_dim, d = k_i % p.head_dim;
-    const int64_t dst = ((slot * p.num_kv_heads + j) * p.max_seq_len + pos) * p.head_dim + d;
+    const int64_t dst = ((slot * p.num_kv_heads + j) * rows + row_at) * p.head_dim + d;
     static_cast<T*>(p.k_cache)[dst] = k[k_i];
     static_cast<T*>(p.v_cache)[dst] = v[k_i];
   }

@@ -5,6 +5,7 @@
 
 #include "format/error.h"
 #include "format/shard_layout.h"
+#include "model/kv_ring.h"
 #include "model/parallel_layout.h"
 #include "model/tensor_plan.h"
 
@@ -24,7 +25,7 @@ MemoryPlan plan_layout(const ModelConfig& c, const ParallelLayout& layout, DType
   p.max_seq = max_seq;
   const uint64_t e = dtype_size(dtype);
   const uint64_t kv_e = kv_dtype_bytes ? kv_dtype_bytes : e;
-  const uint64_t B = static_cast<uint64_t>(batch), S = static_cast<uint64_t>(max_seq);
+  const uint64_t B = static_cast<uint64_t>(batch);
   const int64_t R = decode_bucket(static_cast<int>(std::min<int64_t>(batch, 1 << 30)));
   const int64_t T = step_tokens(batch, max_seq, R);
   p.workspace_bytes = kWorkspaceBytes;
@@ -35,8 +36,10 @@ MemoryPlan plan_layout(const ModelConfig& c, const ParallelLayout& layout, DType
       q.tp_rank = r;
       q.pp_stage = stage;
       q.weight_bytes = weight_of(stage, r);
-      q.kv_cache_bytes = 2 * static_cast<uint64_t>(layout.stage_layers[static_cast<size_t>(stage)].size()) * (B + 1) * S *
-                         static_cast<uint64_t>(L.kv_heads.size()) * static_cast<uint64_t>(c.head_dim) * kv_e;
+      const Range layers = layout.stage_layers[static_cast<size_t>(stage)];
+      const uint64_t positions = static_cast<uint64_t>(kv_cache_layer_positions(c, layers.begin, layers.end, max_seq));
+      q.kv_cache_bytes = 2 * (B + 1) * positions * static_cast<uint64_t>(L.kv_heads.size()) *
+                         static_cast<uint64_t>(c.head_dim) * kv_e;
       q.activation_bytes = plan_activations(c, L, layout.tp_size, e, T, R).total();
       q.total_bytes = q.weight_bytes + q.kv_cache_bytes + q.activation_bytes + p.workspace_bytes;
       p.weight_bytes = std::max(p.weight_bytes, q.weight_bytes);

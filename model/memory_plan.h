@@ -4,8 +4,9 @@
 // Each rank is planned with its own ranges (model/parallel_layout.h); the fields of MemoryPlan are the
 // largest over the ranks:
 //   weights    = manifest weight_bytes of the rank (the arena)
-//   kv_cache   = 2 * num_hidden_layers * (batch + 1) * max_seq * num_kv_heads_per_rank * head_dim * kv_dtype_bytes
-//                (one slot per sequence plus the scratch slot that padded decode rows write)
+//   kv_cache   = 2 * (batch + 1) * sum over the stage's layers of positions(layer) * num_kv_heads_per_rank *
+//                head_dim * kv_dtype_bytes (one slot per sequence plus the scratch slot that padded decode
+//                rows write; positions = max_seq, or a local layer's ring, model/kv_ring.h)
 //   activations: exactly what the CUDA runner allocates (model/activation_plan.h, the formula the runner
 //     allocates from) for T = step_tokens(batch, max_seq, R) tokens per step and R = decode_bucket(batch)
 //     rows, with the rank's head, KV-head, MLP and vocabulary counts.

@@ -3,8 +3,10 @@
 // QKV -> rotary (unless learned positions) -> causal attention over the kv_cache (windowed on local layers) -> row-parallel output (+ all_reduce, bias once) and the MLP likewise,
 // GPT-NeoX parallel or sequential residual; final norm -> vocab-parallel logits -> all_gather.
 // References: transformers' modeling_gpt_neox.py, modeling_llama.py and modeling_gpt_neo.py.
-// kv_cache: every layer keeps max_seq_len positions, local (windowed) layers too; a chunk with a shared
-// prefix reads the prefix's positions from the prefix's slot (SeqChunk::prefix_slot).
+// kv_cache: a global layer keeps max_seq_len positions per slot, a local (windowed) layer a ring of
+// kv_cache_positions() (model/kv_ring.h; chunks longer than one step allows run in rounds,
+// runtime/chunk_rounds.h); a chunk with a shared prefix reads the prefix's positions from the prefix's
+// slot (SeqChunk::prefix_slot).
 // Pipeline parallelism (CpuRunnerOptions::link): the runner holds one stage's layers; forward() splits
 // the chunks into micro-batches that flow stage to stage (hidden states over the StageLink), the last
 // stage computes the logits and shares them with the other stages.
@@ -18,7 +20,9 @@
 #include <string>
 
 #include "format/error.h"
+#include "model/kv_ring.h"
 #include "model/parallel_layout.h"
+#include "runtime/chunk_rounds.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/rope.h"
 
@@ -47,13 +51,18 @@ class CpuRunner final : public ModelRunner {
               "pass --max-seq-len 1 or more");
     kv_heads_ = mine_.kv_heads.size();
     first_kv_head_ = mine_.kv_heads.begin;
-    cache_layer_floats_ = static_cast<size_t>(max_batch_) * kv_heads_ * max_seq_len_ * c.head_dim;
+    max_step_positions_ = max_step_positions(c, max_seq_len_);
     k_cache_.resize(static_cast<size_t>(c.num_hidden_layers));
     v_cache_.resize(static_cast<size_t>(c.num_hidden_layers));
+    cache_positions_.assign(static_cast<size_t>(c.num_hidden_layers), 0);
     for (int64_t l = stage_.begin; l < stage_.end; ++l) {  // this stage's layers only
+      const int64_t positions = kv_cache_positions(c, l, max_seq_len_);
+      const size_t floats = static_cast<size_t>(max_batch_) * kv_heads_ * positions * c.head_dim;
+      cache_positions_[static_cast<size_t>(l)] = static_cast<int>(positions);
+      cache_floats_ += floats;
       // new float[] leaves pages untouched until a slot/position is written.
-      k_cache_[static_cast<size_t>(l)].reset(new float[cache_layer_floats_]);
-      v_cache_[static_cast<size_t>(l)].reset(new float[cache_layer_floats_]);
+      k_cache_[static_cast<size_t>(l)].reset(new float[floats]);
+      v_cache_[static_cast<size_t>(l)].reset(new float[floats]);
     }
   }
 
@@ -62,7 +71,7 @@ class CpuRunner final : public ModelRunner {
   int max_seq_len() const override { return max_seq_len_; }
   uint64_t weight_bytes() const override { return w_.bytes; }
   uint64_t kv_cache_bytes() const override {
-    return 2 * cache_layer_floats_ * sizeof(float) * static_cast<uint64_t>(stage_.size());
+    return 2 * cache_floats_ * sizeof(float);
   }
 
   void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) override;
@@ -91,11 +100,25 @@ class CpuRunner final : public ModelRunner {
   void embed(const std::vector<TokenInfo>& toks, float* x);
   void attention_block(int layer, const std::vector<TokenInfo>& toks, const float* h, float* out);
   void mlp_block(int layer, const float* h, float* out, int64_t n_tokens);
+  /// Index of position pos in layer's cache rows (pos itself, or pos % capacity on a ring).
+  size_t cache_row(int layer, int slot, int64_t kvh, int pos) const {
+    const int n = cache_positions_[static_cast<size_t>(layer)];
+    return (static_cast<size_t>(slot) * kv_heads_ + kvh) * n + static_cast<size_t>(pos % n);
+  }
   float* k_at(int layer, int slot, int64_t kvh, int pos) {
-    return k_cache_[layer].get() + ((static_cast<size_t>(slot) * kv_heads_ + kvh) * max_seq_len_ + pos) * config_.head_dim;
+    return k_cache_[layer].get() + cache_row(layer, slot, kvh, pos) * config_.head_dim;
   }
   float* v_at(int layer, int slot, int64_t kvh, int pos) {
-    return v_cache_[layer].get() + ((static_cast<size_t>(slot) * kv_heads_ + kvh) * max_seq_len_ + pos) * config_.head_dim;
+    return v_cache_[layer].get() + cache_row(layer, slot, kvh, pos) * config_.head_dim;
+  }
+  /// Append to spans the positions [begin, end) of slot's cache, as one span or two where the ring wraps.
+  void add_spans(int layer, int slot, int64_t kvh, int begin, int end, KvSpan* spans, int* n_spans) {
+    const int n = cache_positions_[static_cast<size_t>(layer)];
+    while (begin < end) {
+      const int run = std::min(end - begin, n - begin % n);  // up to the end of the ring
+      spans[(*n_spans)++] = {k_at(layer, slot, kvh, begin), v_at(layer, slot, kvh, begin), run};
+      begin += run;
+    }
   }
   void norm(const std::vector<float>& w, const std::vector<float>& b, const float* x, float* y, int64_t n) const {
     if (config_.norm == NormKind::LayerNorm)
@@ -118,8 +141,10 @@ class CpuRunner final : public ModelRunner {
   int max_batch_, max_seq_len_;
   std::vector<float> inv_freq_;
   int64_t kv_heads_ = 0, first_kv_head_ = 0;
-  size_t cache_layer_floats_ = 0;
-  std::vector<std::unique_ptr<float[]>> k_cache_, v_cache_;  ///< per layer [max_batch, kv_heads_per_rank, max_seq_len, head_dim]
+  size_t cache_floats_ = 0;            ///< floats of this stage's K (or V) caches, all layers
+  int64_t max_step_positions_ = 0;     ///< model/kv_ring.h: longest piece of a chunk one step takes
+  std::vector<int> cache_positions_;   ///< per layer: positions per slot (kv_ring.h), 0 outside the stage
+  std::vector<std::unique_ptr<float[]>> k_cache_, v_cache_;  ///< per layer [max_batch, kv_heads_per_rank, positions, head_dim]
 };
 
 void CpuRunner::check_chunks(const std::vector<SeqChunk>& chunks) const {
@@ -211,11 +236,10 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
       const int first = window > 0 ? static_cast<int>(std::max<int64_t>(0, tk.pos + 1 - window)) : 0;
       const int end = tk.pos + 1;
       const int split = tk.prefix_slot >= 0 ? std::clamp(tk.prefix_len, first, end) : first;  // [first, split): prefix
-      KvSpan spans[2];
+      KvSpan spans[4];  // prefix, own positions: each one span, or two where a ring wraps
       int n_spans = 0;
-      if (split > first)
-        spans[n_spans++] = {k_at(layer, tk.prefix_slot, kvh, first), v_at(layer, tk.prefix_slot, kvh, first), split - first};
-      if (end > split) spans[n_spans++] = {k_at(layer, tk.slot, kvh, split), v_at(layer, tk.slot, kvh, split), end - split};
+      if (split > first) add_spans(layer, tk.prefix_slot, kvh, first, split, spans, &n_spans);
+      if (end > split) add_spans(layer, tk.slot, kvh, split, end, spans, &n_spans);
       attention_head(q, spans, n_spans, hd, scale, attn.data() + (t * hpr + j) * hd, scores.data());
     }
   });
@@ -313,6 +337,9 @@ void CpuRunner::head(const std::vector<int64_t>& last_row, const float* x, float
 
 void CpuRunner::forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) {
   check_chunks(chunks);
+  if (needs_rounds(chunks, max_step_positions_))
+    return forward_in_rounds(chunks, max_step_positions_, config_.vocab_size, logits, argmax,
+                             [this](const std::vector<SeqChunk>& c, float* l, int32_t* a) { forward(c, l, a); });
   if (layout_.pp_size > 1) return forward_pipeline(chunks, logits, argmax);
   std::vector<int64_t> last_row;  // row of each chunk's last token
   const std::vector<TokenInfo> toks = tokens_of(chunks, &last_row);

@@ -12,6 +12,7 @@
 
 #include "format/error.h"
 #include "format/shard_file.h"
+#include "model/kv_ring.h"
 #include "model/parallel_layout.h"
 #include "model/rank_shard.h"
 #include "runtime/cpu/cpu_runner.h"
@@ -42,9 +43,10 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       weights += s.weight_bytes * widen * static_cast<uint64_t>(opts.dp_size);
     for (int r = 0; r < layout.world_size(); ++r) {
       const RankCoord c = layout.coord(r);
-      kv += 2ull * sizeof(float) * static_cast<uint64_t>(max_batch) * static_cast<uint64_t>(max_seq_len) *
-            static_cast<uint64_t>(layout.tp(c.tp_rank).kv_heads.size()) * static_cast<uint64_t>(config.head_dim) *
-            static_cast<uint64_t>(layout.stage_layers[static_cast<size_t>(c.pp_stage)].size());
+      const Range layers = layout.stage_layers[static_cast<size_t>(c.pp_stage)];
+      kv += 2ull * sizeof(float) * static_cast<uint64_t>(max_batch) *
+            static_cast<uint64_t>(kv_cache_layer_positions(config, layers.begin, layers.end, max_seq_len)) *
+            static_cast<uint64_t>(layout.tp(c.tp_rank).kv_heads.size()) * static_cast<uint64_t>(config.head_dim);
     }
     const std::string warning = check_cpu_memory(weights, kv, available_host_memory_bytes(), opts.model_dir);
     if (!warning.empty() && !opts.quiet) std::fprintf(stderr, "%s\n", warning.c_str());

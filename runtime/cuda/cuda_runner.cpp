@@ -16,6 +16,7 @@
 #include "format/error.h"
 #include "kernels/pdl.cuh"
 #include "model/activation_plan.h"
+#include "model/kv_ring.h"
 #include "model/memory_plan.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
@@ -24,6 +25,7 @@
 #include "runtime/cuda/device_comm.h"
 #include "runtime/cuda/nccl_comm.h"
 #include "runtime/cuda/peer_comm.h"
+#include "runtime/chunk_rounds.h"
 
 namespace tpshard::cuda {
 namespace {
@@ -57,7 +59,8 @@ class CudaRunner : public ModelRunner {
     weights_ = bind_weights(weights, config_, layout_, pp_stage);
     micro_batches_ = opts.micro_batches > 0 ? opts.micro_batches : 2 * pp_size;
     weight_bytes_ = weights.bytes();
-    max_rows_ = decode_bucket(opts.max_batch);  // model/activation_plan.h: 1, 2, 4, 8, then multiples of 8
+    max_rows_ = decode_bucket(opts.max_batch);
+    max_step_positions_ = max_step_positions(config_, opts.max_seq_len);  // model/activation_plan.h: 1, 2, 4, 8, then multiples of 8
     const int max_tokens = static_cast<int>(step_tokens(opts.max_batch, opts.max_seq_len, max_rows_,
                                                         opts.max_step_tokens > 0 ? opts.max_step_tokens : kMaxStepTokens));
     model_ = std::make_unique<Transformer>(config_, layout_, tp_rank, pp_stage, weights_, comm, stream_, max_tokens, max_rows_,
@@ -125,6 +128,9 @@ class CudaRunner : public ModelRunner {
 
   void forward(const std::vector<SeqChunk>& chunks, float* logits, int32_t* argmax) override {
     validate(chunks);
+    if (needs_rounds(chunks, max_step_positions_))  // a ring kv_cache takes bounded pieces per step
+      return forward_in_rounds(chunks, max_step_positions_, config_.vocab_size, logits, argmax,
+                               [this](const std::vector<SeqChunk>& c, float* l, int32_t* a) { forward(c, l, a); });
     if (link_) return forward_pipeline(chunks, logits, argmax);
     const bool decode = std::all_of(chunks.begin(), chunks.end(), [](const SeqChunk& c) { return c.tokens.size() == 1; });
     if (decode && static_cast<int>(chunks.size()) <= max_rows_) {
@@ -501,6 +507,7 @@ class CudaRunner : public ModelRunner {
   ParallelLayout layout_;
   ModelWeights weights_;
   int max_rows_ = 1;
+  int64_t max_step_positions_ = 0;  ///< model/kv_ring.h: longest piece of one chunk per step (ring kv_cache)
   uint64_t weight_bytes_ = 0;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<CustomAllReduce> car_;

@@ -315,3 +315,69 @@ TEST_CASE("attention over a shared prefix in another slot equals attention over 
         }
   }
 }
+
+TEST_CASE("attention over a kv_cache ring (position p at row p mod kv_positions) equals the full cache") {
+  // Each token has its own slot; its ring holds the last kv_positions positions of the full cache's
+  // slot (model/kv_ring.h: 2 x window rows), its other rows noise that must never be read.
+  std::mt19937 rng(12);
+  const int max_seq = 96, hd = 64, heads = 4, kv = 2;
+  const std::vector<int32_t> positions = {3, 13, 14, 55, 95};
+  const int n = static_cast<int>(positions.size());
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const int window : {7, 30}) {
+      const int rows = 2 * window;
+      const size_t full_slot = static_cast<size_t>(kv) * max_seq * hd, ring_slot = static_cast<size_t>(kv) * rows * hd;
+      const Vec full_k = random_vec(n * full_slot, -1, 1, t, rng), full_v = random_vec(n * full_slot, -1, 1, t, rng);
+      Vec ring_k = random_vec(n * ring_slot, -9, 9, t, rng), ring_v = random_vec(n * ring_slot, -9, 9, t, rng);
+      for (int s = 0; s < n; ++s)
+        for (int j = 0; j < kv; ++j)
+          for (int pos = std::max(0, positions[s] - rows + 1); pos <= positions[s]; ++pos)
+            for (int d = 0; d < hd; ++d) {
+              const size_t from = s * full_slot + (static_cast<size_t>(j) * max_seq + pos) * hd + d;
+              const size_t to = s * ring_slot + (static_cast<size_t>(j) * rows + pos % rows) * hd + d;
+              ring_k[to] = full_k[from];
+              ring_v[to] = full_v[from];
+            }
+      Buf d_fk = upload(full_k, t), d_fv = upload(full_v, t), d_rk = upload(ring_k, t), d_rv = upload(ring_v, t);
+      Buf d_nk = upload(random_vec(n * ring_slot, -9, 9, t, rng), t), d_nv = upload(random_vec(n * ring_slot, -9, 9, t, rng), t);
+      const int64_t stride = static_cast<int64_t>(heads + 2 * kv) * hd;
+      Buf d_q = upload(random_vec(n * stride, -2, 2, t, rng), t), d_pos = upload_i32(positions);
+      Buf d_slots = upload_i32({0, 1, 2, 3, 4});
+      for (const bool decode : {false, true})
+        for (const int splits : {1, 3}) {
+          CAPTURE(name_of(t));
+          CAPTURE(window);
+          CAPTURE(decode);
+          CAPTURE(splits);
+          DeviceBuffer partial(static_cast<size_t>(n) * heads * splits * (hd + 2) * 4);
+          auto run = [&](const Buf& k, const Buf& v, int kv_positions) {
+            DeviceBuffer out(static_cast<size_t>(n) * heads * hd * 4);
+            cuda::AttentionParams ap;
+            ap.q = d_q->ptr;
+            ap.q_stride = stride;
+            ap.k_cache = k->ptr;
+            ap.v_cache = v->ptr;
+            ap.slots = d_slots->as<int32_t>();
+            ap.positions = d_pos->as<int32_t>();
+            ap.out = out.ptr;
+            ap.partial = partial.as<float>();
+            ap.dtype = t;
+            ap.n = n;
+            ap.num_heads = heads;
+            ap.num_kv_heads = kv;
+            ap.head_dim = hd;
+            ap.max_seq_len = max_seq;
+            ap.kv_positions = kv_positions;
+            ap.num_splits = splits;
+            ap.scale = 0.125f;
+            ap.window = window;
+            ap.decode = decode;
+            cuda::attention(ap, nullptr);
+            return download(out.ptr, static_cast<size_t>(n) * heads * hd, t);
+          };
+          const Vec want = run(d_fk, d_fv, 0);
+          CHECK(run(d_rk, d_rv, rows) == want);  // the same keys in the same order: the same bits
+          CHECK(run(d_nk, d_nv, rows) != want);  // a ring of noise gives other values
+        }
+    }
+}

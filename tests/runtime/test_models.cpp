@@ -181,6 +181,18 @@ TEST_CASE("GPT-Neo, learned positions, global/local attention (window 4), unscal
   check_against_hf("tiny-gpt-neo", {1, 2, 3, 4, 5, 6, 7, 10});
 }
 
+TEST_CASE("GPT-Neo local layers keep a kv_cache ring of 2 x window positions per slot (the memory plan's count)") {
+  const std::string dir = converted("tiny-gpt-neo");
+  run_on_ranks(cpu_session(dir, 1, 2), [&](RankContext& ctx) {
+    const ModelConfig& c = ctx.runner->config();
+    int64_t positions = 0;
+    for (int64_t w : c.layer_windows) positions += w > 0 ? 2 * w : ctx.runner->max_seq_len();
+    CHECK(positions < c.num_hidden_layers * ctx.runner->max_seq_len());  // the fixture has local layers
+    CHECK(ctx.runner->kv_cache_bytes() ==
+          static_cast<uint64_t>(2 * 2 * positions * c.num_key_value_heads * c.head_dim) * sizeof(float));
+  });
+}
+
 TEST_CASE("Mistral, sliding_window 6 (shorter than the prompts), GQA 8/2: vs transformers at tp 1, 2, 4") {
   check_against_hf("tiny-mistral-swa");
 }

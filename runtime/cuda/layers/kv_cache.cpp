@@ -10,14 +10,21 @@
 
 namespace tpshard::cuda {
 
-KvCache::KvCache(int layers, int slots, int kv_heads, int max_seq_len, int head_dim, DType dtype) {
-  layer_bytes_ = static_cast<size_t>(slots) * kv_heads * max_seq_len * head_dim * dtype_size(dtype);
-  bytes_ = 2 * static_cast<size_t>(layers) * layer_bytes_;
+KvCache::KvCache(const std::vector<int>& layer_positions, int slots, int kv_heads, int head_dim, DType dtype)
+    : positions_(layer_positions) {
+  size_t rows = 0;
+  for (int n : positions_) {
+    offsets_.push_back(bytes_);
+    layer_bytes_.push_back(static_cast<size_t>(slots) * kv_heads * n * head_dim * dtype_size(dtype));
+    bytes_ += 2 * layer_bytes_.back();
+    rows += static_cast<size_t>(n);
+  }
+  const size_t layers = positions_.size();
   size_t free_b = 0, total_b = 0;
   TPS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (bytes_ > free_b)
     throw Error("cuda kv_cache: needs " + std::to_string(bytes_) + " bytes (" + std::to_string(layers) + " layers x " +
-                    std::to_string(slots) + " slots x " + std::to_string(max_seq_len) + " positions) but only " +
+                    std::to_string(slots) + " slots, " + std::to_string(rows) + " positions per slot over the layers) but only " +
                     std::to_string(free_b) + " bytes are free on the device",
                 "lower --max-batch or --max-seq-len, or use a larger --tp");
   TPS_CUDA_CHECK(cudaMalloc(&base_, bytes_));

@@ -14,6 +14,7 @@
 #include "kernels/norm.cuh"
 #include "kernels/rotary.cuh"
 #include "model/activation_plan.h"
+#include "model/kv_ring.h"
 #include "runtime/rope.h"
 #include "runtime/cuda/check.h"
 
@@ -26,6 +27,13 @@ void alloc(P*& p, size_t bytes, size_t& total) {
   TPS_CUDA_CHECK(cudaMalloc(&v, bytes == 0 ? 16 : bytes));
   p = static_cast<P*>(v);
   total += bytes;
+}
+
+/// kv_cache positions per slot of each layer of the stage (model/kv_ring.h).
+std::vector<int> stage_kv_positions(const ModelConfig& c, Range stage, int max_seq_len) {
+  std::vector<int> out;
+  for (int64_t l = stage.begin; l < stage.end; ++l) out.push_back(static_cast<int>(kv_cache_positions(c, l, max_seq_len)));
+  return out;
 }
 
 }  // namespace
@@ -45,7 +53,7 @@ Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int
       max_tokens_(max_tokens),
       max_rows_(max_rows),
       max_seq_len_(max_seq_len),
-      kv_(static_cast<int>(stage_.size()), kv_slots, static_cast<int>(mine_.kv_heads.size()), max_seq_len,
+      kv_(stage_kv_positions(c, stage_, max_seq_len), kv_slots, static_cast<int>(mine_.kv_heads.size()),
           static_cast<int>(c.head_dim), w.dtype) {
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
@@ -353,6 +361,7 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.head_offset = static_cast<int>(mine_.heads.begin % a.kv_group);
   a.head_dim = hd;
   a.max_seq_len = max_seq_len_;
+  a.kv_positions = kv_.positions(i - static_cast<int>(stage_.begin));
   a.num_splits = m.n <= max_rows_ ? attention_num_splits(m.n, heads, max_seq_len_, max_splits_) : 1;
   a.scale = c_.attention_scale > 0 ? static_cast<float>(c_.attention_scale)
                                    : static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -399,6 +408,7 @@ void Transformer::apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows
   kv.num_kv_heads = kvh;
   kv.head_dim = hd;
   kv.max_seq_len = max_seq_len_;
+  kv.kv_positions = kv_.positions(i - static_cast<int>(stage_.begin));
   kv_cache_append(kv, stream_);
 }
 
