@@ -1,43 +1,97 @@
-// hash.cpp: XXH3-64 helpers over libxxhash (buffers, streams, file ranges) and their hex spelling.
+// hash.cpp: XXH3-64 helpers (buffers, streams, file ranges) and their hex spelling; the widest XXH3 this
+// CPU runs (format/xxh3_simd.h), else libxxhash's.
 #include "format/hash.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "format/error.h"
+#include "format/xxh3_simd.h"
 
 namespace tpshard {
 
-uint64_t xxh3_64(const void* data, size_t n) { return XXH3_64bits(data, n); }
+namespace {
+
+// The library's own (baseline x86-64 build: SSE2) as an Impl.
+uint64_t lib_oneshot(const void* data, size_t n) { return XXH3_64bits(data, n); }
+void* lib_create() {
+  XXH3_state_t* s = XXH3_createState();
+  if (s) XXH3_64bits_reset(s);
+  return s;
+}
+void lib_destroy(void* s) { XXH3_freeState(static_cast<XXH3_state_t*>(s)); }
+void lib_reset(void* s) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(s)); }
+void lib_update(void* s, const void* data, size_t n) { XXH3_64bits_update(static_cast<XXH3_state_t*>(s), data, n); }
+uint64_t lib_digest(const void* s) { return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(s)); }
+const xxh3::Impl kLibImpl{"sse2", lib_oneshot, lib_create, lib_destroy, lib_reset, lib_update, lib_digest};
+
+/// The implementation of that name when this CPU runs it, else nullptr.
+const xxh3::Impl* impl_named(const std::string& name) {
+  if (name == "sse2") return &kLibImpl;
+#if defined(TPSHARD_XXH3_SIMD)
+  if (name == "avx2" && __builtin_cpu_supports("avx2")) return &xxh3::avx2_impl();
+  if (name == "avx512" && __builtin_cpu_supports("avx512f")) return &xxh3::avx512_impl();
+#endif
+  return nullptr;
+}
+
+const xxh3::Impl* widest() {
+  for (const char* name : {"avx512", "avx2"})
+    if (const xxh3::Impl* i = impl_named(name)) return i;
+  return &kLibImpl;
+}
+
+std::atomic<const xxh3::Impl*>& current() {
+  static std::atomic<const xxh3::Impl*> impl{widest()};
+  return impl;
+}
+
+}  // namespace
+
+const char* xxh3_implementation() { return current().load()->name; }
+
+void set_xxh3_implementation(const std::string& name) {
+  const xxh3::Impl* i = name == "auto" ? widest() : impl_named(name);
+  if (!i)
+    throw Error("XXH3 implementation '" + name + "' is not available on this CPU or build",
+                "use auto, sse2" + std::string(impl_named("avx2") ? ", avx2" : "") +
+                    (impl_named("avx512") ? ", avx512" : ""));
+  current().store(i);
+}
+
+uint64_t xxh3_64(const void* data, size_t n) { return current().load()->oneshot(data, n); }
 
 struct Xxh3Stream::State {
-  XXH3_state_t* st = nullptr;
+  const xxh3::Impl* impl = nullptr;
+  void* st = nullptr;
 };
 
 Xxh3Stream::Xxh3Stream() : s_(std::make_unique<State>()) {
-  s_->st = XXH3_createState();
-  if (!s_->st) throw Error("XXH3_createState failed: out of memory", "");
-  XXH3_64bits_reset(s_->st);
+  s_->impl = current().load();
+  s_->st = s_->impl->create();
+  if (!s_->st) throw Error("XXH3_createState failed: out of memory", "free host memory");
 }
 Xxh3Stream::~Xxh3Stream() {
-  if (s_ && s_->st) XXH3_freeState(s_->st);
+  if (s_ && s_->st) s_->impl->destroy(s_->st);
 }
 Xxh3Stream::Xxh3Stream(Xxh3Stream&&) noexcept = default;
 Xxh3Stream& Xxh3Stream::operator=(Xxh3Stream&& o) noexcept {
   if (this != &o) {
-    if (s_ && s_->st) XXH3_freeState(s_->st);
+    if (s_ && s_->st) s_->impl->destroy(s_->st);
     s_ = std::move(o.s_);
   }
   return *this;
 }
-void Xxh3Stream::update(const void* data, size_t n) { XXH3_64bits_update(s_->st, data, n); }
-uint64_t Xxh3Stream::digest() const { return XXH3_64bits_digest(s_->st); }
+void Xxh3Stream::reset() { s_->impl->reset(s_->st); }
+void Xxh3Stream::update(const void* data, size_t n) { s_->impl->update(s_->st, data, n); }
+uint64_t Xxh3Stream::digest() const { return s_->impl->digest(s_->st); }
 
 uint64_t xxh3_fd_range(int fd, uint64_t offset, uint64_t length, const std::string& path, bool drop_cache,
                        uint64_t* bytes_done, const std::function<void()>& after_chunk) {

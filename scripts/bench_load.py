@@ -150,6 +150,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--llama-layers", type=int, default=8)
     ap.add_argument("--models", default="pythia-1.4b,llama-7b")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="extra bench-load options measured as one more tp 1 row each, hashes verified "
+                         "(repeatable), e.g. --variant='--hash-impl sse2' --variant='--ring-mib 1'")
     args = ap.parse_args()
     import torch
     torch.cuda.init()
@@ -190,9 +193,16 @@ def main():
                 total = sum(r["file_mib"] for r in rr) * (1 << 20)
                 rss = max(r["rss_peak_mib"] for r in rr)
                 note = ("hashes verified" if verify else "no hash check") + f"; peak RSS {rss:.0f} MiB/rank"
+                note += f"; summed over readers: read {rr[0]['read_s']:.2f} s, hash {rr[0]['hash_s']:.2f} s; setup {rr[0]['setup_s']:.3f} s"
                 if tp > 1:
                     note += f"; ranks {min(r['load_s'] for r in rr):.3f}-{slow:.3f} s"
                 rows.append((label, "tprun bench-load", tp, slow, total / slow / 1e9, wall, note))
+        for variant in args.variant:
+            rr, wall = tprun_bench(args.bin, out, 1, args.repeat, tuple(variant.split()))
+            r = rr[0]
+            rows.append((label, f"tprun bench-load {variant}", 1, r["load_s"], r["file_mib"] * (1 << 20) / r["load_s"] / 1e9,
+                         wall, f"hashes verified; summed over {r['readers']} readers: read {r['read_s']:.2f} s, "
+                               f"hash {r['hash_s']:.2f} s; setup {r['setup_s']:.3f} s"))
         st = time_safetensors(os.path.join(hf, "model.safetensors"), args.repeat)
         rows.append((label, "safetensors load_file(device=cuda)", 1, st, nbytes / st / 1e9, None, "one process"))
         tf = time_transformers(hf, dtype, max(1, min(2, args.repeat)))

@@ -11,13 +11,13 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <xxhash.h>
 #include <zstd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "format/hash.h"
 #include "runtime/cpu_budget.h"
 #include "runtime/cuda/byte_planes.cuh"
 #include "runtime/cuda/check.h"
@@ -47,15 +48,28 @@ std::string hex64(uint64_t v) {
   return b;
 }
 
-/// The ring: pinned host buffers, each with the event of its last copy. acquire() blocks until a
-/// buffer is free and its previous copy has finished.
+/// The ring: pinned host buffers (one allocation, sliced), each with the event of its last copy.
+/// acquire() blocks until a buffer is free and its previous copy has finished. Pinned by cudaHostAlloc,
+/// or (register) page-aligned host memory locked by cudaHostRegister, as InstantTensor does.
 class PinnedRing {
  public:
-  PinnedRing(size_t count, size_t bytes) : bytes_(bytes) {
-    for (size_t i = 0; i < count; ++i) {
+  PinnedRing(size_t count, size_t bytes, bool register_memory) : bytes_(bytes), registered_(register_memory) {
+    const size_t total = count * bytes;
+    if (registered_) {
+      base_ = static_cast<uint8_t*>(std::aligned_alloc(kPage, (total + kPage - 1) / kPage * kPage));
+      TPS_CHECK(base_ != nullptr, "loader: out of host memory for a " + std::to_string(total >> 20) + " MiB ring",
+                "free host memory or pass smaller ring buffers");
+      const cudaError_t e = cudaHostRegister(base_, total, cudaHostRegisterDefault);
+      if (e != cudaSuccess) {
+        std::free(base_);
+        TPS_CUDA_CHECK(e);
+      }
+    } else {
       void* p = nullptr;
-      TPS_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
-      bufs_.push_back(static_cast<uint8_t*>(p));
+      TPS_CUDA_CHECK(cudaHostAlloc(&p, total, cudaHostAllocDefault));
+      base_ = static_cast<uint8_t*>(p);
+    }
+    for (size_t i = 0; i < count; ++i) {
       cudaEvent_t ev;
       TPS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
       events_.push_back(ev);
@@ -67,7 +81,12 @@ class PinnedRing {
       cudaEventSynchronize(ev);
       cudaEventDestroy(ev);
     }
-    for (auto p : bufs_) cudaFreeHost(p);
+    if (registered_) {
+      cudaHostUnregister(base_);
+      std::free(base_);
+    } else {
+      cudaFreeHost(base_);
+    }
   }
   size_t acquire() {
     size_t i;
@@ -89,12 +108,13 @@ class PinnedRing {
     }
     cv_.notify_one();
   }
-  uint8_t* data(size_t i) const { return bufs_[i]; }
+  uint8_t* data(size_t i) const { return base_ + i * bytes_; }
   size_t bytes() const { return bytes_; }
 
  private:
   size_t bytes_;
-  std::vector<uint8_t*> bufs_;
+  bool registered_;
+  uint8_t* base_ = nullptr;
   std::vector<cudaEvent_t> events_;
   std::deque<size_t> free_;
   std::mutex mu_;
@@ -129,17 +149,6 @@ const uint8_t* read_range(int fd, bool direct, uint64_t off, size_t len, uint8_t
 struct WorkItem {
   size_t tensor = 0;
   uint64_t bytes = 0;  ///< stored bytes
-};
-
-/// An XXH3 streaming state owned by one reader thread.
-struct HashState {
-  HashState() : state(XXH3_createState()) {
-    TPS_CHECK(state != nullptr, "out of host memory for a hash state", "free host memory");
-  }
-  ~HashState() { XXH3_freeState(state); }
-  HashState(const HashState&) = delete;
-  HashState& operator=(const HashState&) = delete;
-  XXH3_state_t* state;
 };
 
 class Loader {
@@ -198,7 +207,7 @@ class Loader {
     const size_t want_buffers = opts_.ring_buffers > 0 ? opts_.ring_buffers : 2 * static_cast<size_t>(want_threads);
     const size_t ring_bytes = size_t(std::min<uint64_t>(buf_bytes, ((largest + kPage - 1) & ~(kPage - 1)) + 2 * kPage));
     const size_t ring_count = std::max<size_t>(1, std::min<size_t>(want_buffers, static_cast<size_t>(pieces)));
-    ring_ = std::make_unique<PinnedRing>(ring_count, std::max<size_t>(ring_bytes, 4 * kPage));
+    ring_ = std::make_unique<PinnedRing>(ring_count, std::max<size_t>(ring_bytes, 4 * kPage), opts_.register_ring);
     rep_.pinned_bytes = ring_count * ring_->bytes();
     if (max_planes > 0) TPS_CUDA_CHECK(cudaMalloc(&planes_scratch_, max_planes));
     rep_.setup_seconds += seconds_since(t_setup);
@@ -258,24 +267,24 @@ class Loader {
   }
 
   void reader(int fd, bool direct, cudaStream_t stream) {
-    HashState hash;
+    Xxh3Stream hash;  // this thread's (format/hash.h: the widest XXH3 the CPU runs)
     for (;;) {
       if (abort_) return;
       size_t k = next_.fetch_add(1);
       if (k >= items_.size()) return;
       const WorkItem& w = items_[k];
       const TensorRecord& t = shard_.tensors()[w.tensor];
-      XXH3_64bits_reset(hash.state);
+      hash.reset();
       if (t.codec == Codec::None) {
-        copy_tensor(fd, direct, t, stream, hash.state);
+        copy_tensor(fd, direct, t, stream, hash);
       } else {
-        decompress_tensor(fd, direct, t, stream, hash.state);
+        decompress_tensor(fd, direct, t, stream, hash);
       }
     }
   }
 
   /// An uncompressed tensor, chunk by chunk through the ring; its hash checked after the last chunk.
-  void copy_tensor(int fd, bool direct, const TensorRecord& t, cudaStream_t stream, XXH3_state_t* hs) {
+  void copy_tensor(int fd, bool direct, const TensorRecord& t, cudaStream_t stream, Xxh3Stream& hs) {
     for (uint64_t off = 0; off < t.stored_bytes; off += chunk_) {
       if (abort_) return;
       const size_t n = size_t(std::min<uint64_t>(chunk_, t.stored_bytes - off));
@@ -289,7 +298,7 @@ class Loader {
           read_ns_ += ns_since(t0);
           if (opts_.verify_hashes) {
             auto t1 = Clock::now();
-            XXH3_64bits_update(hs, src, n);
+            hs.update(src, n);
             hash_ns_ += ns_since(t1);
           }
         } else {
@@ -300,7 +309,7 @@ class Loader {
             auto t0 = Clock::now();
             read_range(fd, false, at + p, m, ring_->data(b) + p, ring_->bytes() - p, shard_.path());
             auto t1 = Clock::now();
-            XXH3_64bits_update(hs, src + p, m);
+            hs.update(src + p, m);
             read_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
             hash_ns_ += ns_since(t1);
           }
@@ -313,10 +322,10 @@ class Loader {
       }
       ring_->release(b, stream);
     }
-    if (opts_.verify_hashes) check_hash(t, XXH3_64bits_digest(hs));
+    if (opts_.verify_hashes) check_hash(t, hs.digest());
   }
 
-  void decompress_tensor(int fd, bool direct, const TensorRecord& t, cudaStream_t stream, XXH3_state_t* hs) {
+  void decompress_tensor(int fd, bool direct, const TensorRecord& t, cudaStream_t stream, Xxh3Stream& hs) {
     TPS_CHECK(t.codec == Codec::Zstd || t.codec == Codec::ZstdBytePlanes,
               shard_.path() + ": tensor " + t.name + " has unknown codec " + std::to_string(int(t.codec)),
               "this build cannot read it; update tprun");
@@ -365,7 +374,7 @@ class Loader {
         consumed += n;
         if (opts_.verify_hashes) {
           auto t1 = Clock::now();
-          XXH3_64bits_update(hs, src, n);
+          hs.update(src, n);
           hash_ns_ += ns_since(t1);
         }
         ZSTD_inBuffer inb{src, n, 0};
@@ -387,7 +396,7 @@ class Loader {
                     "the shard file is corrupt; re-run tpshard convert");
         }
       }
-      if (opts_.verify_hashes) check_hash(t, XXH3_64bits_digest(hs));
+      if (opts_.verify_hashes) check_hash(t, hs.digest());
       TPS_CHECK(ret == 0 && produced + out.pos == t.raw_bytes,
                 shard_.path() + ": tensor " + t.name + " decompressed to " + std::to_string(produced + out.pos) +
                     " bytes, expected " + std::to_string(t.raw_bytes) + (ret != 0 ? " (frame incomplete)" : ""),

@@ -344,3 +344,45 @@ TEST_CASE("mutation fuzz: safetensors header bytes") {
     }
   }
 }
+
+TEST_CASE("XXH3: every implementation this CPU runs gives libxxhash's values, one-shot and streamed in odd pieces") {
+  // Sizes around XXH3's internal boundaries (16, 128, 240 bytes, 1 KiB stripes, 64 KiB-ish blocks).
+  std::vector<uint8_t> data(3u << 20);
+  uint32_t x = 12345;
+  for (uint8_t& b : data) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+  const std::vector<size_t> sizes = {0, 1, 3, 16, 17, 128, 129, 240, 241, 1024, 1025, 65535, 1000003, data.size()};
+  set_xxh3_implementation("sse2");  // the library itself
+  std::vector<uint64_t> want;
+  for (size_t n : sizes) want.push_back(xxh3_64(data.data(), n));
+  CHECK(want[0] == 0x2d06800538d394c2ull);  // XXH3-64 of the empty input (xxHash's published value)
+  int tried = 0;
+  for (const char* name : {"sse2", "avx2", "avx512"}) {
+    try {
+      set_xxh3_implementation(name);
+    } catch (const Error&) {
+      continue;  // not on this CPU
+    }
+    ++tried;
+    CAPTURE(name);
+    CHECK(std::string(xxh3_implementation()) == name);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      CAPTURE(sizes[i]);
+      CHECK(xxh3_64(data.data(), sizes[i]) == want[i]);
+      Xxh3Stream s;
+      size_t done = 0, piece = 1;
+      while (done < sizes[i]) {
+        const size_t m = std::min(piece, sizes[i] - done);
+        s.update(data.data() + done, m);
+        done += m;
+        piece = piece * 3 + 7;
+      }
+      CHECK(s.digest() == want[i]);
+      s.reset();
+      s.update(data.data(), sizes[i]);
+      CHECK(s.digest() == want[i]);
+    }
+  }
+  CHECK(tried >= 1);
+  CHECK_THROWS_WITH_AS(set_xxh3_implementation("avx9000"), doctest::Contains("is not available"), Error);
+  set_xxh3_implementation("auto");
+}

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "format/hash.h"
 #include "model/manifest.h"
 #include "model/memory_plan.h"
 #include "model/rank_shard.h"
@@ -45,6 +46,8 @@ struct BenchLoadOptions {
   bool no_runner = false;
   int repeat = 1;
   bool json = false;
+  bool register_ring = false;
+  std::string hash_impl = "auto";  ///< format/hash.h set_xxh3_implementation (A/B of the XXH3 code)
 };
 
 /// Per-rank numbers, gathered to every rank as raw doubles.
@@ -76,6 +79,8 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     lo.ring_buffer_bytes = o.ring_mib << 20;
     lo.reader_threads = o.readers > 0 ? o.readers : default_reader_threads(worker.env().local_world_size);
     lo.verify_hashes = !o.no_verify && g.session.verify_hashes;
+    set_xxh3_implementation(o.hash_impl);
+    lo.register_ring = o.register_ring;
     lo.direct_io = o.direct_io;
 
     RankStats s{};
@@ -170,9 +175,10 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
             x.rss_anon_load_mib, x.rss_file_load_mib);
       }
     }
-    std::printf("bench-load %s tp %d: ring %.0f MiB pinned (%zu MiB buffers), %d readers, hashes %s%s, best of %d\n",
+    std::printf("bench-load %s tp %d: ring %.0f MiB pinned (%zu MiB buffers), %d readers, hashes %s (XXH3 %s)%s, best of %d\n",
                 g.session.model_dir.c_str(), worker.tp_size(), st[0].pinned_mib, o.ring_mib, int(st[0].readers),
-                lo.verify_hashes ? "verified" : "not verified", o.direct_io ? ", O_DIRECT" : "", std::max(1, o.repeat));
+                lo.verify_hashes ? "verified" : "not verified", xxh3_implementation(), o.direct_io ? ", O_DIRECT" : "",
+                std::max(1, o.repeat));
     std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s %8s %8s\n", "rank", "load_s", "GB/s", "read_s",
                 "hash_s", "file_MiB", "RSS_MiB", "peakRSS", "weights", "kv_cache", "workspace", "ctx", "comm",
                 "RssAnon", "RssFile");
@@ -342,6 +348,10 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
       ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 256));
   sub->add_flag("--no-verify", o->no_verify, "skip the XXH3 check while streaming (to measure its cost)");
   sub->add_flag("--direct-io", o->direct_io, "read with O_DIRECT (bypasses the page cache)");
+  sub->add_flag("--register-ring", o->register_ring,
+                "pin the ring with cudaHostRegister of aligned_alloc memory instead of cudaHostAlloc");
+  sub->add_option("--hash-impl", o->hash_impl, "XXH3 code: auto (the widest this CPU runs), sse2, avx2, avx512")
+      ->capture_default_str();
   sub->add_flag("--no-runner", o->no_runner, "do not build the runner (no kv_cache / workspace numbers)");
   sub->add_option("--repeat", o->repeat, "load this many times, report the fastest")->capture_default_str()
       ->check(tpshard::cli::integer_in_range(1, 1000));
