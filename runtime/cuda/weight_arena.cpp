@@ -1,5 +1,6 @@
 // weight_arena.cpp: WeightArena (see weight_arena.h): one cudaMalloc sized from the shard header, and
 // the data section streamed into it through a ring of pinned host buffers.
+//   the ring: one cudaHostRegister'ed allocation sliced into buffers (2 MiB, 2 per reader thread);
 //   reader threads take whole tensors, largest first; per chunk of its tensor a thread preads (or
 //   O_DIRECT) into a free ring buffer -> XXH3 (its own running state: the chunk is still in cache) ->
 //   cudaMemcpyAsync on the thread's copy stream -> event; a buffer is reused after its event. Threads
@@ -50,7 +51,8 @@ std::string hex64(uint64_t v) {
 
 /// The ring: pinned host buffers (one allocation, sliced), each with the event of its last copy.
 /// acquire() blocks until a buffer is free and its previous copy has finished. Pinned by cudaHostAlloc,
-/// or (register) page-aligned host memory locked by cudaHostRegister, as InstantTensor does.
+/// or (register) page-aligned host memory locked by cudaHostRegister, as InstantTensor does (falls back
+/// to cudaHostAlloc where registering fails).
 class PinnedRing {
  public:
   PinnedRing(size_t count, size_t bytes, bool register_memory) : bytes_(bytes), registered_(register_memory) {
@@ -59,12 +61,14 @@ class PinnedRing {
       base_ = static_cast<uint8_t*>(std::aligned_alloc(kPage, (total + kPage - 1) / kPage * kPage));
       TPS_CHECK(base_ != nullptr, "loader: out of host memory for a " + std::to_string(total >> 20) + " MiB ring",
                 "free host memory or pass smaller ring buffers");
-      const cudaError_t e = cudaHostRegister(base_, total, cudaHostRegisterDefault);
-      if (e != cudaSuccess) {
+      if (cudaHostRegister(base_, total, cudaHostRegisterDefault) != cudaSuccess) {
+        cudaGetLastError();  // clear it: cudaHostAlloc below is the fallback
         std::free(base_);
-        TPS_CUDA_CHECK(e);
+        base_ = nullptr;
+        registered_ = false;
       }
-    } else {
+    }
+    if (!registered_) {
       void* p = nullptr;
       TPS_CUDA_CHECK(cudaHostAlloc(&p, total, cudaHostAllocDefault));
       base_ = static_cast<uint8_t*>(p);

@@ -21,7 +21,9 @@ struct LoadOptions {
   int reader_threads = 0;               ///< 0: default_reader_threads(1); the worker passes its local ranks
   bool verify_hashes = true;             ///< XXH3 of every tensor while streaming
   bool direct_io = false;                ///< O_DIRECT reads (cold cache)
-  bool register_ring = false;            ///< ring pinned by cudaHostRegister of aligned_alloc memory, not cudaHostAlloc
+  /// Ring pinned by cudaHostRegister of aligned_alloc memory (measured faster on an H200 host: 45.5 vs
+  /// 42.4 GB/s, docs/BENCHMARKS.md), or false: cudaHostAlloc.
+  bool register_ring = true;
 };
 
 struct LoadReport {

@@ -37,13 +37,19 @@ int check_shared_prefix(const Manifest& m, int rank, int tp_size, const cuda::We
     prefill.push_back({1 + kMembers + i, 0, whole});
   }
   int fails = 0;
-  double worst = 0;
+  double worst = 0, max_logit = 0;
   std::vector<int32_t> ids(prefill.size());
   auto compare = [&](const std::vector<float>& logits, size_t rows) {
     for (size_t r = 0; r + 1 < rows; r += 2)
-      for (int64_t v = 0; v < vocab; ++v)
+      for (int64_t v = 0; v < vocab; ++v) {
         worst = std::max(worst, static_cast<double>(std::fabs(logits[r * vocab + v] - logits[(r + 1) * vocab + v])));
+        max_logit = std::max(max_logit, static_cast<double>(std::fabs(logits[(r + 1) * vocab + v])));
+      }
   };
+  // The prefix and the whole prompts go through steps of other token counts (a ring kv_cache prefills
+  // in rounds; few-token steps use split-K attention): equal within the dtype's rounding relative to the
+  // largest logit, as the all_logits rows below; the greedy ids must be identical.
+  const double rtol = m.dtype == DType::F32 ? 1e-4 : 2e-2;
   std::vector<float> logits(prefill.size() * static_cast<size_t>(vocab));
   runner->forward(prefill, logits.data(), ids.data());
   compare(logits, prefill.size());
@@ -63,11 +69,12 @@ int check_shared_prefix(const Manifest& m, int rank, int tp_size, const cuda::We
     if (want_logits) compare(logits, step.size());
     compare_ids();
   }
-  const bool logits_ok = worst <= atol;
+  const bool logits_ok = worst <= atol + rtol * max_logit;
   fails += !logits_ok + !ids_same;
   say(std::string(logits_ok ? "PASS" : "FAIL") + " shared prefix: logits of " + std::to_string(kMembers) +
       " sequences reading a " + std::to_string(kPrefix) + "-token prefix from another slot vs the whole prompts: max |diff| " +
-      std::to_string(worst) + " (atol " + std::to_string(atol) + ")");
+      std::to_string(worst) + " (atol " + std::to_string(atol) + " + rtol " + std::to_string(rtol) + " x max |logit| " +
+      std::to_string(max_logit) + ")");
   say(std::string(ids_same ? "PASS" : "FAIL") + " shared prefix: greedy ids of " + std::to_string(kSteps) +
       " decode steps identical to the unshared sequences");
 
@@ -78,10 +85,9 @@ int check_shared_prefix(const Manifest& m, int rank, int tp_size, const cuda::We
   std::vector<float> rows(seq.size() * static_cast<size_t>(vocab)), last(static_cast<size_t>(vocab));
   std::vector<int32_t> row_ids(seq.size());
   runner->forward({all}, rows.data(), row_ids.data());
-  // Different token counts per step may take other GEMM algorithms: equal within the dtype's rounding
-  // (relative to the largest logit), not bit for bit.
-  const double rtol = m.dtype == DType::F32 ? 1e-4 : 2e-2;
-  double worst_rows = 0, max_logit = 0;
+  // Different token counts per step may take other GEMM algorithms: the same tolerance.
+  double worst_rows = 0;
+  max_logit = 0;
   bool argmax_same = true;
   for (size_t n = 1; n <= seq.size(); ++n) {
     int32_t id = -1;

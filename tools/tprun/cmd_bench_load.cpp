@@ -46,7 +46,7 @@ struct BenchLoadOptions {
   bool no_runner = false;
   int repeat = 1;
   bool json = false;
-  bool register_ring = false;
+  std::string pin = "register";    ///< how the ring is pinned: register (cudaHostRegister) or alloc (cudaHostAlloc)
   std::string hash_impl = "auto";  ///< format/hash.h set_xxh3_implementation (A/B of the XXH3 code)
 };
 
@@ -80,7 +80,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     lo.reader_threads = o.readers > 0 ? o.readers : default_reader_threads(worker.env().local_world_size);
     lo.verify_hashes = !o.no_verify && g.session.verify_hashes;
     set_xxh3_implementation(o.hash_impl);
-    lo.register_ring = o.register_ring;
+    lo.register_ring = o.pin == "register";
     lo.direct_io = o.direct_io;
 
     RankStats s{};
@@ -175,8 +175,9 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
             x.rss_anon_load_mib, x.rss_file_load_mib);
       }
     }
-    std::printf("bench-load %s tp %d: ring %.0f MiB pinned (%zu MiB buffers), %d readers, hashes %s (XXH3 %s)%s, best of %d\n",
-                g.session.model_dir.c_str(), worker.tp_size(), st[0].pinned_mib, o.ring_mib, int(st[0].readers),
+    std::printf("bench-load %s tp %d: ring %.0f MiB pinned by %s (%zu MiB buffers), %d readers, hashes %s (XXH3 %s)%s, best of %d\n",
+                g.session.model_dir.c_str(), worker.tp_size(), st[0].pinned_mib,
+                lo.register_ring ? "cudaHostRegister" : "cudaHostAlloc", o.ring_mib, int(st[0].readers),
                 lo.verify_hashes ? "verified" : "not verified", xxh3_implementation(), o.direct_io ? ", O_DIRECT" : "",
                 std::max(1, o.repeat));
     std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s %8s %8s\n", "rank", "load_s", "GB/s", "read_s",
@@ -348,8 +349,9 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
       ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 256));
   sub->add_flag("--no-verify", o->no_verify, "skip the XXH3 check while streaming (to measure its cost)");
   sub->add_flag("--direct-io", o->direct_io, "read with O_DIRECT (bypasses the page cache)");
-  sub->add_flag("--register-ring", o->register_ring,
-                "pin the ring with cudaHostRegister of aligned_alloc memory instead of cudaHostAlloc");
+  sub->add_option("--pin", o->pin, "how the ring is pinned: register (cudaHostRegister of aligned_alloc memory) or alloc (cudaHostAlloc)")
+      ->check(CLI::IsMember({"register", "alloc"}))
+      ->capture_default_str();
   sub->add_option("--hash-impl", o->hash_impl, "XXH3 code: auto (the widest this CPU runs), sse2, avx2, avx512")
       ->capture_default_str();
   sub->add_flag("--no-runner", o->no_runner, "do not build the runner (no kv_cache / workspace numbers)");
