@@ -380,7 +380,14 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     // the finished file, so it is exactly what the runtime will see.
     const uint64_t table_xxh3 = ShardReader(tmp.path() + "/" + rel).header().table_xxh3;
     const ParallelLayout& layout = *jobs[j].layout;
-    ManifestShard ms{st.tp_rank, rel, st.file_bytes, st.xxh3, arena, table_xxh3, layout.tp(st.tp_rank)};
+    ManifestShard ms;
+    ms.tp_rank = st.tp_rank;
+    ms.file = rel;
+    ms.bytes = st.file_bytes;
+    ms.xxh3 = st.xxh3;
+    ms.weight_bytes = arena;
+    ms.table_xxh3 = table_xxh3;
+    ms.ranges = layout.tp(st.tp_rank);
     ms.pp_stage = st.pp_stage;
     if (st.pp_size == 1) {
       m.shards[st.tp_size].push_back(ms);

@@ -7,7 +7,7 @@ Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OU
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
 tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
 tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), tiny-qwen3 (q/k norms,
-head_dim apart from hidden / heads), and the repacked fixtures tiny-internlm2
+head_dim apart from hidden / heads), tiny-starcoder2 (LayerNorm, biases, sliding window 6), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -114,6 +114,17 @@ def gpt_neo_config():
                         intermediate_size=None, vocab_size=VOCAB, max_position_embeddings=128,
                         activation_function="gelu_new", layer_norm_epsilon=1e-5,
                         bos_token_id=0, eos_token_id=0)
+
+
+def starcoder2_config():
+    # LayerNorm with bias, biases on q/k/v/o and on the non-gated gelu_pytorch_tanh MLP (c_fc / c_proj),
+    # GQA 8/2 (KV groups split at tp 3), sliding_window 6 on every layer (shorter than the prompts),
+    # tied embeddings (Starcoder2Config's default).
+    from transformers import Starcoder2Config
+    return Starcoder2Config(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                            intermediate_size=160, vocab_size=VOCAB, norm_epsilon=1e-5, max_position_embeddings=128,
+                            rope_theta=10000.0, sliding_window=6, use_bias=True, tie_word_embeddings=True,
+                            bos_token_id=0, eos_token_id=0)
 
 
 def make_model(config, seed):
@@ -313,6 +324,7 @@ def main():
         ("tiny-llama-yarn", llama_yarn_config(), 900),
         ("tiny-phi3", phi3_config(), 1000),
         ("tiny-qwen3", qwen3_config(), 1100),
+        ("tiny-starcoder2", starcoder2_config(), 1200),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

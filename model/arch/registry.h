@@ -46,5 +46,6 @@ extern const ArchSpec kInternLM2Arch;
 extern const ArchSpec kGptNeoArch;
 extern const ArchSpec kPhi3Arch;
 extern const ArchSpec kQwen3Arch;
+extern const ArchSpec kStarcoder2Arch;
 
 }  // namespace tpshard

@@ -204,6 +204,10 @@ TEST_CASE("Phi-3, fused qkv_proj and gate_up_proj, sliding_window 6, GQA 8/2: vs
   check_against_hf("tiny-phi3", {1, 2, 3, 4});
 }
 
+TEST_CASE("StarCoder2: LayerNorm with bias, biases on q/k/v/o and the gelu MLP, sliding_window 6, GQA 8/2, tied: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-starcoder2", {1, 2, 3, 4});
+}
+
 TEST_CASE("yarn rope scaling (factor 4, original_max_position_embeddings 32): vs transformers at tp 1, 2") {
   check_against_hf("tiny-llama-yarn", {1, 2});
 }
