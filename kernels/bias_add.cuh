@@ -6,7 +6,13 @@
 
 namespace tpshard::cuda {
 
-/// x [n, width] of dtype, in place; bias [width] of dtype. The sum is rounded once to dtype.
-void bias_add(void* x, const void* bias, int n, int width, DType dtype, cudaStream_t stream);
+/// x [n, width] of x_dtype (dtype, or F32: logits), in place; bias [width] of dtype. The sum is rounded
+/// once to x_dtype.
+void bias_add(void* x, const void* bias, int n, int width, DType dtype, cudaStream_t stream, DType x_dtype);
+
+/// bias_add with x of the bias's dtype.
+inline void bias_add(void* x, const void* bias, int n, int width, DType dtype, cudaStream_t stream) {
+  bias_add(x, bias, n, width, dtype, stream, dtype);
+}
 
 }  // namespace tpshard::cuda

@@ -36,7 +36,7 @@ void linear(const GemvArgs& a, Gemm& gemm, void* scratch, bool use_gemv, cudaStr
   g.beta = act ? 0.f : a.beta;
   gemm.linear(g, stream);
   if (!act) {
-    if (a.bias) bias_add(a.y, a.bias, a.n, rows, a.dtype, stream);
+    if (a.bias) bias_add(a.y, a.bias, a.n, rows, a.dtype, stream, a.out_dtype);
     return;
   }
   ActivationParams p;

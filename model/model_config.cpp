@@ -205,17 +205,23 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   }
   c.arch = spec->arch;
 
-  c.hidden_size = req_int(j, "hidden_size", path);
-  // GPT-Neo spells these num_layers / num_heads (its config class maps the standard names onto them)
-  c.num_hidden_layers = req_int(j, !has(j, "num_hidden_layers") && has(j, "num_layers") ? "num_layers" : "num_hidden_layers", path);
+  // Other spellings of the standard names (their config classes map the standard names onto them):
+  // GPT-Neo's num_layers / num_heads, GPT-J's (GPT-2's) n_embd / n_layer / n_head / n_positions.
+  auto key = [&](const char* standard, std::initializer_list<const char*> aliases) {
+    if (has(j, standard)) return standard;
+    for (const char* a : aliases)
+      if (has(j, a)) return a;
+    return standard;  // absent: req_int names the standard field
+  };
+  c.hidden_size = req_int(j, key("hidden_size", {"n_embd"}), path);
+  c.num_hidden_layers = req_int(j, key("num_hidden_layers", {"num_layers", "n_layer"}), path);
   if (c.num_hidden_layers > kMaxHiddenLayers)  // before anything is planned per layer
     throw Error(path + ": num_hidden_layers " + std::to_string(c.num_hidden_layers) + " is more than the " +
                     std::to_string(kMaxHiddenLayers) + " tpshard accepts",
                 "fix config.json (published models have at most a few hundred layers)");
-  c.num_attention_heads =
-      req_int(j, !has(j, "num_attention_heads") && has(j, "num_heads") ? "num_heads" : "num_attention_heads", path);
+  c.num_attention_heads = req_int(j, key("num_attention_heads", {"num_heads", "n_head"}), path);
   c.vocab_size = req_int(j, "vocab_size", path);
-  c.max_position_embeddings = req_int(j, "max_position_embeddings", path);
+  c.max_position_embeddings = req_int(j, key("max_position_embeddings", {"n_positions"}), path);
   c.num_key_value_heads = opt_int(j, "num_key_value_heads", c.num_attention_heads, path);
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
     throw Error(path + ": num_attention_heads " + std::to_string(c.num_attention_heads) +

@@ -14,7 +14,7 @@ namespace tpshard {
 /// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
 /// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 /// InternLM2ForCausalLM, GPTNeoForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM).
-enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2 };
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2, GptJ };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
 /// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'

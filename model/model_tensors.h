@@ -30,6 +30,7 @@ struct ModelTensors {
   std::vector<LayerTensors<T>> layers;
   T output_norm_weight{}, output_norm_bias{};
   T output{};
+  T output_bias{};  ///< the LM head's bias (GPT-J); T{} = none
 };
 
 /// The member of m that holds role (of block `layer` for layer roles).
@@ -41,6 +42,7 @@ T& tensor_slot(ModelTensors<T>& m, TensorRole role, int layer) {
     case TensorRole::OutputNormWeight: return m.output_norm_weight;
     case TensorRole::OutputNormBias: return m.output_norm_bias;
     case TensorRole::Output: return m.output;
+    case TensorRole::OutputBias: return m.output_bias;
     case TensorRole::AttnNormWeight: return m.layers.at(layer).attn_norm_weight;
     case TensorRole::AttnNormBias: return m.layers.at(layer).attn_norm_bias;
     case TensorRole::AttnQkvWeight: return m.layers.at(layer).attn_qkv_weight;

@@ -44,6 +44,7 @@ bool stage_holds_role(TensorRole role, const ModelConfig& c, bool first_stage, b
     case TensorRole::OutputNormWeight:
     case TensorRole::OutputNormBias:
     case TensorRole::Output:
+    case TensorRole::OutputBias:
       return last_stage;
     default:
       return false;  // layer roles go with their layer

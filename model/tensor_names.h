@@ -33,5 +33,6 @@ inline const char* kPosEmbd = "position_embd.weight";
 inline const char* kOutputNormWeight = "output_norm.weight";
 inline const char* kOutputNormBias = "output_norm.bias";
 inline const char* kOutput = "output.weight";
+inline const char* kOutputBias = "output.bias";
 
 }  // namespace tpshard::names

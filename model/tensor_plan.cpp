@@ -45,6 +45,7 @@ std::string canonical_name(TensorRole role, int layer) {
     case TensorRole::OutputNormWeight: return names::kOutputNormWeight;
     case TensorRole::OutputNormBias: return names::kOutputNormBias;
     case TensorRole::Output: return names::kOutput;
+    case TensorRole::OutputBias: return names::kOutputBias;
   }
   throw Error("tensor plan: unknown tensor role", "this is a bug");
 }
@@ -52,7 +53,8 @@ std::string canonical_name(TensorRole role, int layer) {
 SplitKind role_split(TensorRole role) {
   switch (role) {
     case TensorRole::TokenEmbd:
-    case TensorRole::Output: return SplitKind::Vocab;
+    case TensorRole::Output:
+    case TensorRole::OutputBias: return SplitKind::Vocab;
     case TensorRole::AttnQkvWeight:
     case TensorRole::AttnQkvBias:
     case TensorRole::FfnGateUpWeight:
@@ -78,7 +80,7 @@ SplitKind role_split(TensorRole role) {
 
 bool is_layer_role(TensorRole role) {
   return !(role == TensorRole::TokenEmbd || role == TensorRole::PosEmbd || role == TensorRole::OutputNormWeight ||
-           role == TensorRole::OutputNormBias || role == TensorRole::Output);
+           role == TensorRole::OutputNormBias || role == TensorRole::Output || role == TensorRole::OutputBias);
 }
 
 void add_tensor(std::vector<OutputTensor>& plan, TensorRole role, int layer, std::vector<std::string> sources,
@@ -174,6 +176,20 @@ RankSlice local_slice(const OutputTensor& t, const ModelConfig& c, const Paralle
       s.spans.push_back({0, heads.begin * hd, heads.size() * hd, 0});
       s.spans.push_back({0, q_rows + kv.begin * hd, kv.size() * hd, 0});
       s.spans.push_back({0, q_rows + kv_rows + kv.begin * hd, kv.size() * hd, 0});
+      local_rows = (heads.size() + 2 * kv.size()) * hd;
+      break;
+    }
+    case Transform::GptjQkv: {
+      const int64_t half = c.rotary_ndims / 2;
+      for (int source = 0; source < 2; ++source) {  // q_proj over the rank's heads, k_proj over its KV heads
+        const Range r = source == 0 ? heads : kv;
+        for (int64_t h = r.begin; h < r.end; ++h) {
+          for (int64_t odd = 0; odd < 2; ++odd)
+            for (int64_t j = 0; j < half; ++j) s.spans.push_back({source, h * hd + 2 * j + odd, 1, 0});
+          if (hd > 2 * half) s.spans.push_back({source, h * hd + 2 * half, hd - 2 * half, 0});
+        }
+      }
+      s.spans.push_back({2, kv.begin * hd, kv.size() * hd, 0});
       local_rows = (heads.size() + 2 * kv.size()) * hd;
       break;
     }

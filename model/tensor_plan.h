@@ -40,6 +40,7 @@ enum class TensorRole {
   OutputNormWeight,  ///< output_norm.weight     [hidden]
   OutputNormBias,    ///< output_norm.bias       [hidden] (LayerNorm)
   Output,            ///< output.weight          [vocab_rows, hidden]; absent when tie_word_embeddings
+  OutputBias,        ///< output.bias            [vocab_rows] (GPT-J's lm_head bias), added to the logits
 };
 
 /// The shard-file name of a role (tensor_names.h); layer is ignored for the global roles.
@@ -68,6 +69,11 @@ enum class Transform {
   PackedQkv,
   /// One fused [2 intermediate, hidden] as [gate | up] (Phi-3 gate_up_proj) -> this rank's gate rows | up rows.
   PackedGateUp,
+  /// q_proj, k_proj, v_proj as LlamaQkv, with the first rotary_ndims rows of each Q and K head reordered
+  /// from GPT-J's interleaved rotary pairs (2j, 2j+1) to the half-split pairs (j, j + rotary_ndims/2) the
+  /// backends rotate: new row j <- row 2j, new row rotary_ndims/2 + j <- row 2j + 1. The same order on Q
+  /// and K leaves every score q.k unchanged (modeling_gptj.py rotate_every_two).
+  GptjQkv,
 };
 
 /// One output tensor of every shard, in arena order.

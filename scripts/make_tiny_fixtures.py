@@ -7,7 +7,8 @@ Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OU
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
 tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
 tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), tiny-qwen3 (q/k norms,
-head_dim apart from hidden / heads), tiny-starcoder2 (LayerNorm, biases, sliding window 6), and the repacked fixtures tiny-internlm2
+head_dim apart from hidden / heads), tiny-starcoder2 (LayerNorm, biases, sliding window 6),
+tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + MLP, lm_head bias), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -125,6 +126,15 @@ def starcoder2_config():
                             intermediate_size=160, vocab_size=VOCAB, norm_epsilon=1e-5, max_position_embeddings=128,
                             rope_theta=10000.0, sliding_window=6, use_bias=True, tie_word_embeddings=True,
                             bos_token_id=0, eos_token_id=0)
+
+
+def gptj_config():
+    # 4 heads of head_dim 16 with rotary_dim 8 (GPT-J-6B: 64 of 256): the interleaved rotary pairs on
+    # part of each head; one ln_1 for the parallel attention and MLP; lm_head with a bias; untied.
+    from transformers import GPTJConfig
+    return GPTJConfig(n_embd=64, n_head=4, n_layer=2, rotary_dim=8, n_inner=None, vocab_size=VOCAB,
+                      n_positions=128, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                      tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
 
 
 def make_model(config, seed):
@@ -325,6 +335,7 @@ def main():
         ("tiny-phi3", phi3_config(), 1000),
         ("tiny-qwen3", qwen3_config(), 1100),
         ("tiny-starcoder2", starcoder2_config(), 1200),
+        ("tiny-gptj", gptj_config(), 1300),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

@@ -17,6 +17,7 @@ const ArchSpec& arch_spec(Arch arch) {
     case Arch::Phi3: return kPhi3Arch;
     case Arch::Qwen3: return kQwen3Arch;
     case Arch::Starcoder2: return kStarcoder2Arch;
+    case Arch::GptJ: return kGptJArch;
   }
   throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
 }
@@ -25,7 +26,7 @@ namespace {
 
 /// Every Arch value, in the order error messages list them.
 constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama,  Arch::Mistral, Arch::Qwen2,
-                         Arch::InternLM2, Arch::GptNeo, Arch::Phi3,    Arch::Qwen3, Arch::Starcoder2};
+                         Arch::InternLM2, Arch::GptNeo, Arch::Phi3,    Arch::Qwen3, Arch::Starcoder2, Arch::GptJ};
 
 }  // namespace
 

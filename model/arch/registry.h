@@ -47,5 +47,6 @@ extern const ArchSpec kGptNeoArch;
 extern const ArchSpec kPhi3Arch;
 extern const ArchSpec kQwen3Arch;
 extern const ArchSpec kStarcoder2Arch;
+extern const ArchSpec kGptJArch;
 
 }  // namespace tpshard

@@ -315,7 +315,7 @@ void CpuRunner::head(const std::vector<int64_t>& last_row, const float* x, float
   const int64_t vpr = mine_.vocab_rows.size(), tp = comm_.size();  // equal on every rank (even split)
   const std::vector<float>& lm_head = w_.output.empty() ? w_.token_embd : w_.output;
   std::vector<float> local(m * vpr), gathered(tp * m * vpr);
-  linear(pool_, hn.data(), lm_head.data(), nullptr, local.data(), m, H, vpr);
+  linear(pool_, hn.data(), lm_head.data(), opt(w_.output_bias), local.data(), m, H, vpr);
   comm_.all_gather(local.data(), gathered.data(), m * vpr, DType::F32);
 
   // gathered is [tp][m][vpr]; global id r * vpr + j; ids >= vocab_size are padding and dropped.

@@ -208,6 +208,10 @@ TEST_CASE("StarCoder2: LayerNorm with bias, biases on q/k/v/o and the gelu MLP, 
   check_against_hf("tiny-starcoder2", {1, 2, 3, 4});
 }
 
+TEST_CASE("GPT-J: interleaved rotary on 8 of 16 dims, one ln_1 for parallel attention + MLP, lm_head bias: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-gptj", {1, 2, 3, 4});
+}
+
 TEST_CASE("yarn rope scaling (factor 4, original_max_position_embeddings 32): vs transformers at tp 1, 2") {
   check_against_hf("tiny-llama-yarn", {1, 2});
 }

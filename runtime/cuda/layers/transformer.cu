@@ -201,6 +201,7 @@ void Transformer::head(const StepMeta& m, const Pending& pending) {
   GemvArgs g;  // the LM head
   g.x = m.decode ? h1_ : last_;
   g.w = w_.output;
+  g.bias = w_.output_bias;  // GPT-J's lm_head bias (the rank's vocab rows), else nullptr
   g.y = logits_;
   g.n = m.n_rows;
   g.out = static_cast<int>(mine_.vocab_rows.size());
