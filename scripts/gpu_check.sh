@@ -334,7 +334,7 @@ else
       [ -d "$WORK/k_$m" ] || continue
       if run_logged "shared prefix $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --check-shared-prefix --atol 1e-5 &&
          [ "$(grep -c '^PASS' "$WORK/out.txt")" -eq 3 ]; then
-        k_result PASS "shared prefix and all_logits $m tp $TP: logits and greedy ids of the unshared / last-position path" "$(grep -m1 'max |diff|' "$WORK/out.txt" | sed 's/.*max/max/')"
+        k_result PASS "shared prefix and all_logits $m tp $TP: logits and greedy ids of the unshared / last-position path" "$(grep -m1 'max |diff|' "$WORK/out.txt" | sed 's/.*max |diff|/max |diff|/')"
       else
         k_result FAIL "shared prefix $m tp $TP" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
       fi
