@@ -16,10 +16,6 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 std::string canonical_name(TensorRole role, int layer) {

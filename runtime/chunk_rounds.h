@@ -19,8 +19,7 @@ bool needs_rounds(const std::vector<SeqChunk>& chunks, int64_t max_positions);
 
 /// Run chunks through step in rounds of pieces of at most max_positions (>= 1) tokens; logits
 /// [output_rows(chunks), vocab_size] and argmax [output_rows(chunks)] as ModelRunner::forward (either
-/// may be null). A piece that is not its chunk's last asks for no output rows beyond the one every
-/// chunk yields (discarded) unless the chunk is all_logits.
+/// may be null). The row a non-last piece of a chunk yields is discarded (all_logits chunks keep every row).
 void forward_in_rounds(const std::vector<SeqChunk>& chunks, int64_t max_positions, int64_t vocab_size, float* logits,
                        int32_t* argmax, const ForwardFn& step);
 

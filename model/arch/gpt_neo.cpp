@@ -108,11 +108,6 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
   return v;
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const std::string x(suffix);
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-}
-
 /// The causal / local mask buffers older checkpoints saved with the weights.
 bool ignorable(const std::string& n) {
   return ends_with(n, ".attn.attention.bias") || ends_with(n, ".attn.attention.masked_bias");

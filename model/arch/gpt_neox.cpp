@@ -56,11 +56,6 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
   return v;
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const std::string x(suffix);
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-}
-
 /// The causal-mask buffers older checkpoints saved with the weights.
 bool ignorable(const std::string& n) { return ends_with(n, ".attention.bias") || ends_with(n, ".attention.masked_bias"); }
 

@@ -65,11 +65,6 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
   return v;
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const std::string x(suffix);
-  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-}
-
 /// The causal-mask buffers older checkpoints saved with the weights (_keys_to_ignore_on_load_unexpected).
 bool ignorable(const std::string& n) { return ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias"); }
 

@@ -28,6 +28,12 @@ struct ArchSpec {
   bool (*is_ignorable_source)(const std::string& hf_name);
 };
 
+/// Whether hf_name ends with suffix (is_ignorable_source rules: the mask buffers ".attn.bias" and alike).
+inline bool ends_with(const std::string& hf_name, const char* suffix) {
+  const std::string x(suffix);
+  return hf_name.size() >= x.size() && hf_name.compare(hf_name.size() - x.size(), x.size(), x) == 0;
+}
+
 /// The spec of an architecture (every enum value has one; no default branch).
 const ArchSpec& arch_spec(Arch arch);
 
