@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "convert/add_layouts.h"
 #include "convert/fs_util.h"
 #include "convert/progress.h"
 #include "convert/temp_owner.h"
@@ -267,8 +268,27 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
                 "check that config.json matches the weights, or pass --allow-unused to skip them");
   }
   for (auto& n : unknown) res.ignored.push_back(n);
-  const DType out_dtype = o.dtype == "keep" ? sources[0][0]->dtype : dtype_from_string(o.dtype);
-  check_out_dir(o);
+  DType out_dtype = o.dtype == "keep" ? sources[0][0]->dtype : dtype_from_string(o.dtype);
+  Manifest existing;  // add_layouts: the conversion in OUT that the new layouts join
+  if (o.add_layouts) {
+    existing = load_conversion_to_extend(o.out_dir, cfg, o.dtype == "keep" ? std::nullopt : std::optional<DType>(out_dtype));
+    out_dtype = existing.dtype;
+    for (auto it = layouts.begin(); it != layouts.end();) {
+      const auto [pp, tp] = it->first;
+      if (!manifest_has_layout(existing, pp, tp)) {
+        ++it;
+        continue;
+      }
+      res.already_present.push_back(pp == 1 ? "tp " + std::to_string(tp) : "pp " + std::to_string(pp) + " x tp " + std::to_string(tp));
+      it = layouts.erase(it);
+    }
+    if (layouts.empty()) {
+      res.manifest = existing;
+      return res;
+    }
+  } else {
+    check_out_dir(o);
+  }
   const int threads = o.threads > 0 ? o.threads : std::max(1, std::min(8, static_cast<int>(std::thread::hardware_concurrency())));
 
   // 2. Write into OUT.tmp-XXXXXX, after removing those a SIGKILLed convert to the same OUT left behind.
@@ -293,6 +313,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
       p.add(done);
     });
   }
+  if (o.add_layouts) check_same_source(existing.source, m.source, o.out_dir, o.hf_dir);
 
   std::vector<std::unique_ptr<ShardWriter>> writers;
   std::vector<Job> jobs;  // one per (pp_size, pp_stage, tp_size, tp_rank)
@@ -395,6 +416,23 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
       ms.layers = layout.stage_layers[static_cast<size_t>(st.pp_stage)];
       m.pp_shards[{st.pp_size, st.tp_size}].push_back(ms);
     }
+  }
+  if (o.add_layouts) {  // the new layouts join OUT; its source fingerprint, tokenizer files and other layouts stay
+    Manifest merged = existing;
+    std::vector<std::string> dirs;
+    for (auto& [tp_size, shards] : m.shards) {
+      merged.shards[tp_size] = shards;
+      dirs.push_back(fs::path(shards.front().file).parent_path().string());
+    }
+    for (auto& [key, shards] : m.pp_shards) {
+      merged.pp_shards[key] = shards;
+      dirs.push_back(fs::path(shards.front().file).parent_path().string());
+    }
+    check_interrupt();
+    commit_added_layouts(tmp.path(), o.out_dir, merged, dirs);
+    res.manifest = merged;
+    res.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return res;
   }
   for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                         "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json",

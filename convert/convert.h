@@ -27,6 +27,10 @@ struct ConvertOptions {
   bool allow_nonfinite = false;    ///< convert tensors holding NaN/inf instead of refusing the checkpoint
   bool progress = true;            ///< live progress line on stderr when it is a terminal
   bool hash_source = true;         ///< fingerprint the source files (XXH3 of each)
+  /// Add the tp/pp layouts to the existing conversion in out_dir (`--add-tp`) instead of writing a new one:
+  /// same checkpoint (file names, sizes, XXH3), config and dtype required; layouts it already holds are
+  /// skipped; its source fingerprint, tokenizer files and other layouts stay as they are.
+  bool add_layouts = false;
 };
 
 /// Per-shard statistics for the summary table.
@@ -48,6 +52,8 @@ struct ConvertResult {
   uint64_t output_bytes = 0;          ///< raw bytes streamed into shard files (all tp sizes, all passes)
   double seconds = 0;                 ///< the conversion phase (without source/shard hashing)
   double total_seconds = 0;           ///< everything
+  /// add_layouts only: the requested layouts OUT already held ("tp 2", "pp 2 x tp 4"), not written again.
+  std::vector<std::string> already_present;
 };
 
 /// Run the conversion. Throws Error (naming the file and the fix) on any problem; nothing is left at

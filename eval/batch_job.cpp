@@ -28,6 +28,16 @@ std::string request_fingerprint(const GenerationRequest& r) {
 }
 
 std::string model_fingerprint(const Manifest& m) {
+  const bool hashed = !m.source.empty() &&
+                      std::all_of(m.source.begin(), m.source.end(), [](const SourceFile& f) { return f.xxh3 != 0; });
+  if (!hashed) return legacy_model_fingerprint(m);
+  std::string text = "model:" + hash_to_hex(model_section_xxh3(model_config_to_json(m.model))) + "\ndtype:" +
+                     dtype_name(m.dtype) + "\n";
+  for (const SourceFile& f : m.source) text += f.name + " " + std::to_string(f.bytes) + " " + hash_to_hex(f.xxh3) + "\n";
+  return hash_to_hex(xxh3_64(text.data(), text.size()));
+}
+
+std::string legacy_model_fingerprint(const Manifest& m) {
   std::string text;
   for (const auto& [tp_size, shards] : m.shards)
     for (const ManifestShard& sh : shards)
@@ -120,13 +130,14 @@ std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items,
 
   JsonlContents existing = read_jsonl_results(opts.output_path);
   const std::string model_xxh3 = manifest != nullptr ? model_fingerprint(*manifest) : std::string();
+  const std::string legacy_xxh3 = manifest != nullptr ? legacy_model_fingerprint(*manifest) : std::string();
   if (!model_xxh3.empty()) {
     // Results of another model must not be reused: the whole file is refused (lines without the
     // field, from older files, are not compared).
     for (size_t l = 0; l < existing.lines.size(); ++l) {
       const nlohmann::json j = nlohmann::json::parse(existing.lines[l], nullptr, false);
       auto h = j.is_object() ? j.find("model_xxh3") : j.end();
-      if (h != j.end() && (!h->is_string() || h->get<std::string>() != model_xxh3))
+      if (h != j.end() && (!h->is_string() || (h->get<std::string>() != model_xxh3 && h->get<std::string>() != legacy_xxh3)))
         throw Error(opts.output_path + ": was made with another model: its result for id " + existing.keys[l] +
                         " has model_xxh3 " + h->dump() + ", the model " +
                         (model_dir.empty() ? std::string("being run") : model_dir) + " has \"" + model_xxh3 + "\"",

@@ -32,13 +32,19 @@ struct BatchItem {
 /// resumed job can tell a stored result of another request (other prompt or settings) under the same id.
 std::string request_fingerprint(const GenerationRequest& r);
 
-/// 16 hex digits: XXH3-64 of the manifest's shard table hashes ("tpN/rankR:table_xxh3\n" for every
-/// shard of every tp size, in tp_size then tp_rank order, then "ppP-tpT/stageS-rankR.tps:..." for the
-/// pipeline layouts). Each table_xxh3 covers every tensor's data
-/// hash, so another conversion with other weights (or another --dtype) gives another value; the same
-/// converted model gives the same value whichever --tp runs it. Written as "model_xxh3" on each result
-/// line. "" when no shard records a table_xxh3 (a manifest from before it existed): not written.
+/// 16 hex digits identifying the weights a job ran with, independent of which layouts the conversion
+/// holds (so `tpshard convert --add-tp` keeps it): XXH3-64 of "model:<model_section_xxh3 of the manifest's
+/// model section>\ndtype:<stored dtype>\n" followed by "<name> <bytes> <xxh3>\n" for every source file of the
+/// checkpoint. Written as "model_xxh3" on each result line. A conversion made with --no-source-hash (a
+/// source XXH3 of 0) has no such identity: legacy_model_fingerprint is used instead.
 std::string model_fingerprint(const Manifest& m);
+
+/// The fingerprint of result files written before model_fingerprint covered the source: XXH3-64 of the
+/// shard table hashes ("tpN/rankR:table_xxh3\n" for every shard of every tp size, in tp_size then tp_rank
+/// order, then "ppP-tpT/stageS-rankR.tps:..." for the pipeline layouts). It changes when a layout is
+/// added. A stored model_xxh3 equal to either value is this model's. "" when no shard records a
+/// table_xxh3.
+std::string legacy_model_fingerprint(const Manifest& m);
 
 struct BatchJobOptions {
   std::string label = "generate";   ///< progress prefix

@@ -84,19 +84,30 @@ Error expect_error(const std::function<void()>& fn) {
 
 }  // namespace
 
-TEST_CASE("model_fingerprint: from the shard table hashes; same weights agree, other weights differ") {
+TEST_CASE("model_fingerprint: from the source checkpoint and dtype; same weights agree, other weights differ") {
   const Manifest a = convert_tiny("a", 0, {1, 2});
   const Manifest a2 = convert_tiny("a2", 0, {1, 2});
+  const Manifest a1 = convert_tiny("a1", 0, {1});
   const Manifest b = convert_tiny("b", 1.5f, {1, 2});
   const std::string fa = model_fingerprint(a);
   CHECK(fa.size() == 16);
   CHECK(model_fingerprint(a2) == fa);
+  CHECK(model_fingerprint(a1) == fa);  // which layouts exist does not matter
   CHECK(model_fingerprint(b) != fa);
-  // A manifest without table hashes (older converter) gives no fingerprint.
-  Manifest old = a;
-  for (auto& [tp, shards] : old.shards)
+  Manifest other_dtype = a;
+  other_dtype.dtype = DType::BF16;
+  CHECK(model_fingerprint(other_dtype) != fa);
+  // The older form (shard tables) differs between layouts and is still computed for older result files.
+  CHECK(legacy_model_fingerprint(a) != legacy_model_fingerprint(a1));
+  CHECK(legacy_model_fingerprint(a) != fa);
+  // Without source hashes (--no-source-hash) the shard tables are the identity.
+  Manifest unhashed = a;
+  for (auto& f : unhashed.source) f.xxh3 = 0;
+  CHECK(model_fingerprint(unhashed) == legacy_model_fingerprint(a));
+  // ... and without table hashes either (older converter) there is none.
+  for (auto& [tp, shards] : unhashed.shards)
     for (auto& sh : shards) sh.table_xxh3.reset();
-  CHECK(model_fingerprint(old).empty());
+  CHECK(model_fingerprint(unhashed).empty());
 }
 
 TEST_CASE("generate --input/--output: resuming with the same model reuses; another model is refused") {
@@ -140,6 +151,19 @@ TEST_CASE("generate --input/--output: resuming with the same model reuses; anoth
     CHECK(e.hint() == "delete " + out + " or choose another --output");
     CHECK(runner.forwards == before);
     CHECK(slurp(out) == first);
+  }
+  SUBCASE("lines written with the older fingerprint (shard tables) resume") {
+    std::ofstream(out, std::ios::trunc) << [&] {
+      std::string s;
+      for (auto j : js) {
+        j["model_xxh3"] = legacy_model_fingerprint(a);
+        s += j.dump() + "\n";
+      }
+      return s;
+    }();
+    const int64_t before = runner.forwards;
+    run_generate_jsonl(ctx, in, out, defaults, 2);
+    CHECK(runner.forwards == before);
   }
   SUBCASE("lines of an older file (no model_xxh3) are not compared") {
     std::ofstream(out, std::ios::trunc) << [&] {

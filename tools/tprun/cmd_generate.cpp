@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "format/json_depth.h"
 #include "runtime/chat_template.h"
 #include "runtime/generate.h"
+#include "runtime/generation_defaults.h"
 #include "runtime/process_memory.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
@@ -37,9 +39,15 @@ struct GenerateOptions {
   std::string on_bad_record = "stop";  // JSONL only: stop | skip
   std::string system;  // chat only
   std::string chat_prompt, messages_file;  // chat only: one user message, or a conversation file
+  std::string generation_config = "auto";  // auto | none (generation_defaults.h)
 };
 
-void add_sampling_options(CLI::App* sub, SamplingParams& p) {
+void add_sampling_options(CLI::App* sub, SamplingParams& p, std::string& generation_config) {
+  sub->add_option("--generation-config", generation_config,
+                  "auto: the model's generation_config.json sampling values are the defaults of the options not given "
+                  "(as vLLM); none: ignore the file")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->default_str("auto");
   sub->add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most")
       ->check(tpshard::cli::non_negative_for(p.max_new_tokens));
   sub->add_option("--min-new-tokens", p.min_new_tokens, "EOS is suppressed until this many tokens")
@@ -58,6 +66,23 @@ void add_sampling_options(CLI::App* sub, SamplingParams& p) {
   sub->add_option("--stop", p.stop, "stop string (repeatable); excluded from the output")
       ->check(tpshard::cli::non_empty_text());
   sub->add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS tokens");
+}
+
+/// With --generation-config auto, the model's generation_config.json values for the sampling options that
+/// `sub` did not get (generation_defaults.h); the primary process names what was applied on stderr.
+void apply_model_generation_defaults(const GlobalOptions& g, const CLI::App* sub, const std::string& mode,
+                                     SamplingParams& p) {
+  if (mode != "auto") return;
+  std::set<std::string> given;
+  for (const auto& [option, field] : {std::pair<const char*, const char*>{"--temperature", "temperature"},
+                                      {"--top-p", "top_p"}, {"--top-k", "top_k"}, {"--min-p", "min_p"},
+                                      {"--repetition-penalty", "repetition_penalty"},
+                                      {"--max-new-tokens", "max_new_tokens"}})
+    if (sub->get_option(option)->count() > 0) given.insert(field);
+  const std::string applied = apply_generation_defaults(read_generation_defaults(g.session.model_dir), p, given);
+  if (!applied.empty() && g.primary_process)
+    std::fprintf(stderr, "tprun: generation_config.json: %s (the model's defaults; --generation-config none ignores them)\n",
+                 applied.c_str());
 }
 
 /// Sampling option combinations refused before loading (`cmd`: "generate", "chat"). Each value's own
@@ -306,10 +331,11 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
       ->check(tpshard::cli::positive_for(o->batch_size));
   gen->add_option("--on-bad-record", o->on_bad_record, "JSONL: malformed input line: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
-  add_sampling_options(gen, o->params);
+  add_sampling_options(gen, o->params, o->generation_config);
   gen->callback([&g, o] { run_generate(g, *o); });
   g.preflight.push_back([gen, o, &g] {
     if (!gen->parsed()) return;
+    apply_model_generation_defaults(g, gen, o->generation_config, o->params);
     check_generate_options(*o);
     g.resumable_job = !o->input.empty();
     if (!g.checked_by_launcher) check_generate_requests(g, *o);
@@ -322,13 +348,14 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
                                     "JSON file: a list of {\"role\", \"content\"} (OpenAI messages); the reply continues it");
   chat_prompt->excludes(messages);
   chat->add_option("--system", c->system, "optional system message (before the conversation)");
-  add_sampling_options(chat, c->params);
+  add_sampling_options(chat, c->params, c->generation_config);
   chat->callback([&g, c] { run_chat(g, *c); });
   g.preflight.push_back([chat, c, chat_prompt, messages, &g] {
     if (!chat->parsed()) return;
     check_usage(chat_prompt->count() + messages->count() == 1, "chat: pass --prompt TEXT or --messages FILE",
                 "tprun MODEL chat --prompt \"...\"");
     if (messages->count()) (void)read_messages(c->messages_file);  // a bad file is named before any weight loads
+    apply_model_generation_defaults(g, chat, c->generation_config, c->params);
     check_sampling_options("chat", c->params);
     if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);  // before any weight loads
   });

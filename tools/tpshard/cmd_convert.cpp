@@ -67,6 +67,17 @@ int run_convert(const ConvertOptions& options) {
   check_tokenizer_loads(opt.hf_dir, "the checkpoint's tokenizer is corrupt or unsupported; restore it from the "
                                     "original model (or remove it to convert without a tokenizer)");
   const ConvertResult r = convert_checkpoint(opt);
+  if (opt.add_layouts) {
+    std::string have;
+    for (const std::string& l : r.already_present) have += (have.empty() ? "" : ", ") + l;
+    if (!have.empty())
+      std::fprintf(stderr, "tpshard convert: %s already holds %s: not written again\n", opt.out_dir.c_str(), have.c_str());
+    if (r.shards.empty()) {
+      std::fprintf(stderr, "tpshard convert: nothing to add; %s holds %s\n", opt.out_dir.c_str(),
+                   manifest_layouts_text(r.manifest).c_str());
+      return 0;
+    }
+  }
   if (opt.progress) {
     std::printf("%-4s %-5s %8s %12s %12s %7s  %-16s  %s\n", "tp", "rank", "tensors", "file", "raw", "ratio", "xxh3", "path");
     for (const auto& s : r.shards) {

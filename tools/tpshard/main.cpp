@@ -30,8 +30,14 @@ int main(int argc, char** argv) {
                       "of the local hub cache")->required();  // checked by run_convert: a missing directory is an error (exit 1), as in inspect / verify / tprun
   convert->add_option("-o,--out", copt.out_dir, "output directory (must not exist unless --force)")->required();
   std::vector<std::string> tp_lists;  // "1,2" items; split after parsing (CLI11's delimiter drops "2,,4"'s empty item)
-  convert->add_option("--tp", tp_lists, "tp sizes to produce, comma separated")->default_str("1")
+  auto* tp_opt = convert->add_option("--tp", tp_lists, "tp sizes to produce, comma separated")->default_str("1")
       ->check(tpshard::cli::positive_int_list(tpshard::kMaxTpSize, "the largest tp_size"));
+  std::vector<std::string> add_tp_lists;
+  auto* add_tp = convert->add_option("--add-tp", add_tp_lists,
+                      "tp sizes to add to the existing conversion in OUT (same checkpoint and dtype; layouts it has are "
+                      "skipped; its identity, and so resumable jobs, stay)")
+      ->check(tpshard::cli::positive_int_list(tpshard::kMaxTpSize, "the largest tp_size"))
+      ->excludes(tp_opt);
   std::vector<std::string> pp_lists;
   convert->add_option("--pp", pp_lists, "pipeline stage counts to produce, comma separated (each with every --tp)")
       ->default_str("1")
@@ -40,7 +46,7 @@ int main(int argc, char** argv) {
   convert->add_option("--compress", compress, "none|zstd[:level]|zstd-planes[:level] (per-tensor zstd, 2-D tensors)")->default_str("none");
   convert->add_option("--threads", copt.threads, "worker threads (default: min(cores, 8))")
       ->check(tpshard::cli::integer_in_range(0, 256, "0 = min(cores, 8)"));
-  convert->add_flag("--force", copt.force, "replace an existing output directory written by tpshard");
+  convert->add_flag("--force", copt.force, "replace an existing output directory written by tpshard")->excludes(add_tp);
   convert->add_flag("--allow-unused", copt.allow_unused, "skip (and list) source tensors the model does not use");
   convert->add_flag("--allow-nonfinite", copt.allow_nonfinite, "convert tensors holding NaN/inf (refused by default: a corrupt checkpoint)");
   bool no_source_hash = false, quiet = false;
@@ -114,6 +120,10 @@ int main(int argc, char** argv) {
   try {
     if (*convert) {
       if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
+      if (!add_tp_lists.empty()) {
+        copt.tp_sizes = cli::int_list_values(add_tp_lists);
+        copt.add_layouts = true;
+      }
       if (!pp_lists.empty()) copt.pp_sizes = cli::int_list_values(pp_lists);
       copt.hash_source = !no_source_hash;
       copt.progress = !quiet;
