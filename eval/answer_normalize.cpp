@@ -7,46 +7,12 @@
 
 #include <utf8proc.h>
 
+#include "tokenizer/utf8.h"
+
 namespace tpshard::eval {
 namespace {
 
-std::u32string decode_utf8(const std::string& s) {
-  std::u32string out;
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
-  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(s.size());
-  while (left > 0) {
-    utf8proc_int32_t cp = 0;
-    utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-    if (n <= 0) {  // invalid byte: U+FFFD, skip one byte (as Python's errors="replace" does per byte)
-      cp = 0xFFFD;
-      n = 1;
-    }
-    out.push_back(static_cast<char32_t>(cp));
-    p += n;
-    left -= n;
-  }
-  return out;
-}
-
-std::string encode_utf8(const std::u32string& s) {
-  std::string out;
-  utf8proc_uint8_t buf[4];
-  for (char32_t c : s) {
-    utf8proc_ssize_t n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(c), buf);
-    out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
-  }
-  return out;
-}
-
 utf8proc_category_t category(char32_t c) { return utf8proc_category(static_cast<utf8proc_int32_t>(c)); }
-
-// Python str.isspace(): bidirectional class WS, B or S, or category Zs.
-bool is_python_space(char32_t c) {
-  if ((c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0) return true;
-  if (c < 0x80) return false;
-  utf8proc_category_t cat = category(c);
-  return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
-}
 
 // Python re \w on str: alphanumeric (categories L*, N*) or '_'.
 bool is_word_char(char32_t c) {
@@ -156,7 +122,7 @@ std::vector<std::u32string> split_python_whitespace(const std::u32string& s) {
   std::vector<std::u32string> words;
   std::u32string cur;
   for (char32_t c : s) {
-    if (is_python_space(c)) {
+    if (utf8::is_python_space(c)) {
       if (!cur.empty()) words.push_back(std::move(cur));
       cur.clear();
     } else {
@@ -183,7 +149,7 @@ std::vector<std::string> normalized_tokens(const std::string& text) {
 }  // namespace
 
 std::string normalize_answer(const std::string& text) {
-  std::u32string s = decode_utf8(text);
+  std::u32string s = utf8::decode_lossy(text);
   std::replace(s.begin(), s.end(), U'_', U' ');
   s = python_lower(s);
   for (char32_t& c : s)
@@ -194,7 +160,7 @@ std::string normalize_answer(const std::string& text) {
     if (!joined.empty()) joined.push_back(U' ');
     joined += w;
   }
-  return encode_utf8(joined);
+  return utf8::encode(joined);
 }
 
 double exact_match_score(const std::string& prediction, const std::string& ground_truth) {

@@ -14,8 +14,9 @@ namespace tpshard::eval {
 ///   3. each of string.punctuation (the 32 ASCII punctuation marks) and U+2018 U+2019 U+00B4 U+0060 -> ' '
 ///      (other Unicode punctuation, e.g. U+201C, is kept, as in the official script)
 ///   4. the words a / an / the (Python re \b(a|an|the)\b on str: Unicode word boundaries) -> ' '
-///   5. split on Python whitespace (str.split(): Unicode White_Space incl. U+00A0, U+3000) and join with ' '
-/// Invalid UTF-8 bytes are read as U+FFFD.
+///   5. split on Python white space (str.split(): utf8::is_python_space, incl. U+001C..U+001F, U+00A0, U+3000)
+///      and join with ' '
+/// Ill-formed UTF-8 is read as Python's decode(errors="replace") does: one U+FFFD per maximal subpart.
 std::string normalize_answer(const std::string& text);
 
 /// 1 when normalize_answer(prediction) == normalize_answer(ground_truth), else 0.

@@ -13,8 +13,8 @@ namespace tpshard::eval {
 /// the space before its answer). Shots use their canonical answer (TriviaQaRecord::answer).
 std::string build_fewshot_prompt(const std::vector<TriviaQaRecord>& shots, const std::string& question);
 
-/// The answer in a generated continuation: the text up to the first '\n', with leading and trailing
-/// white space (ASCII and Unicode White_Space) removed.
+/// The answer in a generated continuation: the text up to the first '\n', stripped as Python's
+/// str.strip() does (utf8::python_strip: U+001C..U+001F are white space there too).
 std::string extract_answer(const std::string& generated);
 
 }  // namespace tpshard::eval

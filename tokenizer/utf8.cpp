@@ -145,6 +145,49 @@ bool is_whitespace(uint32_t cp) {
   }
 }
 
+bool is_python_space(uint32_t cp) {
+  if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20);
+  if (cp > 0x10FFFF) return false;
+  const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
+  return p->category == UTF8PROC_CATEGORY_ZS || p->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+         p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S;
+}
+
+std::string python_strip(std::string_view s) {
+  // Each code point: its byte range, and whether it is white space (ill-formed bytes: one byte, not space).
+  size_t begin = s.size(), end = 0;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = valid_seq_len(s, i);
+    const size_t start = i;
+    bool space = false;
+    if (len == 0) {
+      ++i;
+    } else {
+      space = is_python_space(next_cp(s, i));
+    }
+    if (!space) {
+      if (begin == s.size()) begin = start;
+      end = i;
+    }
+  }
+  return begin < end ? std::string(s.substr(begin, end - begin)) : std::string();
+}
+
+std::u32string decode_lossy(std::string_view s) {
+  const std::string valid = is_valid(s) ? std::string(s) : sanitize(s);
+  std::u32string out;
+  out.reserve(valid.size());
+  for (size_t i = 0; i < valid.size();) out.push_back(static_cast<char32_t>(next_cp(valid, i)));
+  return out;
+}
+
+std::string encode(const std::u32string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : s) append_cp(out, static_cast<uint32_t>(c));
+  return out;
+}
+
 bool is_alnum(uint32_t cp) {
   if (cp < 128) return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
   const auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));

@@ -1,6 +1,8 @@
-// utf8.h: the small UTF-8 helpers the tokenizer needs: validation with U+FFFD replacement,
-// code point iteration, encoding, and the byte-level (GPT-2) byte <-> code point alphabet.
-// Does not own normalization (utf8proc, normalizers.h) or regex splitting (pre_tokenizers.h).
+// utf8.h: the one UTF-8 and white-space module of the project (on utf8proc): validation with U+FFFD
+// replacement, code point iteration, encoding, the byte-level (GPT-2) byte <-> code point alphabet, the
+// tokenizer's character classes (Rust's, as Hugging Face tokenizers uses them) and Python's str semantics
+// (isspace, strip, decode with errors="replace") for the chat template, the few-shot prompt and the
+// answer normalization. Does not own normalization (normalizers.h) or regex splitting (pre_tokenizers.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,8 +36,20 @@ inline size_t lead_len(unsigned char b) {
 uint32_t byte_to_cp(uint8_t b);
 int cp_to_byte(uint32_t cp);
 
-/// White_Space / alphanumeric tests used by added-token matching (lstrip, rstrip, single_word).
+/// Unicode White_Space (Rust char::is_whitespace), used by added-token matching (lstrip, rstrip,
+/// single_word) and WhitespaceSplit. Python's str.isspace() differs: is_python_space.
 bool is_whitespace(uint32_t cp);
+/// Python's str.isspace() for one code point: general category Zs or bidirectional class WS, B or S
+/// (CPython's _PyUnicode_IsWhitespace). Unlike White_Space it includes U+001C..U+001F.
+bool is_python_space(uint32_t cp);
+/// Python's str.strip() with no argument, on UTF-8 text: leading and trailing is_python_space code points
+/// removed. Ill-formed bytes are kept as they are (they are never white space).
+std::string python_strip(std::string_view s);
+/// Python's bytes.decode("utf-8", errors="replace") as code points: one U+FFFD per maximal subpart of
+/// an ill-formed sequence (as sanitize).
+std::u32string decode_lossy(std::string_view s);
+/// UTF-8 encoding of code points (each must be a Unicode scalar value).
+std::string encode(const std::u32string& s);
 bool is_alnum(uint32_t cp);
 bool is_numeric(uint32_t cp);  ///< general category N* (Rust char::is_numeric), used by Digits
 /// Rust regex \w (Unicode): letters, marks, Nd, Nl, Pc (incl. '_'), ZWNJ/ZWJ; used by single_word.

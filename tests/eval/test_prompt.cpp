@@ -25,4 +25,6 @@ TEST_CASE("answer extraction: up to the first newline, stripped") {
   CHECK(extract_answer("\t George Bush \r\n") == "George Bush");
   CHECK(extract_answer("\xC2\xA0" "Caf\xC3\xA9\xE3\x80\x80") == "Caf\xC3\xA9");  // U+00A0 / U+3000 stripped
   CHECK(extract_answer("") == "");
+  // Python's str.strip() also removes U+001C..U+001F (information separators).
+  CHECK(extract_answer("\x1c\x1f Niger\x1e") == "Niger");
 }

@@ -35,6 +35,10 @@ TEST_CASE("normalize_answer: Unicode as Python str.lower / re / str.split do it"
   // but ΣⅣ -> σⅳ.
   CHECK(normalize_answer("e\xE2\x85\xA3\xCE\xA3") == "e\xE2\x85\xB3\xCF\x82");
   CHECK(normalize_answer("e\xCE\xA3\xE2\x85\xA3") == "e\xCF\x83\xE2\x85\xB3");
+  // Ill-formed UTF-8: one U+FFFD per maximal subpart, as bytes.decode("utf-8", "replace") (CPython:
+  // "caf\ufffd x"); U+001C is white space to str.split() ("a\x1cb" -> "a b" -> "b" after the article).
+  CHECK(normalize_answer("caf\xE2\x82 x") == "caf\xEF\xBF\xBD x");
+  CHECK(normalize_answer("a\x1c" "b") == "b");
   CHECK(normalize_answer("\xC3\x9F") == "\xC3\x9F");                               // ß unchanged by lower()
   // U+2018/U+2019 are removed like ASCII punctuation; U+201C/U+201D and U+00A1 are not.
   CHECK(normalize_answer("\xE2\x80\x98Quoted\xE2\x80\x99 \xE2\x80\x9C" "double\xE2\x80\x9D") ==
