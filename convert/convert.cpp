@@ -17,7 +17,7 @@
 
 #include "convert/add_layouts.h"
 #include "convert/fs_util.h"
-#include "convert/progress.h"
+#include "common/progress.h"
 #include "convert/temp_owner.h"
 #include "model/multimodal.h"
 #include "model/parallel_layout.h"
@@ -306,7 +306,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     m.source.push_back({fs::path(f->path()).filename().string(), f->size(), 0});
   }
   if (o.hash_source) {
-    Progress p("hashing source", res.source_bytes, o.progress);
+    Progress p("hashing source", res.source_bytes, ProgressUnit::Bytes, o.progress);
     parallel_for(ck.files().size(), threads, [&](size_t i) {
       uint64_t done = 0;
       m.source[i].xxh3 = xxh3_file(ck.files()[i]->path(), &done, check_interrupt);  // Ctrl-C: within one chunk
@@ -350,7 +350,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
       }
   }
   {
-    Progress p("converting", total_bytes, o.progress);
+    Progress p("converting", total_bytes, ProgressUnit::Bytes, o.progress);
     for (size_t i = 0; i < plan.size(); ++i) {
       parallel_for(jobs.size(), threads, [&](size_t j) {
         const Job& job = jobs[j];
@@ -374,7 +374,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     uint64_t out_total = 0;
     for (const Job& job : jobs)
       out_total += fs::file_size(tmp.path() + "/" + shard_file_name(job.pp_size, job.pp_stage, job.tp_size, job.tp_rank));
-    Progress p("hashing shards", out_total, o.progress);
+    Progress p("hashing shards", out_total, ProgressUnit::Bytes, o.progress);
     parallel_for(jobs.size(), threads, [&](size_t j) {
       const Job& job = jobs[j];
       ShardStats& st = res.shards[j];

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "eval/progress.h"
+#include "common/progress.h"
 #include "eval/resumable_jsonl.h"
 #include "format/error.h"
 #include "format/hash.h"
@@ -228,7 +228,8 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     todo.swap(mine);
   }
 
-  Progress progress(opts.label, items.size(), report.already_done, owner, opts.progress_interval_s);
+  Progress progress(opts.label, items.size(), ProgressUnit::Prompts, owner, opts.progress_interval_s, nullptr,
+                    report.already_done);
   const auto t0 = std::chrono::steady_clock::now();
   size_t job_generated = 0;
   int64_t job_prompt_tokens = 0, job_output_tokens = 0;
@@ -287,7 +288,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       job_prompt_tokens += r.prompt_tokens;
       job_output_tokens += r.output_tokens;
     }
-    progress.advance(round_items, round_tokens);
+    progress.add(round_items, round_tokens);
   }
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   progress.finish();

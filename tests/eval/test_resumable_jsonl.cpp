@@ -9,10 +9,11 @@
 #include <sstream>
 
 #include "eval/json_fields.h"
-#include "eval/progress.h"
+#include "common/progress.h"
 #include "eval/resumable_jsonl.h"
 #include "format/error.h"
 
+using namespace tpshard;
 using namespace tpshard::eval;
 
 namespace {
@@ -90,12 +91,12 @@ TEST_CASE("progress: counts, rates and durations") {
   std::string p = temp_path("progress.txt");
   std::FILE* f = std::fopen(p.c_str(), "w");
   {
-    Progress prog("job", 10, 4, true, 0.0, f);
-    prog.advance(2, 50);
+    Progress prog("job", 10, ProgressUnit::Prompts, true, 0.0, f, 4);
+    prog.add(2, 50);
     CHECK(prog.done() == 6);
     CHECK(prog.tokens() == 50);
     CHECK(prog.status_text().rfind("6/10  ", 0) == 0);
-    prog.advance(4, 10);
+    prog.add(4, 10);
     prog.finish();
   }
   std::fclose(f);

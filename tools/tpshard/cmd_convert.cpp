@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "convert/hub_cache.h"
-#include "convert/progress.h"
+#include "common/progress.h"
 #include "format/error.h"
 #include "format/hash.h"
 #include "tools/tpshard/check_tokenizer.h"

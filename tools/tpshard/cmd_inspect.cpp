@@ -6,7 +6,7 @@
 #include <optional>
 #include <utility>
 
-#include "convert/progress.h"
+#include "common/progress.h"
 #include "format/error.h"
 #include "format/hash.h"
 #include "model/manifest.h"

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "convert/hub_cache.h"
-#include "convert/progress.h"
+#include "common/progress.h"
 #include "format/error.h"
 #include "model/memory_plan.h"
 #include "model/model_config.h"
