@@ -371,3 +371,21 @@ TEST_CASE("tprun SUBCOMMAND --help without a model directory prints that subcomm
     CHECK(r.out.find("MODEL_DIR TEXT REQUIRED") == std::string::npos);  // not the top-level help
   }
 }
+
+TEST_CASE("tprun generate --json: the closing stats as one JSON object on stderr; refused for a JSONL job") {
+  const std::string model = ux_model_dir();
+  const UxRun r = run_tprun(model + " --device cpu generate --prompt Once --max-new-tokens 5 --json");
+  REQUIRE(r.code == 0);
+  const std::string last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  const nlohmann::json j = nlohmann::json::parse(last);
+  CHECK(j["decode_tokens"] == 4);  // the first new token comes from prefill
+  CHECK(j["prefill_tokens"].get<int64_t>() >= 2);
+  CHECK(j["tp_size"] == 1);
+  CHECK(j["device"] == "cpu");
+  CHECK(j["weight_bytes_per_rank"].get<uint64_t>() > 0);
+  CHECK(j["peak_rss_bytes"].get<uint64_t>() > 0);
+  CHECK(r.err.find("tprun: prefill") == std::string::npos);  // no text line besides it
+  const UxRun jsonl = run_tprun(model + " --device cpu generate --input /dev/null --output x.jsonl --json");
+  CHECK(jsonl.code == 2);
+  CHECK(jsonl.err.find("error: generate: --json is for --prompt runs") == 0);
+}

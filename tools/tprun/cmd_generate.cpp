@@ -40,6 +40,7 @@ struct GenerateOptions {
   std::string system;  // chat only
   std::string chat_prompt, messages_file;  // chat only: one user message, or a conversation file
   std::string generation_config = "auto";  // auto | none (generation_defaults.h)
+  bool json_stats = false;  // --json: the closing stats as one JSON object
 };
 
 void add_sampling_options(CLI::App* sub, SamplingParams& p, std::string& generation_config) {
@@ -111,12 +112,25 @@ std::string mib(uint64_t bytes) {
 }
 
 /// The closing stats line on stderr; skipped when writing the generated text to stdout failed (main
-/// then reports the failed write and exits 1, so a failed run never prints a success line).
-void print_summary(const RankContext& ctx, const GenerationStats& s) {
+/// then reports the failed write and exits 1, so a failed run never prints a success line). With `json`:
+/// one JSON object instead (keys: prefill_tokens, prefill_seconds, prefill_tokens_per_s,
+/// shared_prefix_tokens, decode_tokens, decode_seconds, decode_tokens_per_s, tp_size, device,
+/// weight_bytes_per_rank, kv_cache_bytes_per_rank, peak_rss_bytes; byte counts of 0 when unknown).
+void print_summary(const RankContext& ctx, const GenerationStats& s, bool json) {
   if (std::ferror(stdout)) return;  // the printer flushed every output
   const double prefill_rate = s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0;
   const double decode_rate = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
   const uint64_t w = ctx.runner->weight_bytes(), kv = ctx.runner->kv_cache_bytes();
+  if (json) {
+    const nlohmann::json j = {{"prefill_tokens", s.prefill_tokens},   {"prefill_seconds", s.prefill_seconds},
+                              {"prefill_tokens_per_s", prefill_rate}, {"shared_prefix_tokens", s.shared_prefix_tokens},
+                              {"decode_tokens", s.decode_tokens},     {"decode_seconds", s.decode_seconds},
+                              {"decode_tokens_per_s", decode_rate},   {"tp_size", ctx.tp_size},
+                              {"device", device_name(ctx.device)},    {"weight_bytes_per_rank", w},
+                              {"kv_cache_bytes_per_rank", kv},        {"peak_rss_bytes", peak_rss_bytes()}};
+    std::fprintf(stderr, "%s\n", j.dump().c_str());
+    return;
+  }
   std::fprintf(stderr,
                "tprun: prefill %lld tok %.3f s (%.1f tok/s) | decode %lld tok %.3f s (%.1f tok/s) | per rank "
                "(tp %d, %s): weights %s, kv_cache %s | peak RSS %s\n",
@@ -181,7 +195,8 @@ class OrderedPrinter {
 
 /// Generate for already-encoded prompts. One prompt: its text streams to stdout, then a newline. Several:
 /// OrderedPrinter (each output as soon as it and every prompt before it are done).
-void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& p) {
+void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& p,
+                        bool json_stats) {
   std::vector<GenerationRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) requests.push_back({std::to_string(i), prompts[i], p});
   const bool out = ctx.is_output_rank();
@@ -204,7 +219,7 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
   if (!out) return;
   if (single) std::fputc('\n', stdout);
   cli::flush_stdout();
-  print_summary(ctx, stats);
+  print_summary(ctx, stats, json_stats);
 }
 
 void require_tokenizer(const RankContext& ctx) {
@@ -221,6 +236,8 @@ void check_generate_options(const GenerateOptions& o) {
                 "pass --prompt \"...\" (repeatable) or --input FILE --output FILE");
     return;
   }
+  check_usage(!o.json_stats, "generate: --json is for --prompt runs (a JSONL job writes its results to --output)",
+              "drop --json");
   check_usage(!o.input.empty() && !o.output.empty(), "generate: --input and --output go together",
               "pass both --input prompts.jsonl and --output out.jsonl");
   check_usage(o.prompts.empty(), "generate: --prompt cannot be combined with --input", "use one of them");
@@ -274,7 +291,7 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
     }
     std::vector<std::vector<int32_t>> prompts;
     for (const std::string& text : o.prompts) prompts.push_back(encode_prompt(ctx, text, true));
-    generate_and_print(ctx, prompts, o.params);
+    generate_and_print(ctx, prompts, o.params, o.json_stats);
   });
 }
 
@@ -315,7 +332,7 @@ void run_chat(GlobalOptions& g, const GenerateOptions& o) {
   run_on_ranks(g.session, [&](RankContext& ctx) {
     require_tokenizer(ctx);
     // The template already spells out BOS etc., like HF apply_chat_template (add_special_tokens=False).
-    generate_and_print(ctx, {encode_prompt(ctx, rendered, false)}, o.params);
+    generate_and_print(ctx, {encode_prompt(ctx, rendered, false)}, o.params, o.json_stats);
   });
 }
 
@@ -332,6 +349,7 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   gen->add_option("--on-bad-record", o->on_bad_record, "JSONL: malformed input line: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   add_sampling_options(gen, o->params, o->generation_config);
+  gen->add_flag("--json", o->json_stats, "--prompt: the closing stats line as one JSON object on stderr (machine-readable)");
   gen->callback([&g, o] { run_generate(g, *o); });
   g.preflight.push_back([gen, o, &g] {
     if (!gen->parsed()) return;
@@ -349,6 +367,7 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   chat_prompt->excludes(messages);
   chat->add_option("--system", c->system, "optional system message (before the conversation)");
   add_sampling_options(chat, c->params, c->generation_config);
+  chat->add_flag("--json", c->json_stats, "the closing stats line as one JSON object on stderr (machine-readable)");
   chat->callback([&g, c] { run_chat(g, *c); });
   g.preflight.push_back([chat, c, chat_prompt, messages, &g] {
     if (!chat->parsed()) return;
