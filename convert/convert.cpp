@@ -313,6 +313,11 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
       p.add(done);
     });
   }
+  // config.json belongs to the checkpoint's identity too (it decides what the weights compute).
+  {
+    const std::string config_path = o.hf_dir + "/config.json";
+    m.source.push_back({"config.json", fs::file_size(config_path), o.hash_source ? xxh3_file(config_path) : 0});
+  }
   if (o.add_layouts) check_same_source(existing.source, m.source, o.out_dir, o.hf_dir);
 
   std::vector<std::unique_ptr<ShardWriter>> writers;

@@ -31,8 +31,7 @@ std::string model_fingerprint(const Manifest& m) {
   const bool hashed = !m.source.empty() &&
                       std::all_of(m.source.begin(), m.source.end(), [](const SourceFile& f) { return f.xxh3 != 0; });
   if (!hashed) return legacy_model_fingerprint(m);
-  std::string text = "model:" + hash_to_hex(model_section_xxh3(model_config_to_json(m.model))) + "\ndtype:" +
-                     dtype_name(m.dtype) + "\n";
+  std::string text = std::string("dtype:") + dtype_name(m.dtype) + "\n";
   for (const SourceFile& f : m.source) text += f.name + " " + std::to_string(f.bytes) + " " + hash_to_hex(f.xxh3) + "\n";
   return hash_to_hex(xxh3_64(text.data(), text.size()));
 }

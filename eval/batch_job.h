@@ -33,10 +33,11 @@ struct BatchItem {
 std::string request_fingerprint(const GenerationRequest& r);
 
 /// 16 hex digits identifying the weights a job ran with, independent of which layouts the conversion
-/// holds (so `tpshard convert --add-tp` keeps it): XXH3-64 of "model:<model_section_xxh3 of the manifest's
-/// model section>\ndtype:<stored dtype>\n" followed by "<name> <bytes> <xxh3>\n" for every source file of the
-/// checkpoint. Written as "model_xxh3" on each result line. A conversion made with --no-source-hash (a
-/// source XXH3 of 0) has no such identity: legacy_model_fingerprint is used instead.
+/// holds (so `tpshard convert --add-tp` keeps it) and of the tool version that reads it: XXH3-64 of
+/// "dtype:<stored dtype>\n" followed by "<name> <bytes> <xxh3>\n" for every source file the manifest
+/// lists (the weight files and config.json; older manifests: the weight files). Written as "model_xxh3" on
+/// each result line. A conversion made with --no-source-hash (a source XXH3 of 0) has no such identity:
+/// legacy_model_fingerprint is used instead.
 std::string model_fingerprint(const Manifest& m);
 
 /// The fingerprint of result files written before model_fingerprint covered the source: XXH3-64 of the

@@ -240,7 +240,7 @@ TEST_CASE("sharded checkpoints: index naming a missing file; index/shard disagre
   o.tp_sizes = {2};
   o.progress = false;
   const ConvertResult r = convert_checkpoint(o);
-  CHECK(r.manifest.source.size() == 2);
+  CHECK(r.manifest.source.size() == 3);  // two weight files and config.json
   wm["model.norm.weight"] = "model-00001-of-00002.safetensors";  // actually in file 2
   write_text(hf + "/model.safetensors.index.json", nlohmann::json{{"weight_map", wm}}.dump());
   CHECK(has(convert_fails(hf, d).what, "tensor model.norm.weight is listed in model-00001-of-00002.safetensors but that file does not hold it"));

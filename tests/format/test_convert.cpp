@@ -319,11 +319,14 @@ TEST_CASE("manifest: saved fields load back; tokenizer files are copied; shards_
   const Manifest a = res.manifest, b = load_manifest(d / "out");
   CHECK(b.format_version == 1);
   CHECK(b.tool_version == tool_version());
-  REQUIRE(b.source.size() == 1);
+  REQUIRE(b.source.size() == 2);
   CHECK(b.source[0].name == "model.safetensors");
   CHECK(b.source[0].bytes == fs::file_size(d / "hf/model.safetensors"));
   CHECK(b.source[0].xxh3 == a.source[0].xxh3);
   CHECK(b.source[0].xxh3 != 0);
+  CHECK(b.source[1].name == "config.json");
+  CHECK(b.source[1].bytes == fs::file_size(d / "hf/config.json"));
+  CHECK(b.source[1].xxh3 == xxh3_file(d / "hf/config.json"));
   CHECK(b.model.eos_token_ids == std::vector<int64_t>{0, 5});  // generation_config.json wins
   CHECK(model_config_to_json(b.model) == model_config_to_json(a.model));
   CHECK(b.tokenizer_files == std::vector<std::string>{"tokenizer.json", "generation_config.json", "chat_template.jinja"});
