@@ -358,6 +358,7 @@ json model_config_to_json(const ModelConfig& c) {
   j["hidden_act"] = act_name(c.hidden_act);
   j["gated_mlp"] = c.gated_mlp;
   j["use_parallel_residual"] = c.use_parallel_residual;
+  if (c.shared_parallel_norm) j["shared_parallel_norm"] = true;
   j["position_embedding"] = c.position_embedding == PositionKind::Learned ? "learned" : "rotary";
   j["rotary_ndims"] = c.rotary_ndims;
   if (c.position_embedding == PositionKind::Rotary)

@@ -14,7 +14,7 @@ namespace tpshard {
 /// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
 /// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 /// InternLM2ForCausalLM, GPTNeoForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM).
-enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2, GptJ };
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2, GptJ, Falcon };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
 /// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'
@@ -45,6 +45,10 @@ struct ModelConfig {
   Activation hidden_act = Activation::Silu;
   bool gated_mlp = true;            ///< Llama: down(act(gate(x)) * up(x)); GPT-NeoX: down(act(up(x)))
   bool use_parallel_residual = false;  ///< GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+  /// Parallel residual whose two branches read one norm (Falcon-7B's input_layernorm): the checkpoint holds
+  /// one norm tensor per layer, planned into both norm roles. Falcon only (GPT-J's plan names its ln_1 twice
+  /// itself); written to the manifest only when true.
+  bool shared_parallel_norm = false;
   PositionKind position_embedding = PositionKind::Rotary;  ///< manifest "position_embedding": "rotary" / "learned"
   int64_t rotary_ndims = 0;         ///< 0 with learned positions; else leading dims of each head that rotate: head_dim * rotary_pct (partial_rotary_factor)
   double rope_theta = 10000.0;      ///< rotary_emb_base (GPT-NeoX) / rope_theta / rope_parameters.rope_theta

@@ -8,7 +8,9 @@ Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf1
 tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
 tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), tiny-qwen3 (q/k norms,
 head_dim apart from hidden / heads), tiny-starcoder2 (LayerNorm, biases, sliding window 6),
-tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + MLP, lm_head bias), and the repacked fixtures tiny-internlm2
+tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + MLP, lm_head bias),
+tiny-falcon (Falcon-40B layout: qkv per KV group, ln_attn / ln_mlp, biases) and tiny-falcon-mq (Falcon-7B
+layout: multi-query, one shared input_layernorm), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -135,6 +137,19 @@ def gptj_config():
     return GPTJConfig(n_embd=64, n_head=4, n_layer=2, rotary_dim=8, n_inner=None, vocab_size=VOCAB,
                       n_positions=128, activation_function="gelu_new", layer_norm_epsilon=1e-5,
                       tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+
+
+def falcon_config(new_decoder):
+    # new_decoder: Falcon-40B's layout (query_key_value per KV group, GQA 8/2 split inside a group at tp 3,
+    # ln_attn / ln_mlp, biases on every linear layer); otherwise Falcon-7B's (multi-query: one KV head, one
+    # input_layernorm for both parallel branches, no bias). Tied embeddings (FalconConfig's default).
+    from transformers import FalconConfig
+    kw = dict(hidden_size=64, num_attention_heads=8, num_hidden_layers=2, vocab_size=VOCAB,
+              layer_norm_epsilon=1e-5, max_position_embeddings=128, ffn_hidden_size=160, bos_token_id=0,
+              eos_token_id=0, alibi=False, parallel_attn=True)
+    if new_decoder:
+        return FalconConfig(**kw, new_decoder_architecture=True, num_kv_heads=2, bias=True)
+    return FalconConfig(**kw, new_decoder_architecture=False, multi_query=True, bias=False)
 
 
 def make_model(config, seed):
@@ -336,6 +351,8 @@ def main():
         ("tiny-qwen3", qwen3_config(), 1100),
         ("tiny-starcoder2", starcoder2_config(), 1200),
         ("tiny-gptj", gptj_config(), 1300),
+        ("tiny-falcon", falcon_config(new_decoder=True), 1400),
+        ("tiny-falcon-mq", falcon_config(new_decoder=False), 1500),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

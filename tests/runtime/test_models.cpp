@@ -212,6 +212,14 @@ TEST_CASE("GPT-J: interleaved rotary on 8 of 16 dims, one ln_1 for parallel atte
   check_against_hf("tiny-gptj", {1, 2, 3, 4});
 }
 
+TEST_CASE("Falcon-40B layout: query_key_value per KV group (GQA 8/2), ln_attn / ln_mlp, biases, tied: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-falcon", {1, 2, 3, 4});
+}
+
+TEST_CASE("Falcon-7B layout: multi-query (one KV head), one input_layernorm for both parallel branches: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-falcon-mq", {1, 2, 3, 4});
+}
+
 TEST_CASE("yarn rope scaling (factor 4, original_max_position_embeddings 32): vs transformers at tp 1, 2") {
   check_against_hf("tiny-llama-yarn", {1, 2});
 }
