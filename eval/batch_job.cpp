@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/log.h"
 #include "common/progress.h"
 #include "eval/resumable_jsonl.h"
 #include "format/error.h"
@@ -227,7 +228,8 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     todo.swap(mine);
   }
 
-  Progress progress(opts.label, items.size(), ProgressUnit::Prompts, owner, opts.progress_interval_s, nullptr,
+  Progress progress(opts.label, items.size(), ProgressUnit::Prompts, owner && log_enabled(LogLevel::Info),
+                    opts.progress_interval_s, nullptr,
                     report.already_done);
   const auto t0 = std::chrono::steady_clock::now();
   size_t job_generated = 0;

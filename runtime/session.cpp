@@ -3,6 +3,8 @@
 // builds with the CUDA backend (TPSHARD_HAVE_CUDA).
 #include "runtime/session.h"
 
+#include "common/log.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -70,6 +72,14 @@ void run_on_ranks(const SessionOptions& opts, const std::function<void(RankConte
   TPS_CHECK(opts.pp_size >= 1 && opts.dp_size >= 1,
             "--pp " + std::to_string(opts.pp_size) + " / --dp " + std::to_string(opts.dp_size) + " is not positive",
             "pass --pp and --dp of 1 or more");
+  if (!opts.quiet)
+    log_line(LogLevel::Verbose,
+             "tprun: session: model %s, device %s, tp_size %d, pp_size %d, dp_size %d, max_batch %s, max_seq_len %s, "
+             "micro_batches %d, hashes %s\n",
+             opts.model_dir.c_str(), device_name(device), opts.tp_size, opts.pp_size, opts.dp_size,
+             opts.max_batch > 0 ? std::to_string(opts.max_batch).c_str() : "auto",
+             opts.max_seq_len > 0 ? std::to_string(opts.max_seq_len).c_str() : "auto", opts.micro_batches,
+             opts.verify_hashes ? "verified" : "not verified");
   if (device == Device::Cuda) {
 #if TPSHARD_HAVE_CUDA
     SessionOptions o = opts;
@@ -80,7 +90,7 @@ void run_on_ranks(const SessionOptions& opts, const std::function<void(RankConte
         std::string grid = "tp_size " + std::to_string(ctx.tp_size);
         if (ctx.pp_size > 1) grid += ", pp_size " + std::to_string(ctx.pp_size);
         if (ctx.dp_size > 1) grid += ", dp_size " + std::to_string(ctx.dp_size);
-        std::fprintf(stderr, "tprun: backend cuda, %s\n", grid.c_str());
+        log_line(LogLevel::Info, "tprun: backend cuda, %s\n", grid.c_str());
       }
       fn(ctx);
     });

@@ -20,6 +20,7 @@ constexpr const char* kNoSharedPrefix = "TPSHARD_NO_SHARED_PREFIX";
 constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
 constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
 constexpr const char* kShareGpus = "TPSHARD_TEST_SHARE_GPUS";
+constexpr const char* kLogLevel = "TPSHARD_LOG_LEVEL";
 
 [[noreturn]] void illegal(const char* name, const std::string& value, const std::string& legal) {
   throw Error("environment variable " + std::string(name) + "='" + value + "' is not legal (legal: " + legal + ")",
@@ -69,6 +70,7 @@ const std::vector<TuningVariable>& tuning_variables() {
       {kNoSharedPrefix, "0, 1", "0"},
       {kSyncCheck, "0, 1", "0"},
       {kShareGpus, "0, 1", "0"},
+      {kLogLevel, "quiet, info, verbose", "info"},
   };
   return vars;
 }
@@ -92,6 +94,10 @@ Tuning parse_tuning(const EnvLookup& lookup) {
   t.pdl = !flag(lookup, kNoPdl);
   t.sync_check = flag(lookup, kSyncCheck);
   t.share_gpus = flag(lookup, kShareGpus);
+  if (const char* v = value_of(lookup, kLogLevel)) {
+    t.log_level = parse_log_level(v);
+    if (!t.log_level) illegal(kLogLevel, v, "quiet, info or verbose");
+  }
   return t;
 }
 

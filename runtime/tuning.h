@@ -10,8 +10,11 @@
 // runtime/launcher.cpp reads them (docs/TUNING.md lists them too).
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "common/log.h"
 
 namespace tpshard {
 
@@ -28,6 +31,9 @@ struct Tuning {
   /// TPSHARD_TEST_SHARE_GPUS=1 (tests only): rank with local rank L uses GPU L % visible GPUs, so several
   /// ranks share one GPU over the peer communicator (CUDA IPC within one device). Correct, not fast.
   bool share_gpus = false;
+  /// TPSHARD_LOG_LEVEL=quiet|info|verbose: the log level of the tools when -q / -v are not given
+  /// (common/log.h); nullopt when unset.
+  std::optional<LogLevel> log_level;
 };
 
 /// One variable of Tuning: its name, legal values, default and effect (docs/TUNING.md has the same rows).

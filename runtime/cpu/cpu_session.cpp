@@ -2,6 +2,11 @@
 // checks, ThreadComm + ThreadPool + CPU runner, first error rethrown.
 #include "runtime/cpu/cpu_session.h"
 
+#include <chrono>
+
+#include "common/log.h"
+#include "common/progress.h"
+
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -58,8 +63,8 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
     std::string grid = "tp_size " + std::to_string(opts.tp_size);
     if (opts.pp_size > 1) grid += ", pp_size " + std::to_string(opts.pp_size);
     if (opts.dp_size > 1) grid += ", dp_size " + std::to_string(opts.dp_size);
-    std::fprintf(stderr, "tprun: backend cpu (fp32), %s, %d thread%s per rank\n", grid.c_str(), threads,
-                 threads == 1 ? "" : "s");
+    log_line(LogLevel::Info, "tprun: backend cpu (fp32), %s, %d thread%s per rank\n", grid.c_str(), threads,
+             threads == 1 ? "" : "s");
   }
 
   std::vector<std::shared_ptr<ThreadGroup>> groups;  // [dp * pp], one per tp group
@@ -94,7 +99,13 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       ThreadExchange replica_exchange(replicas, c.dp_rank);
       ThreadExchange replica_ranks_exchange(replica_ranks[static_cast<size_t>(c.dp_rank)],
                                             c.pp_stage * layout.tp_size + c.tp_rank);
+      const auto load_start = std::chrono::steady_clock::now();
       cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage);
+      if (!opts.quiet)
+        log_line(LogLevel::Verbose, "tprun: %s loaded %s in %.3f s (hashes %s)\n", who.c_str(),
+                 human_bytes(reader->file_bytes()).c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
+                 opts.verify_hashes ? "verified" : "not verified, --no-verify");
       cpu::CpuRunnerOptions ro;
       ro.max_batch = max_batch;
       ro.max_seq_len = max_seq_len;

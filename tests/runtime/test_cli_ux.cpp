@@ -389,3 +389,30 @@ TEST_CASE("tprun generate --json: the closing stats as one JSON object on stderr
   CHECK(jsonl.code == 2);
   CHECK(jsonl.err.find("error: generate: --json is for --prompt runs") == 0);
 }
+
+TEST_CASE("tprun -q / -v / TPSHARD_LOG_LEVEL: status lines off, on, or with details; results unchanged") {
+  const std::string model = ux_model_dir();
+  const std::string args = " --device cpu generate --prompt Once --max-new-tokens 6";
+  const UxRun info = run_tprun(model + args);
+  REQUIRE(info.code == 0);
+  CHECK(info.err.find("tprun: backend cpu") != std::string::npos);
+  CHECK(info.err.find("tprun: prefill") != std::string::npos);
+  CHECK(info.err.find("tprun: session:") == std::string::npos);
+  const UxRun quiet = run_tprun(model + " -q" + args);
+  REQUIRE(quiet.code == 0);
+  CHECK(quiet.err.empty());
+  CHECK(quiet.out == info.out);
+  const UxRun env_quiet = run_tprun(model + args, "TPSHARD_LOG_LEVEL=quiet ");
+  CHECK(env_quiet.err.empty());
+  CHECK(env_quiet.out == info.out);
+  const UxRun verbose = run_tprun(model + " -v" + args, "TPSHARD_LOG_LEVEL=quiet ");  // the flag wins
+  REQUIRE(verbose.code == 0);
+  CHECK(verbose.err.find("tprun: session: model " + model + ", device cpu, tp_size 1") != std::string::npos);
+  CHECK(verbose.err.find("tprun: tp_rank 0 loaded ") != std::string::npos);
+  CHECK(verbose.err.find("(hashes verified)") != std::string::npos);
+  CHECK(verbose.out == info.out);
+  const UxRun bad = run_tprun(model + args, "TPSHARD_LOG_LEVEL=loud ");
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("error: environment variable TPSHARD_LOG_LEVEL='loud' is not legal (legal: quiet, info or verbose)") == 0);
+  CHECK(run_tprun(model + " -q -v" + args).code == 2);
+}

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "common/log.h"
 #include "tools/cli_validators.h"
 #include "eval/triviaqa_eval.h"
 #include "format/error.h"
@@ -56,14 +57,14 @@ void check_triviaqa_options(const eval::TriviaQaOptions& o) {
 void print_triviaqa_notice(const eval::TriviaQaOptions& o) {
   const TriviaQaFiles f(o);
   const std::string& output = f.output;
-  std::fprintf(stderr, "tprun: eval triviaqa: predictions -> %s%s, summary -> %s\n", absolute(output).c_str(),
+  log_line(LogLevel::Info, "tprun: eval triviaqa: predictions -> %s%s, summary -> %s\n", absolute(output).c_str(),
                f.default_output
                    ? " (default: DATA_STEM.predictions.jsonl in the current directory; --output to choose)"
                    : "",
                absolute(f.summary).c_str());
   struct stat st {};
   if (::stat(output.c_str(), &st) == 0 && st.st_size > 0)
-    std::fprintf(stderr,
+    log_line(LogLevel::Info,
                  "tprun: eval triviaqa: %s exists: questions already in it are scored from it, not generated again "
                  "(resume); delete it or pass another --output for a fresh run (e.g. another model or settings)\n",
                  output.c_str());

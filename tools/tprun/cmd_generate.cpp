@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/log.h"
 #include "eval/generate_jsonl.h"
 #include "format/error.h"
 #include "format/json_depth.h"
@@ -82,8 +83,8 @@ void apply_model_generation_defaults(const GlobalOptions& g, const CLI::App* sub
     if (sub->get_option(option)->count() > 0) given.insert(field);
   const std::string applied = apply_generation_defaults(read_generation_defaults(g.session.model_dir), p, given);
   if (!applied.empty() && g.primary_process)
-    std::fprintf(stderr, "tprun: generation_config.json: %s (the model's defaults; --generation-config none ignores them)\n",
-                 applied.c_str());
+    log_line(LogLevel::Info, "tprun: generation_config.json: %s (the model's defaults; --generation-config none ignores them)\n",
+             applied.c_str());
 }
 
 /// Sampling option combinations refused before loading (`cmd`: "generate", "chat"). Each value's own
@@ -131,7 +132,7 @@ void print_summary(const RankContext& ctx, const GenerationStats& s, bool json) 
     std::fprintf(stderr, "%s\n", j.dump().c_str());
     return;
   }
-  std::fprintf(stderr,
+  log_line(LogLevel::Info,
                "tprun: prefill %lld tok %.3f s (%.1f tok/s) | decode %lld tok %.3f s (%.1f tok/s) | per rank "
                "(tp %d, %s): weights %s, kv_cache %s | peak RSS %s\n",
                static_cast<long long>(s.prefill_tokens), s.prefill_seconds, prefill_rate,
@@ -215,7 +216,7 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
   }
   GenerationStats stats;
   generate(*ctx.runner, *ctx.tokenizer, requests, cb, &stats);
-  if (ctx.tp_rank == 0 && ctx.pp_size > 1) std::fprintf(stderr, "tprun: %s\n", ctx.runner->pipeline_report().c_str());
+  if (ctx.tp_rank == 0 && ctx.pp_size > 1) log_line(LogLevel::Info, "tprun: %s\n", ctx.runner->pipeline_report().c_str());
   if (!out) return;
   if (single) std::fputc('\n', stdout);
   cli::flush_stdout();

@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/log.h"
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
@@ -22,6 +23,7 @@
 #include "format/error.h"
 #include "runtime/launcher.h"
 #include "runtime/session.h"
+#include "runtime/tuning.h"
 #include "tools/tprun/commands.h"
 
 namespace {
@@ -88,8 +90,8 @@ int default_tp_size(const std::string& model_dir, int pp_size, bool say) {
   if (sizes.empty() || std::find(sizes.begin(), sizes.end(), 1) != sizes.end()) return 1;
   if (sizes.size() == 1) {
     if (say)
-      std::fprintf(stderr, "tprun: --tp not given: using tp %d, the only tp size of %s%s\n", sizes[0], model_dir.c_str(),
-                   pp_size > 1 ? (" at pp " + std::to_string(pp_size)).c_str() : "");
+      tpshard::log_line(tpshard::LogLevel::Info, "tprun: --tp not given: using tp %d, the only tp size of %s%s\n", sizes[0],
+                        model_dir.c_str(), pp_size > 1 ? (" at pp " + std::to_string(pp_size)).c_str() : "");
     return sizes[0];
   }
   std::string list;
@@ -141,6 +143,9 @@ int main(int argc, char** argv) {
   app.add_option("--node-rank", g.session.node_rank, "CUDA: index of this node")
       ->check(tpshard::cli::non_negative_for(g.session.node_rank));
   app.add_option("--master-addr", g.session.master_addr, "CUDA: HOST:PORT of the rendezvous on node 0");
+  bool quiet = false, verbose = false;
+  auto* quiet_flag = app.add_flag("-q,--quiet", quiet, "errors, warnings and results only (no status lines, no progress)");
+  app.add_flag("-v,--verbose", verbose, "also the resolved session options and per-rank load times")->excludes(quiet_flag);
   app.require_subcommand(1);
 
   add_generate_command(app, g);
@@ -156,6 +161,11 @@ int main(int argc, char** argv) {
 
   // Runs after all options are parsed and before the subcommand's callback.
   app.parse_complete_callback([&] {
+    // -q / -v, else TPSHARD_LOG_LEVEL, else info; every later status line goes through common/log.h.
+    tpshard::set_log_level(quiet     ? tpshard::LogLevel::Quiet
+                           : verbose ? tpshard::LogLevel::Verbose
+                                     : tpshard::tuning().log_level.value_or(tpshard::LogLevel::Info));
+    if (!tpshard::log_enabled(tpshard::LogLevel::Info)) g.session.quiet = true;
     g.session.device = parse_device(device);
     g.session.verify_hashes = !no_verify;
     const tpshard::WorkerEnv env = tpshard::read_worker_env();
