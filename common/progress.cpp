@@ -36,13 +36,14 @@ std::string format_duration(double seconds) {
 }
 
 Progress::Progress(std::string label, uint64_t total, ProgressUnit unit, bool enabled, double interval_s,
-                   std::FILE* out, uint64_t already_done)
+                   std::FILE* out, uint64_t already_done, double min_seconds)
     : label_(std::move(label)),
       total_(total),
       already_done_(already_done),
       unit_(unit),
       enabled_(enabled),
       interval_s_(interval_s),
+      min_seconds_(min_seconds),
       out_(out != nullptr ? out : stderr),
       t0_(now_s()),
       done_(already_done) {
@@ -56,7 +57,7 @@ Progress::Progress(std::string label, uint64_t total, ProgressUnit unit, bool en
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(500));
-      if (!stop_) print(false);
+      if (!stop_ && seconds() >= min_seconds_) print(false);
     }
   });
 }
@@ -87,7 +88,7 @@ void Progress::add(uint64_t n, int64_t tokens) {
   tokens_.fetch_add(tokens, std::memory_order_relaxed);
   if (!enabled_ || tty_) return;  // the terminal's bar is redrawn by thread_
   const double now = now_s();
-  if (now - last_print_s_ < interval_s_) return;
+  if (now - last_print_s_ < interval_s_ || now - t0_ < min_seconds_) return;
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);  // another thread is printing: skip this one
   if (!lock.owns_lock() || finished_ || now - last_print_s_ < interval_s_) return;
   last_print_s_ = now;
@@ -106,10 +107,12 @@ void Progress::finish() {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!tty_ && printed_done_ == done()) return;  // the last plain line already shows the end
+  if (!printed_ && seconds() < min_seconds_) return;  // a short phase: silent
   print(true);
 }
 
 void Progress::print(bool final_line) {
+  printed_ = true;
   const std::string status = status_text();
   if (tty_) {
     constexpr int kWidth = 30;

@@ -22,8 +22,9 @@ class Progress {
   /// not the output rank). interval_s: the least time between plain lines when `out` is not a terminal
   /// (0: a line at every add). out: stderr when null. already_done: prompts found done before this run (a
   /// resumed job): counted in done/total, not in the rates; announced in one line at construction.
+  /// min_seconds: stay silent for a phase that ends sooner (a small model's load prints nothing).
   Progress(std::string label, uint64_t total, ProgressUnit unit, bool enabled, double interval_s = 10.0,
-           std::FILE* out = nullptr, uint64_t already_done = 0);
+           std::FILE* out = nullptr, uint64_t already_done = 0, double min_seconds = 0.0);
   ~Progress();  ///< finish()
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -49,6 +50,7 @@ class Progress {
   ProgressUnit unit_;
   bool enabled_, tty_;
   double interval_s_;
+  double min_seconds_;
   std::FILE* out_;
   double t0_;
   std::atomic<uint64_t> done_;
@@ -56,6 +58,7 @@ class Progress {
   std::mutex mu_;
   double last_print_s_ = 0;
   uint64_t printed_done_ = UINT64_MAX;  ///< done() at the last plain line
+  bool printed_ = false;                ///< anything was printed
   bool finished_ = false, stop_ = false;
   std::condition_variable cv_;
   std::thread thread_;  ///< terminal only: redraws the bar

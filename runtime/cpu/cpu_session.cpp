@@ -100,7 +100,13 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
       ThreadExchange replica_ranks_exchange(replica_ranks[static_cast<size_t>(c.dp_rank)],
                                             c.pp_stage * layout.tp_size + c.tp_rank);
       const auto load_start = std::chrono::steady_clock::now();
-      cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage);
+      uint64_t stage_bytes = 0;  // what this rank reads: the progress total (world rank 0 speaks for all)
+      for (const TensorRecord& t : reader->tensors()) stage_bytes += t.raw_bytes;
+      Progress progress("loading " + who, stage_bytes, ProgressUnit::Bytes,
+                        world_rank == 0 && !opts.quiet && log_enabled(LogLevel::Info), 10.0, nullptr, 0,
+                        /*min_seconds=*/2.0);
+      cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage, &progress);
+      progress.finish();
       if (!opts.quiet)
         log_line(LogLevel::Verbose, "tprun: %s loaded %s in %.3f s (hashes %s)\n", who.c_str(),
                  human_bytes(reader->file_bytes()).c_str(),

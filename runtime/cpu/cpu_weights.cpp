@@ -4,7 +4,7 @@
 namespace tpshard::cpu {
 
 ModelWeights load_weights(const ShardReader& shard, const ModelConfig& c, bool verify, const ParallelLayout& layout,
-                          int pp_stage) {
+                          int pp_stage, Progress* progress) {
   ModelWeights w;
   uint64_t bytes = 0;
   std::vector<OutputTensor> plan;
@@ -14,6 +14,7 @@ ModelWeights load_weights(const ShardReader& shard, const ModelConfig& c, bool v
       bind_model_tensors<std::vector<float>>(c, plan, [&](const OutputTensor& t) {
         std::vector<float> v = shard.read_tensor_f32(t.name, verify);
         bytes += v.size() * sizeof(float);
+        if (progress != nullptr) progress->add(shard.at(t.name).raw_bytes);
         return v;
       });
   w.bytes = bytes;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/progress.h"
 #include "format/shard_file.h"
 #include "model/model_config.h"
 #include "model/model_tensors.h"
@@ -21,8 +22,9 @@ struct ModelWeights : ModelTensors<std::vector<float>> {
 
 /// Read and widen every tensor of the plan that pp_stage of `layout` holds from `shard` (opened and checked
 /// by open_rank_shard); the other layers' slots stay empty. Throws Error naming the tensor and the file
-/// when a tensor fails its hash check (verify).
+/// when a tensor fails its hash check (verify). progress (may be null) gets the stored bytes of each tensor
+/// read.
 ModelWeights load_weights(const ShardReader& shard, const ModelConfig& c, bool verify, const ParallelLayout& layout,
-                          int pp_stage);
+                          int pp_stage, Progress* progress = nullptr);
 
 }  // namespace tpshard::cpu

@@ -107,6 +107,26 @@ TEST_CASE("progress: counts, rates and durations") {
   CHECK(text.find("job: 10/10") == text.rfind("job: 10/10"));  // finish() does not repeat the last line
 }
 
+TEST_CASE("progress in bytes: a final line per phase in a log; silent when the phase ends before min_seconds") {
+  const std::string p = temp_path("progress_bytes.txt");
+  std::FILE* f = std::fopen(p.c_str(), "w");
+  {
+    Progress load("loading", 3u << 20, ProgressUnit::Bytes, true, 10.0, f);
+    load.add(1u << 20);
+    load.add(2u << 20);
+    CHECK(load.status_text().rfind("3.00 MiB / 3.00 MiB  ", 0) == 0);
+  }  // the destructor finishes
+  {
+    Progress quick("quick", 100, ProgressUnit::Bytes, true, 10.0, f, 0, /*min_seconds=*/100.0);
+    quick.add(100);
+  }
+  std::fclose(f);
+  const std::string text = slurp(p);
+  CHECK(text.rfind("loading: 3.00 MiB / 3.00 MiB  ", 0) == 0);
+  CHECK(text.find("ETA 0s\n") != std::string::npos);
+  CHECK(text.find("quick") == std::string::npos);
+}
+
 TEST_CASE("a job that fails before writing leaves no output file it created; an existing file is kept") {
   const std::string fresh = temp_path("refused.jsonl");
   try {
