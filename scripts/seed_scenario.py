@@ -38,7 +38,10 @@ REPO = Path(__file__).resolve().parent.parent
 # hidden 8192, 64 heads, 8 KV heads, intermediate 28672, vocab 128256, bf16). gptneo27b: GPT-Neo-2.7B
 # (32 layers alternating global / local attention with window 256, hidden 2560, 20 heads, fp32 as
 # reported). qwen2-72b: NVLM-D-72B's language model (80 layers, hidden 8192, 64 heads, 8 KV heads,
-# intermediate 29568, vocab 152064, bf16; the Llama 2 tokenizer stands in for its own).
+# intermediate 29568, vocab 152064, bf16; the Llama 2 tokenizer stands in for its own). internlm2-20b:
+# internlm2-chat-20b (48 layers, hidden 6144, 48 heads, 8 KV heads, intermediate 16384, vocab 92544, bf16,
+# dynamic rope factor 2; the Llama 2 tokenizer stands in), made as a Llama and repacked into InternLM2's
+# trust_remote_code layout (wqkv per KV group), as tests/fixtures/tiny-internlm2 is.
 SHAPES = {
     "neox20b": dict(arch="gpt_neox", layers=44, hidden=6144, heads=64, kv_heads=64, intermediate=24576,
                     vocab=50432, dtype="float16", tokenizer="tests/fixtures/tokenizers/gpt-neox-20b"),
@@ -48,6 +51,8 @@ SHAPES = {
                       vocab=50257, dtype="float32", tokenizer="tests/fixtures/tokenizers/gpt2"),
     "qwen2-72b": dict(arch="qwen2", layers=80, hidden=8192, heads=64, kv_heads=8, intermediate=29568,
                       vocab=152064, dtype="bfloat16", tokenizer="tests/fixtures/tokenizers/llama2"),
+    "internlm2-20b": dict(arch="internlm2", layers=48, hidden=6144, heads=48, kv_heads=8, intermediate=16384,
+                          vocab=92544, dtype="bfloat16", tokenizer="tests/fixtures/tokenizers/llama2"),
 }
 TRIVIAQA = REPO / "tests/fixtures/triviaqa/validation_sample.hf_layout.jsonl"
 MIN_HEAD_DIM = 16
@@ -110,11 +115,71 @@ def hf_config(s):
                            rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1,
                            eos_token_id=2, dtype=s["dtype"])
     from transformers import LlamaConfig
+    if s["arch"] == "internlm2":  # made as this Llama, then repacked (repack_internlm2)
+        return LlamaConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                           num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
+                           intermediate_size=s["intermediate"], max_position_embeddings=32768, rope_theta=1000000.0,
+                           rms_norm_eps=1e-5, attention_bias=False, tie_word_embeddings=False, bos_token_id=1,
+                           eos_token_id=2, dtype=s["dtype"])
     return LlamaConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
                        num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
                        intermediate_size=s["intermediate"], max_position_embeddings=8192, rope_theta=500000.0,
                        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                        dtype=s["dtype"])
+
+
+def repack_internlm2(model, s, out: Path):
+    """Writes `model` (the Llama of hf_config) into `out` in InternLM2's trust_remote_code layout:
+    tok_embeddings, per layer attention.wqkv (for each KV group: its query heads, its key head, its value
+    head), attention.wo, feed_forward.w1 / w3 / w2, attention_norm / ffn_norm, norm, output; safetensors
+    files of at most 4 GB with model.safetensors.index.json, and an InternLM2 config.json."""
+    import torch
+    from safetensors.torch import save_file
+    hd, group = s["hidden"] // s["heads"], s["heads"] // s["kv_heads"]
+    sd = model.state_dict()
+
+    def tensors():
+        yield "model.tok_embeddings.weight", sd["model.embed_tokens.weight"]
+        for l in range(s["layers"]):
+            p = f"model.layers.{l}."
+            q, k, v = (sd[p + f"self_attn.{x}_proj.weight"] for x in "qkv")
+            rows = []
+            for g in range(s["kv_heads"]):
+                rows += [q[g * group * hd:(g + 1) * group * hd], k[g * hd:(g + 1) * hd], v[g * hd:(g + 1) * hd]]
+            yield p + "attention.wqkv.weight", torch.cat(rows, dim=0)
+            yield p + "attention.wo.weight", sd[p + "self_attn.o_proj.weight"]
+            yield p + "attention_norm.weight", sd[p + "input_layernorm.weight"]
+            yield p + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"]
+            for ours, theirs in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+                yield p + f"feed_forward.{ours}.weight", sd[p + f"mlp.{theirs}.weight"]
+        yield "model.norm.weight", sd["model.norm.weight"]
+        yield "output.weight", sd["lm_head.weight"]
+
+    out.mkdir(parents=True)
+    shard, shard_bytes, files, weight_map = {}, 0, [], {}
+
+    def flush():
+        nonlocal shard, shard_bytes
+        name = f"model-{len(files) + 1:05d}.safetensors"
+        save_file({k: v.contiguous() for k, v in shard.items()}, out / name, metadata={"format": "pt"})
+        files.append(name)
+        weight_map.update({k: name for k in shard})
+        shard, shard_bytes = {}, 0
+
+    for name, t in tensors():
+        if shard and shard_bytes + t.numel() * t.element_size() > 4 * 10**9:
+            flush()
+        shard[name] = t
+        shard_bytes += t.numel() * t.element_size()
+    flush()
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    cfg = {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "bias": False,
+           "hidden_size": s["hidden"], "intermediate_size": s["intermediate"], "num_attention_heads": s["heads"],
+           "num_key_value_heads": s["kv_heads"], "num_hidden_layers": s["layers"], "vocab_size": s["vocab"],
+           "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+           "rope_scaling": {"type": "dynamic", "factor": 2.0}, "hidden_act": "silu", "tie_word_embeddings": False,
+           "torch_dtype": s["dtype"], "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
 def make_checkpoint(s, out: Path, seed: int):
@@ -148,7 +213,10 @@ def make_checkpoint(s, out: Path, seed: int):
                 for i in range(0, flat.numel(), 1 << 24):  # 16M-element chunks keep fp32 temporaries small
                     chunk = flat[i:i + (1 << 24)]
                     chunk.copy_(torch.empty(chunk.numel(), dtype=torch.float32).normal_(0.0, 0.02, generator=gen))
-    model.save_pretrained(out, safe_serialization=True, max_shard_size="4GB")
+    if s["arch"] == "internlm2":
+        repack_internlm2(model, s, out)
+    else:
+        model.save_pretrained(out, safe_serialization=True, max_shard_size="4GB")
     tok_dir = REPO / s["tokenizer"]
     for f in ("tokenizer.json", "tokenizer.model"):
         if (tok_dir / f).exists():
