@@ -13,7 +13,10 @@ every distinct request once with `tprun generate` / `tprun chat` (greedy), start
      /health returns to no request in flight and no slot in use, requests_cancelled grows by D (each was
      cancelled while it ran or waited, not run to its end), and the server still answers correctly;
   4. SIGTERM during load: the requests in flight complete with the reference text (streams end with [DONE]),
-     new ones and /health get 503 with an OpenAI error object, and the server exits 0 saying it drained.
+     new ones and /health get 503 with an OpenAI error object, and the server exits 0 saying it drained;
+  5. a second server with one slot, --max-queued 4 and --drain-timeout 0.5: 2 of 6 requests get 429; after
+     SIGTERM the accepted ones still running at the timeout end with finish_reason "abort" (streams with
+     [DONE]) and the server exits 0.
 
 Prints PASS / FAIL lines and a summary; exit status 1 on any FAIL. Run from ctest (serve_load_test) or:
 
@@ -118,8 +121,9 @@ async def stream(port, path, body, stop_after=None):
     pieces, finish, done, events = [], None, False, 0
     try:
         status, headers = await read_head(reader)
-        if status != 200:
-            return status, [], None, False
+        if status != 200:  # the error object as the only piece
+            n = int(headers.get("content-length", "0"))
+            return status, [(await reader.readexactly(n)).decode(errors="replace")], None, False
         buf = b""
         async for chunk in read_chunks(reader):
             buf += chunk
@@ -352,6 +356,46 @@ async def main_async(args, f):
             proc.kill()
             proc.wait()
         log.close()
+    await queue_and_drain_timeout(args, f, tprun, model)
+
+
+async def queue_and_drain_timeout(args, f, tprun, model):
+    """5. One slot, --max-queued 4, --drain-timeout 0.5: of 6 long requests sent at once, 2 get 429; at SIGTERM
+    the 4 accepted ones run 0.5 s, then the rest are cancelled (finish_reason "abort", streams still end
+    with [DONE]) and the server exits 0."""
+    port = free_port()
+    log_path = os.path.join(args.work_dir, "serve_drain_timeout.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([tprun, model, "--tp", str(args.tp), "--device", args.device] +
+                                (["--threads", "1"] if args.device == "cpu" else []) +
+                                ["--max-batch", "1", "serve", "--port", str(port), "--max-queued", "4", "--drain-timeout", "0.5"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            await wait_health(port, proc)
+            tasks = [asyncio.ensure_future(generate_request(port, "cmpl", COMPLETION_PROMPTS[i], args.disconnect_tokens,
+                                                            i % 2 == 0, {"ignore_eos": True})) for i in range(6)]
+            while not any(t.done() for t in tasks):  # the refused ones answer at once
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            res = await asyncio.gather(*tasks)
+            refused = [r for r in res if not r[0]]
+            f.check(len(refused) == 2 and all(re.search(r"code['\"]: ?429", r[1]) for r in refused),
+                    f"--max-queued 4: 2 of 6 requests refused with 429: {[r[1][:80] for r in refused]}")
+            served = [r for r in res if r[0]]
+            aborted = [r for r in served if r[2] == "abort"]
+            f.check(len(served) == 4 and aborted and all(r[3] for r in served),
+                    f"--drain-timeout 0.5: {len(aborted)} of the 4 accepted requests ended with finish_reason abort, "
+                    f"the rest length; every stream ended with [DONE]: {[(r[2], len(r[1])) for r in served]}")
+            rc = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    with open(log_path) as lf:
+        text = lf.read()
+    f.check(rc == 0 and "drain timeout (0.5 s)" in text and re.search(r"drained \(4 requests in flight at the signal, [1-4] cancelled\)", text),
+            f"exit {rc} after the drain timeout: {re.findall(r'tprun: dr.*', text)}")
 
 
 def main():

@@ -136,6 +136,7 @@ class Server {
   bool aborting_ = false;                      ///< drain timed out or a second signal: cancel everything (under mu_)
   Clock::time_point drain_start_;
   int drained_ = 0;                            ///< requests in flight when the drain began
+  uint64_t cancelled_at_drain_ = 0;            ///< cancelled_count_ then
 };
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -310,6 +311,7 @@ void Server::poll_stop_signals() {
       draining_ = true;
       drain_start_ = Clock::now();
       drained_ = in_flight_;
+      cancelled_at_drain_ = cancelled_count_;
       std::fprintf(stderr,
                    "tprun: %s: draining: finishing %d requests in flight (at most %g s, --drain-timeout), new ones get 503\n",
                    name, in_flight_, opts_.drain_timeout_s);
@@ -358,8 +360,8 @@ std::string Server::take_arrivals(bool wait) {
   }
   to_cancel_ = std::move(later);
   if (draining_ && batch.empty() && in_flight_ == 0 && open_streams_ == 0) {
-    std::fprintf(stderr, "tprun: drained (%d requests finished, %s), exiting\n", drained_,
-                 aborting_ ? "some cancelled" : "none cancelled");
+    std::fprintf(stderr, "tprun: drained (%d requests in flight at the signal, %llu cancelled), exiting\n", drained_,
+                 static_cast<unsigned long long>(cancelled_count_ - cancelled_at_drain_));
     return "stop";
   }
   const bool idle_out = opts_.idle_exit_s > 0 && batch.empty() && wait && !draining_ &&
