@@ -81,7 +81,7 @@ uint64_t rng_stream(const GenerationRequest& r, size_t index) {
 /// A prompt prefix common to several requests, prefilled once into its own kv_cache slot.
 struct SharedPrefix {
   size_t length = 0;        ///< tokens (the first `length` of each member's prompt)
-  size_t first_member = 0;  ///< a member's request index (the tokens are its prompt's first `length`)
+  std::vector<int32_t> tokens;  ///< those tokens (a copy: any member may finish, and be taken, first)
   int members_left = 0;     ///< members not finished yet; the slot is freed when none is left
   int slot = -1;            ///< kv_cache slot while in use, -1 before and after
   size_t prefilled = 0;     ///< tokens already in that slot
@@ -122,6 +122,10 @@ class BatchGenerator::Impl {
     requests_[index] = GenerationRequest{};  // the prompt is no longer needed
     return r;
   }
+  bool cancel(size_t index);
+  int slots_in_use() const { return runner_.max_batch() - static_cast<int>(free_slots_.size()); }
+  size_t running() const { return active_.size(); }
+  size_t waiting() const { return waiting_.size(); }
   const GenerationStats& stats() const { return stats_; }
 
  private:
@@ -130,6 +134,8 @@ class BatchGenerator::Impl {
   void admit();
   /// Frees a's slot, and its prefix's slot when a was the prefix's last member.
   void release(const Active& a);
+  /// One member of prefix p is gone: frees the prefix's slot when it held one and no member is left.
+  void leave_prefix(int p);
   bool needs_logits(const Active& a) const;
   /// Points c at a's shared prefix, when it has one.
   void set_prefix(const Active& a, SeqChunk* c) const {
@@ -157,6 +163,7 @@ class BatchGenerator::Impl {
   std::vector<std::unique_ptr<Active>> active_;
   std::vector<int> free_slots_;
   GenerationStats stats_;
+  bool in_step_ = false;  ///< step() is running (callbacks may not cancel)
 };
 
 /// Longest common prefix of a and b, leaving each at least its last token (which must be fed to get
@@ -192,7 +199,7 @@ void BatchGenerator::Impl::plan_prefixes(size_t first) {
       if (end - begin >= 2) {
         SharedPrefix p;
         p.length = length;
-        p.first_member = sorted[begin];
+        p.tokens.assign(requests_[sorted[begin]].prompt_ids.begin(), requests_[sorted[begin]].prompt_ids.begin() + length);
         p.members_left = static_cast<int>(end - begin);
         for (size_t i = begin; i < end; ++i) prefix_of_[sorted[i]] = static_cast<int>(prefixes_.size());
         prefixes_.push_back(p);
@@ -252,12 +259,42 @@ void BatchGenerator::Impl::admit() {
 
 void BatchGenerator::Impl::release(const Active& a) {
   free_slots_.push_back(a.slot);
-  if (a.prefix < 0) return;
-  SharedPrefix& p = prefixes_[a.prefix];
-  if (--p.members_left == 0) {
+  if (a.prefix >= 0) leave_prefix(a.prefix);
+}
+
+void BatchGenerator::Impl::leave_prefix(int index) {
+  SharedPrefix& p = prefixes_[index];
+  if (--p.members_left == 0 && p.slot >= 0) {
     free_slots_.push_back(p.slot);
     p.slot = -1;
   }
+}
+
+bool BatchGenerator::Impl::cancel(size_t index) {
+  TPS_CHECK(!in_step_, "generate: cancel(" + std::to_string(index) + ") during step()",
+            "this is a bug in the caller: cancel between steps, not from a callback");
+  if (index >= requests_.size() || !results_[index].finish_reason.empty()) return false;
+  GenerationResult& res = results_[index];
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Active& a = *active_[i];
+    if (a.req != index) continue;
+    res.output_ids = a.output;
+    res.text = a.text.substr(0, a.streamed);
+    res.finish_reason = "abort";
+    release(a);
+    active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (cb_.on_done) cb_.on_done(index, res);
+    return true;
+  }
+  const auto w = std::find(waiting_.begin(), waiting_.end(), index);
+  if (w == waiting_.end()) return false;
+  waiting_.erase(w);
+  if (prefix_of_[index] >= 0) leave_prefix(prefix_of_[index]);
+  res.id = requests_[index].id;
+  res.prompt_tokens = static_cast<int>(requests_[index].prompt_ids.size());
+  res.finish_reason = "abort";
+  if (cb_.on_done) cb_.on_done(index, res);
+  return true;
 }
 
 bool BatchGenerator::Impl::needs_logits(const Active& a) const {
@@ -277,7 +314,7 @@ void BatchGenerator::Impl::step_prefill() {
   for (size_t i = 0; i < prefixes_.size(); ++i) prefix_ready[i] = prefixes_[i].prefilled == prefixes_[i].length;
   for (SharedPrefix& p : prefixes_) {
     if (p.slot < 0 || p.prefilled == p.length || budget == 0) continue;
-    const auto& prompt = requests_[p.first_member].prompt_ids;
+    const auto& prompt = p.tokens;
     const size_t n = std::min<size_t>(p.length - p.prefilled, static_cast<size_t>(budget));
     SeqChunk c;
     c.slot = p.slot;
@@ -448,6 +485,11 @@ size_t BatchGenerator::Impl::add(std::vector<GenerationRequest> requests) {
 }
 
 void BatchGenerator::Impl::step() {
+  in_step_ = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{in_step_};
   admit();
   if (active_.empty()) return;
   bool prefill_pending = false;
@@ -472,6 +514,10 @@ size_t BatchGenerator::add(std::vector<GenerationRequest> requests) { return imp
 bool BatchGenerator::busy() const { return impl_->busy(); }
 void BatchGenerator::step() { impl_->step(); }
 GenerationResult BatchGenerator::take_result(size_t index) { return impl_->take_result(index); }
+bool BatchGenerator::cancel(size_t index) { return impl_->cancel(index); }
+int BatchGenerator::slots_in_use() const { return impl_->slots_in_use(); }
+size_t BatchGenerator::running() const { return impl_->running(); }
+size_t BatchGenerator::waiting() const { return impl_->waiting(); }
 const GenerationStats& BatchGenerator::stats() const { return impl_->stats(); }
 
 std::vector<GenerationResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,

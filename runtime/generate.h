@@ -58,7 +58,7 @@ struct GenerationResult {
   std::string id;
   std::vector<int32_t> output_ids;   ///< generated ids only; ends with the EOS id when finish_reason is "eos" (as HF)
   std::string text;                  ///< decoded output, special tokens skipped (stop string and what follows removed)
-  std::string finish_reason;         ///< "eos", "length" or "stop"
+  std::string finish_reason;         ///< "eos", "length", "stop", or "abort" (BatchGenerator::cancel)
   int prompt_tokens = 0;
   std::vector<TokenLogprob> logprobs;         ///< per output id, when params.logprobs >= 0
   std::vector<TokenLogprob> prompt_logprobs;  ///< per prompt token after the first, when params.prompt_logprobs >= 0
@@ -110,6 +110,16 @@ class BatchGenerator {
   void step();
   /// Moves a finished request's result out and frees what the generator kept of it.
   GenerationResult take_result(size_t index);
+  /// Ends request `index` now, waiting or running: on_done gets it with finish_reason "abort" (the output
+  /// ids and the text streamed so far), its kv_cache slot is free for the next step(), and so is its shared
+  /// prefix's slot when it was the last member using it. The other requests' results do not change.
+  /// Returns false, doing nothing, when `index` was never added or already finished. Call it between
+  /// step()s, not from a callback. SPMD: every rank cancels the same indices between the same steps.
+  bool cancel(size_t index);
+  /// kv_cache slots held now by running requests and by shared prefixes (0 when !busy()).
+  int slots_in_use() const;
+  size_t running() const;  ///< requests in a kv_cache slot (prefilling or decoding)
+  size_t waiting() const;  ///< requests added and not admitted yet
   const GenerationStats& stats() const;
 
  private:

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -335,7 +336,10 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
       stopping = true;
       stop_time = Clock::now();
     }
-    if (stopping && Clock::now() - stop_time > std::chrono::seconds(5)) stop_all(SIGKILL);
+    // After a signal the workers get opts.interrupt_grace_s (serve drains its requests in flight);
+    // after a failure, 5 s.
+    const int grace_s = interrupted && first_failed < 0 ? std::max(5, opts.interrupt_grace_s) : 5;
+    if (stopping && Clock::now() - stop_time > std::chrono::seconds(grace_s)) stop_all(SIGKILL);
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
@@ -343,7 +347,12 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
   close(g_sig_pipe[0]);
   close(g_sig_pipe[1]);
 
-  if (interrupted) return 128 + interrupted;
+  if (interrupted) {
+    // Workers that handle the signal themselves (serve drains, then exits 0): their success is the job's.
+    bool all_ok = true;
+    for (const auto& c : kids) all_ok = all_ok && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+    return all_ok ? 0 : 128 + interrupted;
+  }
   if (first_failed < 0) return 0;
   // Name the rank that failed by itself: the first to exit with a failure that is neither "a peer failed"
   // (kExitPeerFailed) nor our own SIGTERM/SIGKILL; else the first failure seen.

@@ -36,7 +36,9 @@ bool is_worker_process();
 
 /// If opts.device is CUDA and this process is not a worker: start the workers of this node
 /// (re-executing argv with TPRUN_RANK / TPRUN_LOCAL_RANK / TPRUN_WORLD_SIZE / TPRUN_MASTER set), forward
-/// Ctrl-C, stop all when one fails, and return the exit code to use (0 on success; non-zero naming the
+/// Ctrl-C / SIGTERM to every worker (SIGKILL after opts.interrupt_grace_s), stop all when one fails (SIGKILL
+/// 5 s later), and return the exit code to use (0 on success, also after a signal when every worker exited
+/// 0, as serve does after its drain; 128 + signal when a signal stopped them; non-zero naming the
 /// failing rank on stderr). Returns -1 when this process should run the command itself.
 /// Multi-node: opts carry nnodes / node_rank / master_addr (see SessionOptions).
 /// opts.device must already be resolved (resolve_device, runtime/session.h): Auto starts no workers.

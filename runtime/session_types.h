@@ -35,6 +35,9 @@ struct SessionOptions {
   std::string master_addr;       ///< CUDA: HOST:PORT of the rendezvous (rank 0's node); empty = 127.0.0.1:free port
   int cpu_threads = 0;           ///< CPU: matmul threads per rank; 0 = max(1, usable_cpus() / tp_size), runtime/cpu_budget.h
   bool quiet = false;            ///< do not print the "backend" line on stderr
+  /// CUDA launcher: seconds between forwarding SIGTERM / SIGINT to the workers and SIGKILL (serve raises
+  /// it for its drain, serve/server.h). A worker failure still stops the others with a 5 s grace.
+  int interrupt_grace_s = 5;
 };
 
 /// kv_cache slots of the CPU backend when SessionOptions::max_batch is 0.

@@ -245,7 +245,10 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
   return r;
 }
 
-std::string openai_finish_reason(const std::string& ours) { return ours == "length" ? "length" : "stop"; }
+std::string openai_finish_reason(const std::string& ours) {
+  if (ours == "length" || ours == "abort") return ours;
+  return "stop";
+}
 
 json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results, const Tokenizer& tok,
                    const std::string& id, int64_t created, const std::string& model) {

@@ -74,7 +74,8 @@ std::string stream_event(const ApiRequest& req, size_t index, const std::string&
 /// The OpenAI error body of e.
 nlohmann::json error_body(const ApiError& e);
 
-/// OpenAI finish_reason of a GenerationResult's: "eos" and "stop" -> "stop", "length" -> "length".
+/// OpenAI finish_reason of a GenerationResult's: "eos" and "stop" -> "stop", "length" -> "length", "abort"
+/// (cancelled: the client went away, or the drain after a stop signal timed out) -> "abort" (as vLLM).
 std::string openai_finish_reason(const std::string& ours);
 
 }  // namespace tpshard::serve

@@ -4,11 +4,14 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -32,6 +35,32 @@ using Clock = std::chrono::steady_clock;
 /// The longest the model loop waits for a request while idle before the ranks meet again.
 constexpr auto kIdlePoll = std::chrono::milliseconds(20);
 
+/// The most HTTP connection threads (cpp-httplib's pool): --max-queued + 8, within [8, this].
+constexpr int kMaxHttpThreads = 256;
+
+/// SIGTERM / SIGINT received since the server started (only the output rank acts on them; see install_stop_handler).
+std::atomic<int> g_stop_signals{0};
+volatile sig_atomic_t g_last_stop_signal = 0;
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free counter");
+
+extern "C" void on_stop_signal(int sig) {
+  g_last_stop_signal = sig;
+  g_stop_signals.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// SIGTERM and SIGINT only count (async-signal-safe); the output rank's model loop polls the count at least
+/// every kIdlePoll and drains. Every process of the replica installs it, so a rank process that gets the
+/// signal (tprun's launcher forwards it to all) keeps running and follows the output rank's broadcast.
+/// SA_RESTART: the host exchange's blocking socket calls are not interrupted.
+void install_stop_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
 /// One HTTP request in flight.
 struct Job {
   ApiRequest req;
@@ -44,6 +73,11 @@ struct Job {
   std::vector<bool> started;                 ///< streaming: choice had its first chunk
   std::string error;                         ///< set when the model loop refused it
   bool done = false;
+  bool indexed = false;                      ///< first_index is set (the generator has its prompts)
+  bool cancelled = false;                    ///< the client went away, or the drain timed out
+  /// Its connection thread waits on it (with the server mutex) for events / done: one per job, so a token
+  /// wakes only its own request's thread.
+  std::condition_variable cv;
 };
 
 class Server {
@@ -62,9 +96,15 @@ class Server {
   bool output() const { return ctx_.replica_ranks->rank() == 0; }
   void start_http();
   void handle_generate(const httplib::Request& http, httplib::Response& res, bool chat);
-  /// Model loop (output rank): the requests that arrived, encoded for the broadcast, moved to pending_;
-  /// waits up to kIdlePoll for one when `wait`. "stop" once idle_exit_s passed without a request.
+  /// Model loop (output rank): the step's broadcast {"add": the requests that arrived (moved to pending_),
+  /// "cancel": generator indices of cancelled jobs}; waits up to kIdlePoll for a request when `wait`.
+  /// "stop" once idle_exit_s passed without a request, or when draining and nothing is left in flight.
   std::string take_arrivals(bool wait);
+  /// Output rank, under mu_: acts on new SIGTERM / SIGINT (the first starts the drain; one more, or the
+  /// drain timeout, cancels every job left in flight).
+  void poll_stop_signals();
+  /// Under mu_: cancel `job` at the next step (its prompts' generator indices go into the broadcast).
+  void cancel_job(const std::shared_ptr<Job>& job);
   void on_text(size_t index, const std::string& piece);
   void on_done(size_t index, const GenerationResult& r);
   void finish_job(const std::shared_ptr<Job>& job);
@@ -78,15 +118,25 @@ class Server {
   httplib::Server http_;
   std::thread http_thread_;
   std::mutex mu_;
-  std::condition_variable arrived_cv_, job_cv_;
+  std::condition_variable arrived_cv_;
   std::deque<std::shared_ptr<Job>> arrivals_;
   std::vector<std::shared_ptr<Job>> pending_;        ///< the jobs of the last broadcast, in its order
   std::map<size_t, std::shared_ptr<Job>> by_index_;  ///< BatchGenerator index -> its job (output rank)
   std::vector<size_t> finished_;                     ///< indices finished in the current step (every rank)
   std::atomic<uint64_t> next_id_{0};
   int in_flight_ = 0;  ///< jobs accepted and not done (under mu_)
+  int open_streams_ = 0;  ///< streamed responses not yet ended on their connection (under mu_)
+  std::vector<std::shared_ptr<Job>> to_cancel_;  ///< cancelled jobs whose indices are not broadcast yet (under mu_)
+  /// What /health reports of the generator, copied by the model loop after each step (output rank).
+  std::atomic<int> slots_in_use_{0}, running_{0}, waiting_{0};
+  std::atomic<uint64_t> cancelled_count_{0};  ///< jobs cancelled (client gone, drain timeout) since start
   Clock::time_point last_request_ = Clock::now();
-  std::atomic<bool> stop_{false};
+  int signals_seen_ = 0;                       ///< g_stop_signals already acted on (under mu_)
+  std::atomic<bool> draining_{false};          ///< a stop signal came: new requests get 503
+  bool aborting_ = false;                      ///< drain timed out or a second signal: cancel everything (under mu_)
+  Clock::time_point drain_start_;
+  int drained_ = 0;                            ///< requests in flight when the drain began
+  uint64_t cancelled_at_drain_ = 0;            ///< cancelled_count_ then
 };
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -110,7 +160,26 @@ void Server::start_http() {
       send_error(res, ApiError{401, "missing or wrong API key (send \"Authorization: Bearer KEY\")"});
       return httplib::Server::HandlerResponse::Handled;
     });
-  http_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
+  // More connection threads than cpp-httplib's default (8): each request in flight holds one while it waits
+  // for the model. Connections beyond them wait for a free thread (neither counted nor refused).
+  const size_t threads = static_cast<size_t>(std::clamp(opts_.max_queued + 8, 8, kMaxHttpThreads));
+  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    json h;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      h = {{"status", draining_ ? "draining" : "ok"},
+           {"requests_in_flight", in_flight_},
+           {"streams_open", open_streams_}};
+    }
+    h["requests_running"] = running_.load();
+    h["requests_waiting"] = waiting_.load();
+    h["slots_in_use"] = slots_in_use_.load();
+    h["slots_total"] = ctx_.runner->max_batch();
+    h["requests_cancelled"] = cancelled_count_.load();
+    if (draining_) res.status = 503;  // load balancers: send new requests elsewhere
+    res.set_content(h.dump(), "application/json");
+  });
   http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json m = {{"id", model_name_}, {"object", "model"}, {"created", 0}, {"owned_by", "tpshard"},
               {"max_model_len", limits_.max_seq_len}};
@@ -177,31 +246,43 @@ void Server::handle_generate(const httplib::Request& http, httplib::Response& re
   job->started.assign(job->req.prompts.size(), false);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (draining_)
+      return send_error(res, ApiError{503, "the server is shutting down (it got a stop signal): it finishes the "
+                                           "requests in flight and accepts no new ones; retry on another server"});
     if (in_flight_ >= opts_.max_queued)
       return send_error(res, ApiError{429, "the server has " + std::to_string(in_flight_) +
                                                " requests in flight (--max-queued): retry later"});
     ++in_flight_;
+    if (job->req.stream) ++open_streams_;
     arrivals_.push_back(job);
     last_request_ = Clock::now();
   }
   arrived_cv_.notify_one();
   if (!job->req.stream) {
     std::unique_lock<std::mutex> lock(mu_);
-    job_cv_.wait(lock, [&] { return job->done; });
+    job->cv.wait(lock, [&] { return job->done; });
     if (!job->error.empty()) return send_error(res, ApiError{400, job->error});
     res.set_content(response_body(job->req, job->results, *ctx_.tokenizer, job->id, job->created, model_name_)
                         .dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
     return;
   }
+  // The releaser runs when cpp-httplib is done with the response: after [DONE], or when the client went
+  // away (a failed write, or a connection found dead before the first one): then the job is cancelled.
+  auto released = [this, job](bool success) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --open_streams_;
+    if (!success) cancel_job(job);
+    arrived_cv_.notify_one();
+  };
   res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
     std::unique_lock<std::mutex> lock(mu_);
-    job_cv_.wait(lock, [&] { return !job->events.empty() || job->done; });
+    job->cv.wait(lock, [&] { return !job->events.empty() || job->done; });
     while (!job->events.empty()) {
       const std::string e = std::move(job->events.front());
       job->events.pop_front();
       lock.unlock();
-      if (!sink.write(e.data(), e.size())) return false;  // the client went away (the job still runs to its end)
+      if (!sink.write(e.data(), e.size())) return false;  // the client went away: the releaser cancels the job
       lock.lock();
     }
     if (job->done && job->events.empty()) {
@@ -213,12 +294,49 @@ void Server::handle_generate(const httplib::Request& http, httplib::Response& re
       sink.done();
     }
     return true;
-  });
+  }, released);
+}
+
+void Server::cancel_job(const std::shared_ptr<Job>& job) {
+  if (job->done || job->cancelled) return;
+  job->cancelled = true;
+  to_cancel_.push_back(job);
+}
+
+void Server::poll_stop_signals() {
+  const int signals = g_stop_signals.load(std::memory_order_relaxed);
+  if (signals > signals_seen_) {
+    const char* name = strsignal(g_last_stop_signal);
+    if (!draining_) {
+      draining_ = true;
+      drain_start_ = Clock::now();
+      drained_ = in_flight_;
+      cancelled_at_drain_ = cancelled_count_;
+      std::fprintf(stderr,
+                   "tprun: %s: draining: finishing %d requests in flight (at most %g s, --drain-timeout), new ones get 503\n",
+                   name, in_flight_, opts_.drain_timeout_s);
+    } else if (!aborting_ && Clock::now() - drain_start_ > std::chrono::seconds(1)) {
+      // (Within a second of the first: the same stop, e.g. Ctrl-C reaching a worker both from the terminal
+      // and through tprun's launcher.)
+      aborting_ = true;
+      std::fprintf(stderr, "tprun: %s again: cancelling the %d requests in flight\n", name, in_flight_);
+    }
+    signals_seen_ = signals;
+  }
+  if (draining_ && !aborting_ && std::chrono::duration<double>(Clock::now() - drain_start_).count() > opts_.drain_timeout_s) {
+    aborting_ = true;
+    std::fprintf(stderr, "tprun: drain timeout (%g s): cancelling the %d requests still in flight\n",
+                 opts_.drain_timeout_s, in_flight_);
+  }
+  if (aborting_)
+    for (const auto& [index, job] : by_index_) cancel_job(job);
 }
 
 std::string Server::take_arrivals(bool wait) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (wait && arrivals_.empty()) arrived_cv_.wait_for(lock, kIdlePoll, [&] { return !arrivals_.empty(); });
+  if (wait && arrivals_.empty() && to_cancel_.empty())
+    arrived_cv_.wait_for(lock, kIdlePoll, [&] { return !arrivals_.empty() || !to_cancel_.empty(); });
+  poll_stop_signals();
   json batch = json::array();
   for (const auto& job : arrivals_) {
     json prompts = json::array();
@@ -227,9 +345,29 @@ std::string Server::take_arrivals(bool wait) {
   }
   pending_.assign(arrivals_.begin(), arrivals_.end());
   arrivals_.clear();
-  const bool idle_out = opts_.idle_exit_s > 0 && batch.empty() && wait &&
+  // Cancelled jobs the generator has: all their prompts' indices (finished ones are ignored alike on every
+  // rank). Jobs still in this broadcast's "add" are cancelled at the next one.
+  json cancel = json::array();
+  std::vector<std::shared_ptr<Job>> later;
+  for (const auto& job : to_cancel_) {
+    if (job->done) continue;
+    if (!job->indexed) {
+      later.push_back(job);
+      continue;
+    }
+    for (size_t k = 0; k < job->req.prompts.size(); ++k) cancel.push_back(job->first_index + k);
+    cancelled_count_++;
+  }
+  to_cancel_ = std::move(later);
+  if (draining_ && batch.empty() && in_flight_ == 0 && open_streams_ == 0) {
+    std::fprintf(stderr, "tprun: drained (%d requests in flight at the signal, %llu cancelled), exiting\n", drained_,
+                 static_cast<unsigned long long>(cancelled_count_ - cancelled_at_drain_));
+    return "stop";
+  }
+  const bool idle_out = opts_.idle_exit_s > 0 && batch.empty() && wait && !draining_ &&
                         std::chrono::duration<double>(Clock::now() - last_request_).count() > opts_.idle_exit_s;
-  return idle_out ? std::string("stop") : batch.dump();
+  if (idle_out) return "stop";
+  return json{{"add", std::move(batch)}, {"cancel", std::move(cancel)}}.dump();
 }
 
 void Server::on_text(size_t index, const std::string& piece) {
@@ -241,7 +379,7 @@ void Server::on_text(size_t index, const std::string& piece) {
   const size_t choice = index - job.first_index;
   job.events.push_back(stream_event(job.req, choice, piece, "", !job.started[choice], job.id, job.created, model_name_));
   job.started[choice] = true;
-  job_cv_.notify_all();
+  job.cv.notify_all();
 }
 
 void Server::on_done(size_t index, const GenerationResult& r) {
@@ -261,7 +399,7 @@ void Server::on_done(size_t index, const GenerationResult& r) {
     --in_flight_;
   }
   by_index_.erase(it);
-  job_cv_.notify_all();
+  job.cv.notify_all();
 }
 
 void Server::run() {
@@ -269,6 +407,7 @@ void Server::run() {
             "serve with one replica (--tp / --pp); start one server per replica behind a load balancer");
   TPS_CHECK(ctx_.tokenizer != nullptr, "serve: " + ctx_.model_dir + " has no tokenizer",
             "copy the model's tokenizer.json or tokenizer.model into the converted directory");
+  install_stop_handler();
   if (output()) start_http();
   GenerateCallbacks cb;
   cb.on_text = [this](size_t i, const std::string& s) { on_text(i, s); };
@@ -279,7 +418,10 @@ void Server::run() {
     std::string blob = output() ? take_arrivals(!gen.busy()) : std::string();
     blob = ctx_.replica_ranks->broadcast(blob, 0);
     if (blob == "stop") break;
-    const json batch = json::parse(blob);
+    const json step = json::parse(blob);
+    // Cancellations first, between steps and in the broadcast's order: every rank frees the same slots.
+    for (const json& index : step["cancel"]) gen.cancel(index.get<size_t>());
+    const json& batch = step["add"];
     for (size_t j = 0; j < batch.size(); ++j) {
       std::vector<GenerationRequest> reqs;
       for (const json& r : batch[j]) reqs.push_back(request_from_json(r));
@@ -297,15 +439,21 @@ void Server::run() {
         job->error = error;
         job->done = true;
         --in_flight_;
-        job_cv_.notify_all();
+        job->cv.notify_all();
         continue;
       }
       job->first_index = first;
+      job->indexed = true;
       for (size_t k = 0; k < reqs.size(); ++k) by_index_[first + k] = job;
     }
     if (gen.busy()) gen.step();
     for (size_t i : finished_) gen.take_result(i);
     finished_.clear();
+    if (output()) {
+      slots_in_use_ = gen.slots_in_use();
+      running_ = static_cast<int>(gen.running());
+      waiting_ = static_cast<int>(gen.waiting());
+    }
   }
   if (output()) {
     http_.stop();

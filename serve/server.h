@@ -22,11 +22,20 @@ struct ServeOptions {
   std::string api_key;
   /// Requests in flight (queued or running) at most; one more gets 429 (too many requests).
   int max_queued = 1024;
+  /// After SIGTERM / SIGINT: seconds to finish the requests in flight (new ones get 503) before the rest
+  /// are cancelled (finish_reason "abort"); the server then exits 0. A second signal cancels at once.
+  double drain_timeout_s = 60;
 };
 
-/// Run the server until the process is stopped (or idle_exit_s). Collective: every rank of the job calls
-/// it. Throws Error (output rank) when the address cannot be bound, naming it; dp_size > 1 is refused
-/// (one replica serves).
+/// Seconds tprun's launcher (CUDA: one process per GPU) waits between forwarding a stop signal to the
+/// serve workers and killing them: the drain, then the time to end the connections and exit.
+inline int serve_stop_grace_s(const ServeOptions& o) { return static_cast<int>(o.drain_timeout_s) + 15; }
+
+/// Run the server until a stop signal's drain ends (or idle_exit_s). Collective: every rank of the job calls
+/// it. Installs its own SIGTERM / SIGINT handler in the process (a counter the output rank's model loop
+/// polls; other ranks follow the output rank's broadcast, so a rank process that gets the signal keeps
+/// running until the output rank stops the replica). Throws Error (output rank) when the address cannot
+/// be bound, naming it; dp_size > 1 is refused (one replica serves).
 void run_server(RankContext& ctx, const ServeOptions& options);
 
 }  // namespace tpshard::serve

@@ -261,3 +261,131 @@ TEST_CASE("prompts with a common prefix prefill it once, read it shared, and giv
     }
   }
 }
+
+namespace {
+
+/// Runs reqs through a BatchGenerator of max_batch slots; before step number s (counting from 0) it cancels
+/// the indices cancel_at[s]. Returns every result by index (cancelled ones included) and the slots in use
+/// right after each cancel (-1 where none was made).
+struct CancelRun {
+  std::vector<GenerationResult> results;
+  std::vector<int> slots_before, slots_after;
+  int slots_at_end = -1;
+};
+CancelRun run_with_cancels(const std::vector<GenerationRequest>& reqs, int max_batch,
+                           const std::map<int, std::vector<size_t>>& cancel_at) {
+  FakeTokenizer tok;
+  FakeRunner runner(max_batch, 64, hash_next);
+  std::vector<size_t> done_order;
+  GenerateCallbacks cb;
+  cb.on_done = [&](size_t i, const GenerationResult&) { done_order.push_back(i); };
+  BatchGenerator g(runner, tok, cb);
+  g.add(reqs);
+  CancelRun out;
+  for (int s = 0; g.busy(); ++s) {
+    const auto it = cancel_at.find(s);
+    if (it != cancel_at.end())
+      for (size_t i : it->second) {
+        out.slots_before.push_back(g.slots_in_use());
+        CHECK(g.cancel(i));
+        CHECK(!g.cancel(i));  // a second cancel of the same request does nothing
+        out.slots_after.push_back(g.slots_in_use());
+      }
+    g.step();
+  }
+  out.slots_at_end = g.slots_in_use();
+  CHECK(g.running() == 0);
+  CHECK(g.waiting() == 0);
+  CHECK(done_order.size() == reqs.size());  // on_done once per request, cancelled ones included
+  for (size_t i = 0; i < reqs.size(); ++i) out.results.push_back(g.take_result(i));
+  CHECK(!g.cancel(reqs.size()));  // never added
+  CHECK(!g.cancel(0));            // finished and taken
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cancel ends a running or waiting request, frees its slot, and leaves the others bit-exact") {
+  SamplingParams p;
+  p.max_new_tokens = 12;
+  p.logprobs = 2;  // compare the float log-probabilities too, not only the ids
+  p.temperature = 0.9f;
+  p.seed = 11;
+  std::vector<GenerationRequest> reqs = mixed_requests(p);  // 5 requests, 3 slots below: 2 wait at first
+  for (auto& r : reqs) r.params = p;
+  // Step 0 admits and prefills requests 0..2; before step 3, request 1 runs (decoding) and 4 waits.
+  const CancelRun cancelled = run_with_cancels(reqs, 3, {{3, {1, 4}}});
+  REQUIRE(cancelled.slots_before.size() == 2);
+  CHECK(cancelled.slots_before[0] == 3);
+  CHECK(cancelled.slots_after[0] == 2);  // the running one's slot is free at once
+  CHECK(cancelled.slots_after[1] == 2);  // a waiting one held no slot
+  CHECK(cancelled.slots_at_end == 0);
+  const GenerationResult& c1 = cancelled.results[1];
+  CHECK(c1.finish_reason == "abort");
+  CHECK(c1.output_ids.size() == 3);  // one token from the prefill, two decode steps
+  CHECK(c1.logprobs.size() == 3);
+  CHECK(c1.id == "req1");
+  CHECK(cancelled.results[4].finish_reason == "abort");
+  CHECK(cancelled.results[4].output_ids.empty());
+  CHECK(cancelled.results[4].prompt_tokens == static_cast<int>(reqs[4].prompt_ids.size()));
+  // The others, against a run that never had the cancelled ones (same ids: same RNG streams).
+  const std::vector<GenerationRequest> kept = {reqs[0], reqs[2], reqs[3]};
+  FakeRunner runner(3, 64, hash_next);
+  FakeTokenizer tok;
+  const auto alone = generate(runner, tok, kept);
+  const size_t kept_index[] = {0, 2, 3};
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const GenerationResult& a = cancelled.results[kept_index[k]];
+    CAPTURE(k);
+    CHECK(a.finish_reason == "length");
+    CHECK(a.output_ids == alone[k].output_ids);
+    CHECK(a.text == alone[k].text);
+    REQUIRE(a.logprobs.size() == alone[k].logprobs.size());
+    for (size_t t = 0; t < a.logprobs.size(); ++t) {
+      CHECK(a.logprobs[t].logprob == alone[k].logprobs[t].logprob);  // bit-exact
+      CHECK(a.logprobs[t].top == alone[k].logprobs[t].top);
+    }
+  }
+  // The cancelled running request's tokens so far are its uncancelled run's first tokens.
+  const auto full = generate(runner, tok, {reqs[1]});
+  CHECK(std::equal(c1.output_ids.begin(), c1.output_ids.end(), full[0].output_ids.begin()));
+}
+
+TEST_CASE("cancelling members of a shared prefix frees the prefix's slot with its last member") {
+  std::vector<int32_t> prefix = {1};
+  for (int i = 1; i < 20; ++i) prefix.push_back(2 + (i * 5) % 14);
+  SamplingParams p;
+  p.max_new_tokens = 8;
+  std::vector<GenerationRequest> reqs;
+  for (int32_t s : {3, 7, 9}) {
+    std::vector<int32_t> prompt = prefix;
+    prompt.push_back(s);
+    reqs.push_back({"m" + std::to_string(s), prompt, p});
+  }
+  reqs.push_back({"loner", {1, 4, 4}, p});
+  // 4 slots: the prefix and the three members; the loner (queued after the group) waits for a slot.
+  SUBCASE("cancel one member: the prefix stays for the others") {
+    const CancelRun r = run_with_cancels(reqs, 4, {{2, {0}}});
+    CHECK(r.slots_before[0] == 4);
+    CHECK(r.slots_after[0] == 3);
+    CHECK(r.results[0].finish_reason == "abort");
+    CHECK(r.slots_at_end == 0);
+    FakeRunner alone_runner(1, 64, hash_next);
+    FakeTokenizer tok;
+    for (size_t i = 1; i < reqs.size(); ++i) {
+      CAPTURE(i);
+      CHECK(r.results[i].finish_reason == "length");
+      CHECK(r.results[i].output_ids == generate(alone_runner, tok, {reqs[i]})[0].output_ids);
+    }
+  }
+  SUBCASE("cancel every member: the prefix's slot is freed with the last one") {
+    const CancelRun r = run_with_cancels(reqs, 4, {{2, {0, 1, 2}}});
+    REQUIRE(r.slots_after.size() == 3);
+    CHECK(r.slots_before[0] == 4);  // the prefix and its three members; the loner waits
+    CHECK(r.slots_after[0] == 3);
+    CHECK(r.slots_after[1] == 2);   // the last member and the prefix
+    CHECK(r.slots_after[2] == 0);   // the last member took the prefix's slot with it
+    CHECK(r.results[3].finish_reason == "length");
+    CHECK(r.slots_at_end == 0);
+  }
+}

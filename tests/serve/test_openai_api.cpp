@@ -151,5 +151,10 @@ TEST_CASE("response bodies: text, finish_reason, usage, echo with logprobs (firs
   CHECK(e["choices"][0]["finish_reason"].is_null());
   const json last = json::parse(stream_event(r, 0, "", "stop", false, "cmpl-7", 100, "m").substr(6));
   CHECK(last["choices"][0]["finish_reason"] == "stop");
+  // A cancelled request (client gone, drain timeout) says so, as vLLM does.
+  const json aborted = json::parse(stream_event(r, 0, "", "abort", false, "cmpl-7", 100, "m").substr(6));
+  CHECK(aborted["choices"][0]["finish_reason"] == "abort");
+  CHECK(openai_finish_reason("eos") == "stop");
+  CHECK(openai_finish_reason("abort") == "abort");
   CHECK(error_body(ApiError{400, "bad"})["error"]["message"] == "bad");
 }

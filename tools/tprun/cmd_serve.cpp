@@ -21,8 +21,12 @@ void add_serve_command(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every request but /health");
   sub->add_option("--max-queued", o->max_queued, "requests in flight at most; more get 429 (default 1024)")
       ->check(CLI::PositiveNumber);
-  g.preflight.push_back([sub, &g] {
+  sub->add_option("--drain-timeout", o->drain_timeout_s,
+                  "after SIGTERM / SIGINT: seconds to finish the requests in flight before cancelling them (default 60)")
+      ->check(CLI::NonNegativeNumber);
+  g.preflight.push_back([sub, &g, o] {
     if (!sub->parsed()) return;
+    g.session.interrupt_grace_s = serve::serve_stop_grace_s(*o);  // CUDA launcher: room for the drain
     check_usage(g.session.dp_size == 1, "serve: --dp " + std::to_string(g.session.dp_size) + " is not supported",
                 "serve one replica (--tp / --pp); start one server per replica behind a load balancer");
     if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);
