@@ -6,7 +6,7 @@ transformers 5 no longer writes .bin, so the files are written with torch.save d
 themselves are only read. Converting a twin must give the same shard files as converting its original
 (tests/format/test_torch_bin.cpp).
 
-Usage: make_bin_fixtures.py [FIXTURES_ROOT]   (default tests/fixtures; about 5 s)
+Usage: make_bin_fixtures.py [FIXTURES_ROOT]   (default tests/fixtures; about 15 s on 2 busy cores)
 
 Writes, next to the originals:
   tiny-llama-bf16-bin/          pytorch_model.bin: a plain dict of BFloat16 tensors (tiny-llama-bf16)
@@ -21,6 +21,12 @@ Writes, next to the originals:
 Each directory also gets the original's config.json and generation_config.json (and tokenizer files when
 present). Afterwards every twin is loaded back with torch.load(weights_only=True) and compared with its
 original, tensor by tensor.
+
+Also writes the fuzz seeds of fuzz_torch_bin, FIXTURES_ROOT/fuzz/torch_bin/*.bin (a few KB each, under
+the fuzzer's 64 KiB input limit): each twin's state dict with every dimension cut to at most 2 (same
+names, dtypes, dict type, buffers and tied storage), saved with torch.save's default pickle protocol 2,
+and the GPT-Neo one also with protocol 4 (FRAME, MEMOIZE, STACK_GLOBAL, SHORT_BINUNICODE).
+Reruns with the same torch version write the same bytes (checked with torch 2.15).
 """
 import argparse
 import collections
@@ -84,13 +90,39 @@ def check(d, expect):
     print("%s: %d tensors, %d bytes" % (d, len(got), sum(os.path.getsize(os.path.join(d, f)) for f in files)))
 
 
+def shrunk(sd):
+    """The same state dict with every dimension cut to at most 2; tensors that shared a storage still do."""
+    out = collections.OrderedDict() if isinstance(sd, collections.OrderedDict) else {}
+    by_storage = {}
+    for n, t in sd.items():
+        key = (t.untyped_storage().data_ptr(), t.shape)
+        if key not in by_storage:
+            by_storage[key] = t[tuple(slice(0, 2) for _ in t.shape)].contiguous().clone()
+        out[n] = by_storage[key].detach()
+    if hasattr(sd, "_metadata"):
+        out._metadata = sd._metadata
+    return out
+
+
+def write_seeds(root, dicts):
+    d = os.path.join(root, "fuzz", "torch_bin")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for name, sd in dicts.items():
+        torch.save(shrunk(sd), os.path.join(d, name + ".bin"))
+    torch.save(shrunk(dicts["tiny-gpt-neo"]), os.path.join(d, "tiny-gpt-neo-protocol4.bin"), pickle_protocol=4)
+    for f in sorted(os.listdir(d)):
+        print("%s: %d bytes" % (os.path.join(d, f), os.path.getsize(os.path.join(d, f))))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", nargs="?", default="tests/fixtures")
     root = ap.parse_args().root
 
+    seeds = {}
     # Llama, bf16: one file, then three shards (embedding / layer 0 / the rest).
-    sd = original(root, "tiny-llama-bf16")
+    sd = seeds["tiny-llama-bf16"] = original(root, "tiny-llama-bf16")
     d = fresh_dir(root, "tiny-llama-bf16", "tiny-llama-bf16-bin")
     torch.save(sd, os.path.join(d, "pytorch_model.bin"))
     check(d, sd)
@@ -117,6 +149,7 @@ def main():
     d = fresh_dir(root, "tiny-gpt-neox-par", "tiny-gpt-neox-par-bin")
     torch.save(sd, os.path.join(d, "pytorch_model.bin"))
     check(d, sd)
+    seeds["tiny-gpt-neox-par"] = sd
 
     # GPT-Neo: an OrderedDict with _metadata (a BUILD in the pickle), mask buffers, tied lm_head.
     st = original(root, "tiny-gpt-neo")
@@ -132,6 +165,8 @@ def main():
     d = fresh_dir(root, "tiny-gpt-neo", "tiny-gpt-neo-bin")
     torch.save(sd, os.path.join(d, "pytorch_model.bin"))
     check(d, sd)
+    seeds["tiny-gpt-neo"] = sd
+    write_seeds(root, seeds)
 
 
 if __name__ == "__main__":

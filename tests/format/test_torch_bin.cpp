@@ -149,6 +149,28 @@ TEST_CASE(".bin reader: the GPT-Neo twin's buffers, tied storage and values") {
   CHECK(st.find(std::string(reinterpret_cast<const char*>(wte.data), 4096)) != std::string::npos);
 }
 
+TEST_CASE(".bin reader: the fuzz seeds (shrunk twins; protocol 2 and 4 pickles) open with every tensor") {
+  const std::string dir = kFix + "/fuzz/torch_bin/";
+  const std::pair<const char*, size_t> seeds[] = {{"tiny-llama-bf16.bin", 20}, {"tiny-gpt-neox-par.bin", 34},
+                                                  {"tiny-gpt-neo.bin", 65}, {"tiny-gpt-neo-protocol4.bin", 65}};
+  for (const auto& [file, n] : seeds) {
+    CAPTURE(file);
+    const TorchCheckpointFile f(dir + file);
+    CHECK(f.tensors().size() == n);
+  }
+  const TorchCheckpointFile p2(dir + "tiny-gpt-neo.bin"), p4(dir + "tiny-gpt-neo-protocol4.bin");
+  for (const auto& [name, t] : p2.tensors()) {
+    CAPTURE(name);
+    const StTensor& u = p4.tensors().at(name);
+    CHECK(u.dtype_str == t.dtype_str);
+    CHECK(u.shape == t.shape);
+    REQUIRE(u.bytes == t.bytes);
+    CHECK(std::memcmp(u.data, t.data, t.bytes) == 0);
+  }
+  CHECK(p4.tensors().at("lm_head.weight").data == p4.tensors().at("transformer.wte.weight").data);
+  CHECK(p4.tensors().at("transformer.wte.weight").shape == std::vector<int64_t>{2, 2});
+}
+
 TEST_CASE(".bin reader: a crafted archive: dtypes, views, tied storage, zip64 or not, any top folder") {
   ScratchDir d;
   std::vector<TensorSpec> ts = two_tensors();
