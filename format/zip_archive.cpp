@@ -39,7 +39,7 @@ bool inside(uint64_t off, uint64_t n, uint64_t limit) { return off <= limit && n
 
 }  // namespace
 
-ZipArchive::ZipArchive(const uint8_t* data, uint64_t size, std::string path) : data_(data), size_(size), path_(std::move(path)) {
+ZipArchive::ZipArchive(const uint8_t* data, uint64_t size, std::string path) : data_(data), path_(std::move(path)) {
   const std::string& P = path_;
   auto fail = [&](const std::string& what) -> void { throw Error(P + ": zip archive: " + what, kCorrupt); };
   // 1. The EOCD: the last signature whose record and comment fit in the file (the comment is at most 65535 bytes).

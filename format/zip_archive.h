@@ -46,7 +46,6 @@ class ZipArchive {
 
  private:
   const uint8_t* data_;
-  uint64_t size_;
   std::string path_;
   std::vector<ZipEntry> entries_;
   std::map<std::string, size_t> by_name_;
