@@ -24,7 +24,7 @@
 #include "model/tensor_plan.h"
 #include "format/error.h"
 #include "format/hash.h"
-#include "format/safetensors.h"
+#include "format/checkpoint.h"
 #include "format/shard_layout.h"
 
 namespace tpshard {

@@ -247,10 +247,13 @@ TEST_CASE("sharded checkpoints: index naming a missing file; index/shard disagre
   fs::remove(hf + "/model.safetensors.index.json");
   fs::remove(hf + "/model-00001-of-00002.safetensors");
   fs::remove(hf + "/model-00002-of-00002.safetensors");
-  write_text(hf + "/pytorch_model.bin", "x");
   f = convert_fails(hf, d);
-  CHECK(has(f.what, "no model.safetensors or model.safetensors.index.json"));
-  CHECK(has(f.hint, "safe_serialization"));
+  CHECK(has(f.what, "no model.safetensors, model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json"));
+  CHECK(has(f.hint, "Hugging Face model directory"));
+  write_text(hf + "/pytorch_model.bin", "x");  // read as torch.save's zip format (tests/format/test_torch_bin.cpp)
+  f = convert_fails(hf, d);
+  CHECK(has(f.what, "pytorch_model.bin: not a zip archive"));
+  CHECK(has(f.hint, "safe_serialization=True"));
 }
 
 TEST_CASE("config problems: missing fields, unsupported architecture, more tp ranks than heads") {
