@@ -72,10 +72,10 @@ jinja::Value string_value(const std::string& s) { return jinja::Value::string(s)
 }  // namespace
 
 ChatTemplate parse_chat_template(const std::string& template_text, std::map<std::string, std::string> special_tokens,
-                                 const std::string& source) {
+                                 const std::string& source, const jinja::Limits& limits) {
   ChatTemplate t;
   t.source = source;
-  t.program = jinja::compile(template_text, source);
+  t.program = jinja::compile(template_text, source, limits);
   t.special_tokens = std::move(special_tokens);
   return t;
 }

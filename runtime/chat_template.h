@@ -32,8 +32,9 @@ struct ChatTemplate {
 /// Parse a Jinja chat template's text. source names the file in error messages. Throws Error naming
 /// source, line and construct for a syntax error or a construct outside the supported subset (hint: write
 /// the template without it and pass it with --chat-template FILE).
+/// limits bound every render of it (runtime/jinja/interpreter.h; the defaults fit any real conversation).
 ChatTemplate parse_chat_template(const std::string& template_text, std::map<std::string, std::string> special_tokens,
-                                 const std::string& source);
+                                 const std::string& source, const jinja::Limits& limits = {});
 /// Same, with only bos_token and eos_token (empty = absent).
 ChatTemplate parse_chat_template(const std::string& template_text, const std::string& bos_token,
                                  const std::string& eos_token, const std::string& source);

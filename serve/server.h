@@ -22,6 +22,8 @@ struct ServeOptions {
   std::string api_key;
   /// Requests in flight (queued or running) at most; one more gets 429 (too many requests).
   int max_queued = 1024;
+  /// Non-empty: the Jinja chat template file of /v1/chat/completions, instead of the model's own.
+  std::string chat_template_file;
 };
 
 /// Run the server until the process is stopped (or idle_exit_s). Collective: every rank of the job calls

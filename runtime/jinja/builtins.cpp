@@ -566,7 +566,8 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
     if (arg(a, kw, 1, "ensure_ascii", Value::boolean(false)).truthy()) throw Error("tojson(ensure_ascii=True) is not supported");
     if (!arg(a, kw, 2, "separators").is_none()) throw Error("tojson(separators=...) is not supported");
     const int indent = ind.is_none() ? -1 : static_cast<int>(std::clamp<int64_t>(require_int(ind, "indent"), 0, 64));
-    return str_value(in, to_json(v, indent, arg(a, kw, 3, "sort_keys", Value::boolean(false)).truthy()));
+    return str_value(in, to_json(v, indent, arg(a, kw, 3, "sort_keys", Value::boolean(false)).truthy(),
+                                 in.limits().max_output_bytes));
   }
   if (name == "items") {
     if (v.is_undefined()) return Value::list({});
@@ -602,13 +603,13 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
     bool first = true;
     for (const Value& item : iterate(v)) {
       if (!first) out += sep;
-      out += to_str(attribute.is_none() ? item : attribute_path(in, item, to_str(attribute)));
+      out += to_str(attribute.is_none() ? item : attribute_path(in, item, to_str(attribute)), in.limits().max_output_bytes);
       first = false;
       in.charge(out.size());
     }
     return Value::string(std::move(out));
   }
-  if (name == "string") return str_value(in, to_str(v));
+  if (name == "string") return str_value(in, to_str(v, in.limits().max_output_bytes));
   if (name == "int") return to_int(v, arg(a, kw, 0, "default", Value::integer(0)));
   if (name == "float") {
     if (v.is_number()) return Value::number(v.as_float());
@@ -647,6 +648,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
   if (name == "unique") {
     ValueList out;
     for (const Value& item : iterate(v)) {
+      in.count(out.size() + 1);  // each comparison counts: unique is quadratic
       bool seen = false;
       for (const Value& o : out) seen = seen || equals(o, item);
       if (!seen) out.push_back(item);
@@ -717,7 +719,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, con
     return Value::list(std::move(out));
   }
   // String filters: jinja2 applies them to str(value) (undefined -> "").
-  const std::string s = to_str(v);
+  const std::string s = to_str(v, in.limits().max_output_bytes);
   if (name == "trim") return Value::string(strip(s, arg(a, kw, 0, "chars"), true, true));
   if (name == "upper" || name == "lower") return Value::string(case_map(s, name == "upper"));
   if (name == "title") return Value::string(jinja_title(s));

@@ -91,6 +91,14 @@ std::string Interpreter::run() {
   return out;
 }
 
+Interpreter::Frame::Frame(Interpreter& i) : in(i) {
+  if (++in.frames_ > 8 * in.tmpl_.limits.max_depth) {
+    --in.frames_;
+    throw Error("evaluation nested deeper than " + std::to_string(8 * in.tmpl_.limits.max_depth) +
+                " levels (macros calling macros)");
+  }
+}
+
 void Interpreter::charge(size_t n) {
   if (n > tmpl_.limits.max_output_bytes)
     throw Error("a string of " + std::to_string(n) + " bytes is over the limit of " +
@@ -134,7 +142,11 @@ Value Interpreter::call(const Value& fn, const ValueList& args, const KwArgs& kw
 
 Value Interpreter::make_macro(const Node& n, const ScopePtr& scope) {
   const Node* node = &n;
-  return Value::function(n.name, [node, scope](Interpreter& in, const ValueList& args, const KwArgs& kwargs) -> Value {
+  // Weak: the scope holds the macro, so a strong reference would be a cycle that is never freed.
+  const std::weak_ptr<Scope> weak_scope = scope;
+  return Value::function(n.name, [node, weak_scope](Interpreter& in, const ValueList& args, const KwArgs& kwargs) -> Value {
+    const ScopePtr scope = weak_scope.lock();
+    if (!scope) throw Error("macro '" + node->name + "' is called after the block that defined it ended");
     if (args.size() > node->params.size())
       throw Error("macro '" + node->name + "' takes not more than " + std::to_string(node->params.size()) +
                   " argument(s)");
@@ -181,6 +193,7 @@ Value Interpreter::make_macro(const Node& n, const ScopePtr& scope) {
 }
 
 Interpreter::Flow Interpreter::exec(const Body& body, std::string& out, const ScopePtr& scope) {
+  const Frame frame(*this);
   for (const NodePtr& np : body) {
     const Node& n = *np;
     line_ = n.line;
@@ -189,7 +202,7 @@ Interpreter::Flow Interpreter::exec(const Body& body, std::string& out, const Sc
       case Node::Kind::Output: {
         const Value v = eval(*n.expr, scope);
         line_ = n.line;
-        const std::string s = to_str(v);
+        const std::string s = to_str(v, tmpl_.limits.max_output_bytes);
         emit(out, s);
         break;
       }
@@ -219,6 +232,7 @@ Interpreter::Flow Interpreter::exec(const Body& body, std::string& out, const Sc
         if (!n.attr.empty()) {
           const Value target = lookup(n.targets[0], scope);
           if (!target.is_namespace()) throw Error("cannot assign attribute on non-namespace object '" + n.targets[0] + "'");
+          if (v.holds_namespace()) throw Error("a namespace attribute cannot hold a namespace (not supported)");
           target.namespace_attrs().set(Value::string(n.attr), std::move(v));
         } else {
           assign(n, std::move(v), scope);
@@ -305,8 +319,8 @@ Interpreter::Flow Interpreter::exec_for(const Node& n, std::string& out, const S
 
 Value Interpreter::eval_binary(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") {
-    std::string s = to_str(a);
-    const std::string t = to_str(b);
+    std::string s = to_str(a, tmpl_.limits.max_output_bytes);
+    const std::string t = to_str(b, tmpl_.limits.max_output_bytes);
     charge(s.size() + t.size());
     return Value::string(s + t);
   }
@@ -388,6 +402,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
 }
 
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
+  const Frame frame(*this);
   line_ = e.line;
   switch (e.kind) {
     case Expr::Kind::Literal: return e.literal;

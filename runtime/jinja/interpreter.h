@@ -17,7 +17,9 @@ namespace tpshard::jinja {
 struct Limits {
   size_t max_output_bytes = 16u << 20;   ///< rendered text, and any one string value made on the way
   size_t max_loop_iterations = 1000000;  ///< for-loop iterations over the whole render (and list/range sizes)
-  size_t max_depth = 128;                ///< nesting of blocks and expressions (parse) and of macro calls
+  /// Nesting of blocks and expressions (parse) and of macro calls; evaluation recursion as a whole (macros
+  /// calling macros included) is bounded by 8 * max_depth frames.
+  size_t max_depth = 128;
   size_t max_work_bytes = 256u << 20;    ///< bytes all string operations of one render may produce in total
 };
 
@@ -73,7 +75,15 @@ class Interpreter {
   size_t work_ = 0;
   size_t iterations_ = 0;
   size_t call_depth_ = 0;
+  size_t frames_ = 0;  ///< exec/eval frames now on the C++ stack
   int line_ = 1;
+
+  /// Counts one exec/eval frame; throws Error past 8 * max_depth.
+  struct Frame {
+    Interpreter& in;
+    explicit Frame(Interpreter& i);
+    ~Frame() { --in.frames_; }
+  };
 };
 
 }  // namespace tpshard::jinja

@@ -59,23 +59,49 @@ Value Value::string(std::string s) {
   v.s_ = std::move(s);
   return v;
 }
+void Value::measure_children() {
+  size_t depth = 0, total = 1;
+  bool ns = kind_ == Kind::Namespace;
+  const auto add = [&](const Value& c) {
+    depth = std::max<size_t>(depth, c.depth_);
+    total = total + c.total_ < total ? SIZE_MAX : total + c.total_;
+    ns = ns || c.has_ns_;
+  };
+  if (list_)
+    for (const Value& c : *list_) add(c);
+  if (dict_)
+    for (const auto& kv : dict_->items) {
+      add(kv.first);
+      add(kv.second);
+    }
+  if (depth + 1 > kMaxNesting) throw Error("values nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  if (total > kMaxElements)
+    throw Error("a value of more than " + std::to_string(kMaxElements) + " elements (nested ones counted)");
+  depth_ = static_cast<uint32_t>(depth + 1);
+  total_ = total;
+  has_ns_ = ns;
+}
+
 Value Value::list(ValueList items, bool tuple) {
   Value v;
   v.kind_ = Kind::List;
   v.tuple_ = tuple;
   v.list_ = std::make_shared<const ValueList>(std::move(items));
+  v.measure_children();
   return v;
 }
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::Dict;
   v.dict_ = std::make_shared<Dict>(std::move(d));
+  v.measure_children();
   return v;
 }
 Value Value::namespace_object(Dict attrs) {
   Value v;
   v.kind_ = Kind::Namespace;
   v.dict_ = std::make_shared<Dict>(std::move(attrs));
+  v.measure_children();
   return v;
 }
 Value Value::function(std::string name, std::function<Value(Interpreter&, const ValueList&, const KwArgs&)> fn) {
@@ -262,7 +288,13 @@ std::string json_key(const Value& k) {
   throw Error("keys must be str, int, float, bool or None, not " + k.type_name());
 }
 
-void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int level) {
+void check_size(const std::string& out, size_t max_bytes) {
+  if (out.size() > max_bytes)
+    throw Error("a string of more than " + std::to_string(max_bytes) + " bytes (the size limit)");
+}
+
+void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int level, size_t max_bytes) {
+  check_size(out, max_bytes);
   const auto newline = [&](int lvl) {
     out += '\n';
     out.append(static_cast<size_t>(indent) * static_cast<size_t>(lvl), ' ');
@@ -287,7 +319,7 @@ void json_value(std::string& out, const Value& v, int indent, bool sort_keys, in
       for (size_t i = 0; i < l.size(); ++i) {
         if (i) out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(level + 1);
-        json_value(out, l[i], indent, sort_keys, level + 1);
+        json_value(out, l[i], indent, sort_keys, level + 1, max_bytes);
       }
       if (indent >= 0) newline(level);
       out += ']';
@@ -308,7 +340,7 @@ void json_value(std::string& out, const Value& v, int indent, bool sort_keys, in
         if (indent >= 0) newline(level + 1);
         json_string(out, kv[i].first);
         out += ": ";
-        json_value(out, *kv[i].second, indent, sort_keys, level + 1);
+        json_value(out, *kv[i].second, indent, sort_keys, level + 1, max_bytes);
       }
       if (indent >= 0) newline(level);
       out += '}';
@@ -318,48 +350,66 @@ void json_value(std::string& out, const Value& v, int indent, bool sort_keys, in
   }
 }
 
-}  // namespace
-
-std::string to_str(const Value& v) {
+void repr_into(std::string& out, const Value& v, size_t max_bytes) {
+  check_size(out, max_bytes);
   switch (v.kind()) {
-    case Value::Kind::Undefined: return "";
-    case Value::Kind::String: return v.as_string();
-    default: return to_repr(v);
-  }
-}
-
-std::string to_repr(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::Undefined: return "";
-    case Value::Kind::None: return "None";
-    case Value::Kind::Bool: return v.as_bool() ? "True" : "False";
-    case Value::Kind::Int: return std::to_string(v.as_int());
-    case Value::Kind::Float: return float_repr(v.as_float());
-    case Value::Kind::String: return string_repr(v.as_string());
+    case Value::Kind::Undefined: return;
+    case Value::Kind::None: out += "None"; return;
+    case Value::Kind::Bool: out += v.as_bool() ? "True" : "False"; return;
+    case Value::Kind::Int: out += std::to_string(v.as_int()); return;
+    case Value::Kind::Float: out += float_repr(v.as_float()); return;
+    case Value::Kind::String: out += string_repr(v.as_string()); return;
     case Value::Kind::List: {
-      std::string out = v.is_tuple() ? "(" : "[";
+      out += v.is_tuple() ? "(" : "[";
       const ValueList& l = v.as_list();
-      for (size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + to_repr(l[i]);
+      for (size_t i = 0; i < l.size(); ++i) {
+        if (i) out += ", ";
+        repr_into(out, l[i], max_bytes);
+      }
       if (v.is_tuple() && l.size() == 1) out += ",";
-      return out + (v.is_tuple() ? ")" : "]");
+      out += v.is_tuple() ? ")" : "]";
+      return;
     }
     case Value::Kind::Dict:
     case Value::Kind::Namespace: {
-      std::string out = v.is_namespace() ? "<Namespace {" : "{";
+      out += v.is_namespace() ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& kv : v.as_dict().items) {
-        out += (first ? "" : ", ") + to_repr(kv.first) + ": " + to_repr(kv.second);
+        if (!first) out += ", ";
+        repr_into(out, kv.first, max_bytes);
+        out += ": ";
+        repr_into(out, kv.second, max_bytes);
         first = false;
       }
-      return out + (v.is_namespace() ? "}>" : "}");
+      out += v.is_namespace() ? "}>" : "}";
+      return;
     }
-    default: return "<function " + v.as_function().name + ">";
+    default: out += "<function " + v.as_function().name + ">"; return;
   }
 }
 
-std::string to_json(const Value& v, int indent, bool sort_keys) {
+}  // namespace
+
+std::string to_str(const Value& v, size_t max_bytes) {
+  if (v.is_undefined()) return "";
+  if (v.is_string()) {
+    check_size(v.as_string(), max_bytes);
+    return v.as_string();
+  }
+  return to_repr(v, max_bytes);
+}
+
+std::string to_repr(const Value& v, size_t max_bytes) {
   std::string out;
-  json_value(out, v, indent, sort_keys, 0);
+  repr_into(out, v, max_bytes);
+  check_size(out, max_bytes);
+  return out;
+}
+
+std::string to_json(const Value& v, int indent, bool sort_keys, size_t max_bytes) {
+  std::string out;
+  json_value(out, v, indent, sort_keys, 0, max_bytes);
+  check_size(out, max_bytes);
   return out;
 }
 

@@ -3,6 +3,7 @@
 // truthiness, ==, <, str() and repr(), json.dumps (transformers' tojson), and the UTF-8 code point helpers
 // the string methods need. Does not own: evaluation (interpreter.h), filters and methods (builtins.h).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -80,11 +81,24 @@ class Value {
   bool truthy() const;
   /// Python type name as jinja2 reports it ("str", "int", "dict", ...).
   std::string type_name() const;
+  /// Elements in this value counting every nested one (aliased lists count each time they appear).
+  size_t total_elements() const { return total_; }
+  /// True when this is a namespace or a list/dict holding one (a namespace may not hold one: no cycles).
+  bool holds_namespace() const { return has_ns_; }
+
+  /// Bounds of any one list or dict value, so that walking it (==, repr, tojson, destruction) stays
+  /// cheap and shallow: Value::list / Value::dict throw Error past them.
+  static constexpr size_t kMaxNesting = 256;
+  static constexpr size_t kMaxElements = 10000000;
 
  private:
+  void measure_children();  ///< depth_, total_, has_ns_ from the items; throws Error past the bounds
   Kind kind_ = Kind::Undefined;
   bool b_ = false;
   bool tuple_ = false;
+  bool has_ns_ = false;
+  uint32_t depth_ = 0;
+  size_t total_ = 1;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;
@@ -93,19 +107,23 @@ class Value {
   std::shared_ptr<const Function> fn_;
 };
 
+/// The size bound of to_str / to_repr / to_json when the caller gives none.
+constexpr size_t kDefaultMaxBytes = 64u << 20;
+
 /// Python ==, with 1 == 1.0 == True, element-wise lists and order-free dicts; undefined equals undefined.
 bool equals(const Value& a, const Value& b);
 /// Python a < b for numbers, strings (code point order) and lists; throws Error for other pairs.
 bool less_than(const Value& a, const Value& b);
-/// Python str(v); undefined renders as "".
-std::string to_str(const Value& v);
-/// Python repr(v).
-std::string to_repr(const Value& v);
+/// Python str(v); undefined renders as "". Throws Error when the result would pass max_bytes.
+std::string to_str(const Value& v, size_t max_bytes = kDefaultMaxBytes);
+/// Python repr(v). Throws Error when the result would pass max_bytes.
+std::string to_repr(const Value& v, size_t max_bytes = kDefaultMaxBytes);
 /// Python repr of a float: the shortest string that reads back as f ("1.0", "0.1", "1e+16", "inf").
 std::string float_repr(double f);
 /// json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys) with Python's default separators;
-/// indent < 0 means None. Throws Error for undefined, functions and namespaces (not JSON serializable).
-std::string to_json(const Value& v, int indent, bool sort_keys);
+/// indent < 0 means None. Throws Error for undefined, functions and namespaces (not JSON serializable), and
+/// when the result would pass max_bytes.
+std::string to_json(const Value& v, int indent, bool sort_keys, size_t max_bytes = kDefaultMaxBytes);
 
 namespace text {
 /// The code points of UTF-8 text; an invalid byte decodes as itself (Latin-1) so that nothing is lost.

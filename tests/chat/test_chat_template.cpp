@@ -253,6 +253,8 @@ TEST_CASE("limits stop hostile templates quickly with an Error naming the limit"
         std::string::npos);
   CHECK(render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", small).find("macro calls nested") !=
         std::string::npos);
+  CHECK(render_error("{% macro f(n) %}{{ [[[[[[[[[[f(n + 1)]]]]]]]]]] }}{% endmacro %}{{ f(0) }}", small)
+            .find("evaluation nested deeper") != std::string::npos);
   CHECK(render_error("{{ " + std::string(200, '(') + "1" + std::string(200, ')') + " }}", small).find("nested deeper") !=
         std::string::npos);
   std::string chain = "{{ 1";
@@ -261,6 +263,15 @@ TEST_CASE("limits stop hostile templates quickly with an Error naming the limit"
   std::string ifs;
   for (int i = 0; i < 100; ++i) ifs += "{% if true %}";
   CHECK(render_error(ifs, small).find("nested deeper") != std::string::npos);
+  // Aliased lists: each level repeats the one below ten times; walking it would take exponential time.
+  std::string alias = "{% set a = ['xxxxxxxxxx'] * 10 %}";
+  for (char c = 'b'; c <= 'g'; ++c) alias += std::string("{% set ") + c + " = [" + static_cast<char>(c - 1) + "] * 10 %}";
+  CHECK(render_error(alias + "{{ g }}", small).find("elements") != std::string::npos);
+  CHECK(render_error(alias.substr(0, alias.find("{% set g")) + "{{ f }}", small).find("bytes") != std::string::npos);
+  CHECK(render_error("{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}{% endfor %}", small)
+            .find("nested deeper than 256") != std::string::npos);
+  CHECK(render_error("{% set ns = namespace() %}{% set ns.me = ns %}", small).find("cannot hold a namespace") !=
+        std::string::npos);
   CHECK(render_error("{{ 9223372036854775807 + 1 }}", small).find("integer overflow") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
   // The defaults leave room for real conversations: 4 MB of content renders.
