@@ -232,7 +232,7 @@ TEST_CASE("generate --input/--output: lines, default ids, per-line options, bad 
     run_generate_jsonl(ctx, bad, bad_out, defaults, 2);
     FAIL("expected an Error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()) == bad + ":2: no \"prompt\" (string) or \"prompt_ids\" (list)");
+    CHECK(std::string(e.what()) == bad + ":2: no \"prompt\" (string), \"prompt_ids\" (list) or \"messages\" (list)");
   }
   GenerateJsonlOptions skip;
   skip.on_bad_record = BadRecordPolicy::Skip;

@@ -338,9 +338,9 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
                 "tprun MODEL chat --prompt \"...\"");
     if (messages->count()) (void)read_messages(c->messages_file);  // a bad file is named before any weight loads
     if (!c->chat_template_file.empty()) cli::check_input_file("chat --chat-template", c->chat_template_file);
-    (void)load_chat_template(g.session.model_dir, c->chat_template_file);  // a template we cannot parse, before loading
     check_sampling_options("chat", c->params);
     if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);  // before any weight loads
+    (void)load_chat_template(g.session.model_dir, c->chat_template_file);  // a template we cannot parse, before loading
   });
 }
 
