@@ -46,7 +46,7 @@ void read_integer(const json& rec, const char* name, T& out, T lo, T hi, const s
 
 /// The keys a request line may have; anything else is reported once per name (a typo such as
 /// "max_new_token" would otherwise silently fall back to the default).
-const char* const kKnownKeys[] = {"id", "prompt", "prompt_ids", "max_new_tokens", "min_new_tokens", "temperature",
+const char* const kKnownKeys[] = {"id", "prompt", "prompt_ids", "messages", "max_new_tokens", "min_new_tokens", "temperature",
                                   "top_k", "top_p", "min_p", "repetition_penalty", "seed", "ignore_eos", "stop"};
 
 /// Warn on stderr (output rank only) about keys of rec that no request field reads, once per key name.
@@ -68,8 +68,30 @@ struct ParsedLine {
   std::string prompt_text;
 };
 
+/// The "messages" of a record rendered with the chat template (the prompt text of the request).
+std::string render_messages(const json& list, const std::string& where, const JsonlChat& chat) {
+  if (!list.is_array() || list.empty())
+    throw Error(where + ": \"messages\" must be a non-empty list of {\"role\", \"content\"}", kBadHint);
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& m = list[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
+      throw Error(where + ": messages[" + std::to_string(i) + "] needs string \"role\" and \"content\"", kBadHint);
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  if (chat.tmpl == nullptr)
+    throw Error(where + ": \"messages\" needs a chat template, and there is none: " + chat.missing,
+                "pass one with --chat-template FILE, or write the prompt as \"prompt\"");
+  try {
+    return render_chat(*chat.tmpl, messages, true);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what(), kBadHint);
+  }
+}
+
 ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where, const Tokenizer& tok,
-                      const SamplingParams& defaults) {
+                      const SamplingParams& defaults, const JsonlChat& chat) {
   if (!rec.is_object()) throw Error(where + ": expected a JSON object, got " + std::string(rec.type_name()), kBadHint);
   ParsedLine p;
   auto id = rec.find("id");
@@ -82,8 +104,15 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
   }
   auto prompt = rec.find("prompt");
   auto prompt_ids = rec.find("prompt_ids");
+  auto messages = rec.find("messages");
   std::vector<int32_t>& ids = p.item.request.prompt_ids;
-  if (prompt_ids != rec.end() && !prompt_ids->is_null()) {
+  const bool has_prompt = (prompt != rec.end() && !prompt->is_null()) || (prompt_ids != rec.end() && !prompt_ids->is_null());
+  if (messages != rec.end() && !messages->is_null()) {
+    if (has_prompt)
+      throw Error(where + ": both \"messages\" and \"prompt\"/\"prompt_ids\"; a record has one of them", kBadHint);
+    p.prompt_text = render_messages(*messages, where, chat);
+    ids = tok.encode(p.prompt_text, false);  // the template wrote BOS where the model wants it
+  } else if (prompt_ids != rec.end() && !prompt_ids->is_null()) {
     if (!prompt_ids->is_array()) throw Error(where + ": \"prompt_ids\" must be a list of token ids", kBadHint);
     const int32_t last_id = static_cast<int32_t>(std::min<int64_t>(tok.vocab_size(), kIntMax) - 1);
     for (size_t i = 0; i < prompt_ids->size(); ++i)
@@ -94,7 +123,7 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
     p.prompt_text = prompt->get<std::string>();
     ids = tok.encode(p.prompt_text, true);
   } else {
-    throw Error(where + ": no \"prompt\" (string) or \"prompt_ids\" (list)", kBadHint);
+    throw Error(where + ": no \"prompt\" (string), \"prompt_ids\" (list) or \"messages\" (list)", kBadHint);
   }
   if (ids.empty()) {
     if (tok.bos_id() < 0) throw Error(where + ": the prompt is empty and the tokenizer has no BOS token", kBadHint);
@@ -145,6 +174,19 @@ BatchJobOptions generate_job(const std::string& output_path) {
 
 }  // namespace
 
+JsonlChat load_jsonl_chat(const std::string& model_dir, const std::string& template_file,
+                          std::unique_ptr<ChatTemplate>& holder) {
+  JsonlChat chat;
+  try {
+    holder = std::make_unique<ChatTemplate>(load_chat_template(model_dir, template_file));
+    chat.tmpl = holder.get();
+  } catch (const Error& e) {
+    if (!template_file.empty()) throw;  // an explicit --chat-template must load
+    chat.missing = e.what();
+  }
+  return chat;
+}
+
 void check_generate_output(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
                            const std::string& model_dir) {
   const BatchJobOptions job = generate_job(output_path);
@@ -159,7 +201,7 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
 
 JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer& tokenizer,
                                   const SamplingParams& defaults, int64_t max_seq_len, int64_t model_seq_limit,
-                                  BadRecordPolicy policy, bool print) {
+                                  BadRecordPolicy policy, bool print, const JsonlChat& chat) {
   std::ifstream in(input_path, std::ios::binary);
   if (!in) throw Error(input_path + ": cannot open the prompts file", "check the path given to --input");
   JsonlRequests out;
@@ -174,7 +216,7 @@ JsonlRequests read_generate_jsonl(const std::string& input_path, const Tokenizer
     try {
       json rec = parse_jsonl_line(line, where, kBadHint);
       warn_unknown_keys(rec, where, warned_keys, print);
-      ParsedLine p = parse_line(rec, line_no, where, tokenizer, defaults);
+      ParsedLine p = parse_line(rec, line_no, where, tokenizer, defaults, chat);
       if (max_seq_len > 0) check_request(p.item.request, max_seq_len, where, model_seq_limit);  // now, not hours in
       if (!keys.insert(id_key(p.item.id)).second)
         throw Error(where + ": duplicate id " + id_key(p.item.id), "ids must be unique for resuming; fix the input");
@@ -196,9 +238,11 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
   TPS_CHECK(input_path != output_path, input_path + ": --input and --output are the same file",
             "write the results to another file");
   const bool print = ctx.is_output_rank() && options.warn_skipped;
+  std::unique_ptr<ChatTemplate> chat_holder;
+  const JsonlChat chat = load_jsonl_chat(ctx.model_dir, options.chat_template_file, chat_holder);
   JsonlRequests req = read_generate_jsonl(input_path, *ctx.tokenizer, defaults, ctx.runner ? ctx.runner->max_seq_len() : 0,
                                           ctx.runner ? model_seq_limit(ctx.runner->config()) : 0,
-                                          options.on_bad_record, print);
+                                          options.on_bad_record, print, chat);
   std::vector<BatchItem>& items = req.items;
   const std::vector<std::string>& prompts = req.prompts;
   const size_t skipped = req.skipped;

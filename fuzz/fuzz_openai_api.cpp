@@ -12,7 +12,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tpshard;
   static const std::unique_ptr<Tokenizer> tok = Tokenizer::load(std::string(TPSHARD_FIXTURES_DIR) + "/tokenizers/gpt2");
-  static const ChatTemplate chatml{};
+  static const ChatTemplate chatml = chatml_template();
   serve::ApiLimits limits;
   limits.max_seq_len = 256;
   limits.model_seq_limit = 1024;

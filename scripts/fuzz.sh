@@ -13,7 +13,8 @@ BUILD=${2:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPSHARD_CUDA=OFF -DTPSHARD_FUZZ=ON \
   -DTPSHARD_BUILD_TESTS=OFF ${CMAKE_ARGS:-} > /dev/null
-TARGETS=(fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_safetensors fuzz_config fuzz_manifest fuzz_shard fuzz_jsonl fuzz_openai_api fuzz_torch_bin)
+TARGETS=(fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_safetensors fuzz_config fuzz_manifest fuzz_shard fuzz_jsonl fuzz_openai_api
+  fuzz_torch_bin fuzz_chat_template)
 T=(); for t in "${TARGETS[@]}"; do T+=(--target "$t"); done
 cmake --build "$BUILD" -j "$JOBS" "${T[@]}" --target tpshard > "$BUILD/fuzz_build.log" 2>&1 ||
   { tail -30 "$BUILD/fuzz_build.log"; exit 1; }
@@ -33,6 +34,7 @@ seed fuzz_config $FIX/*/config.json $FIX/configs/*.json
 seed fuzz_jsonl $FIX/triviaqa/*.jsonl
 seed fuzz_openai_api $FIX/serve/*.json
 seed fuzz_torch_bin $FIX/fuzz/torch_bin/*.bin
+seed fuzz_chat_template $FIX/chat_templates/*.jinja
 if [ ! -f "$W/model/manifest.json" ]; then
   ASAN_OPTIONS=detect_leaks=0 "$BUILD/bin/tpshard" convert $FIX/tiny-llama -o "$W/model" --tp 1,3 --pp 1,2 --force -q 2>/dev/null
 fi
@@ -43,7 +45,8 @@ found=0
 for t in "${TARGETS[@]}"; do
   rm -rf "$W/findings_$t"; mkdir -p "$W/findings_$t"
   log=$W/$t.log
-  dict=fuzz/json.dict; [ -f "fuzz/${t#fuzz_}.dict" ] && dict=fuzz/${t#fuzz_}.dict  # fuzz/NAME.dict for fuzz_NAME
+  dict=fuzz/json.dict; [ -f "fuzz/${t#fuzz_}.dict" ] && dict=fuzz/${t#fuzz_}.dict
+  [ "$t" = fuzz_chat_template ] && dict=fuzz/jinja.dict  # fuzz/NAME.dict for fuzz_NAME, jinja.dict for templates
   (cd "$W/findings_$t" && "../../fuzz/$t" -max_total_time="$SECS" -dict="../../../$dict" -rss_limit_mb=2048 \
       -malloc_limit_mb=1024 -timeout=10 -max_len=65536 -print_final_stats=1 "../corpus_$t" > "../$t.log" 2>&1) || true
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)

@@ -148,7 +148,7 @@ json parse_body(const httplib::Request& http) { return serve::parse_body(http.bo
 
 void Server::start_http() {
   try {
-    chat_template_ = std::make_unique<ChatTemplate>(load_chat_template(ctx_.model_dir));
+    chat_template_ = std::make_unique<ChatTemplate>(load_chat_template(ctx_.model_dir, opts_.chat_template_file));
   } catch (const Error& e) {
     chat_template_error_ = e.what();
   }

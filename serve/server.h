@@ -25,6 +25,8 @@ struct ServeOptions {
   /// After SIGTERM / SIGINT: seconds to finish the requests in flight (new ones get 503) before the rest
   /// are cancelled (finish_reason "abort"); the server then exits 0. A second signal cancels at once.
   double drain_timeout_s = 60;
+  /// Non-empty: the Jinja chat template file of /v1/chat/completions, instead of the model's own.
+  std::string chat_template_file;
 };
 
 /// Seconds tprun's launcher (CUDA: one process per GPU) waits between forwarding a stop signal to the

@@ -232,7 +232,7 @@ TEST_CASE("generate --input/--output: lines, default ids, per-line options, bad 
     run_generate_jsonl(ctx, bad, bad_out, defaults, 2);
     FAIL("expected an Error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()) == bad + ":2: no \"prompt\" (string) or \"prompt_ids\" (list)");
+    CHECK(std::string(e.what()) == bad + ":2: no \"prompt\" (string), \"prompt_ids\" (list) or \"messages\" (list)");
   }
   GenerateJsonlOptions skip;
   skip.on_bad_record = BadRecordPolicy::Skip;
@@ -423,4 +423,82 @@ TEST_CASE("triviaqa eval: resuming refuses a predictions file of other questions
   o.shots = 4;
   const Error e2 = expect_error([&] { run_triviaqa_eval(ctx, o); });
   CHECK(std::string(e2.what()).find("request_xxh3") != std::string::npos);
+}
+
+TEST_CASE("generate --input: \"messages\" records are rendered with the chat template; one of messages / prompt") {
+  test::ByteTokenizer tok;
+  SamplingParams defaults;
+  defaults.max_new_tokens = 4;
+  const ChatTemplate chatml = chatml_template();
+  const JsonlChat chat{&chatml, ""};
+  const std::string in = temp_path("messages.jsonl");
+  std::ofstream(in) << R"({"id": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi\n\"there\""}]})"
+                    << "\n" << R"({"id": "p", "prompt": "plain"})" << "\n";
+  const JsonlRequests r = read_generate_jsonl(in, tok, defaults, 0, 0, BadRecordPolicy::Stop, false, chat);
+  REQUIRE(r.items.size() == 2);
+  const std::string rendered =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi\n\"there\"<|im_end|>\n<|im_start|>assistant\n";
+  CHECK(r.prompts[0] == rendered);
+  CHECK(r.items[0].request.prompt_ids == tok.encode(rendered, false));  // no BOS added: the template owns it
+  CHECK(r.prompts[1] == "plain");
+  CHECK(r.items[1].request.prompt_ids == tok.encode("plain", true));
+
+  struct Case {
+    std::string line, message;
+  };
+  const Case bad[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}], "prompt": "y"})",
+       ":2: both \"messages\" and \"prompt\"/\"prompt_ids\"; a record has one of them"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "prompt_ids": [5]})",
+       ":2: both \"messages\" and \"prompt\"/\"prompt_ids\"; a record has one of them"},
+      {R"({"messages": []})", ":2: \"messages\" must be a non-empty list of {\"role\", \"content\"}"},
+      {R"({"messages": "hi"})", ":2: \"messages\" must be a non-empty list of {\"role\", \"content\"}"},
+      {R"({"messages": [{"role": "user"}]})", ":2: messages[0] needs string \"role\" and \"content\""},
+      {R"({"id": 7})", ":2: no \"prompt\" (string), \"prompt_ids\" (list) or \"messages\" (list)"},
+  };
+  for (const Case& c : bad) {
+    CAPTURE(c.line);
+    std::ofstream(in) << "{\"prompt\": \"ok\"}\n" << c.line << "\n";
+    CHECK_THROWS_WITH_AS(read_generate_jsonl(in, tok, defaults, 0, 0, BadRecordPolicy::Stop, false, chat),
+                         doctest::Contains((in + c.message).c_str()), Error);
+  }
+  // No template: the record is a bad line that says why and names --chat-template.
+  std::ofstream(in) << "{\"prompt\": \"ok\"}\n" << R"({"messages": [{"role": "user", "content": "x"}]})" << "\n";
+  try {
+    read_generate_jsonl(in, tok, defaults, 0, 0, BadRecordPolicy::Stop, false, JsonlChat{nullptr, "MODEL/tokenizer_config.json: has no \"chat_template\""});
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find(in + ":2: \"messages\" needs a chat template, and there is none: MODEL/tokenizer_config.json") == 0);
+    CHECK(e.hint().find("--chat-template FILE") != std::string::npos);
+  }
+  // The template's own refusal names the line and keeps the template's message.
+  const ChatTemplate gemma = load_chat_template_file(TPSHARD_TEST_FIXTURES "/chat_templates/gemma2.jinja", "/nonexistent");
+  std::ofstream(in) << R"({"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]})" << "\n";
+  CHECK_THROWS_WITH_AS(read_generate_jsonl(in, tok, defaults, 0, 0, BadRecordPolicy::Stop, false, JsonlChat{&gemma, ""}),
+                       doctest::Contains("System role not supported"), Error);
+  // Skip leaves such a line out.
+  const JsonlRequests s = read_generate_jsonl(in, tok, defaults, 0, 0, BadRecordPolicy::Skip, false, JsonlChat{&gemma, ""});
+  CHECK(s.items.empty());
+  CHECK(s.skipped == 1);
+}
+
+TEST_CASE("generate --input: run_generate_jsonl renders \"messages\" with options.chat_template_file") {
+  test::ByteTokenizer tok;
+  test::FakeRunner runner(2);
+  RankContext ctx = make_ctx(runner, tok);
+  ctx.model_dir = "/nonexistent-model";  // no tokenizer_config.json: special tokens absent, template from the file
+  SamplingParams defaults;
+  defaults.max_new_tokens = 3;
+  const std::string in = temp_path("chat_in.jsonl"), out = temp_path("chat_out.jsonl");
+  std::ofstream(in) << R"({"id": 1, "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]})"
+                    << "\n";
+  GenerateJsonlOptions options;
+  options.chat_template_file = TPSHARD_TEST_FIXTURES "/chat_templates/phi3.5.jinja";
+  run_generate_jsonl(ctx, in, out, defaults, 2, options);
+  const nlohmann::json line = nlohmann::json::parse(slurp(out).substr(0, slurp(out).find('\n')));
+  CHECK(line["prompt"] == "<|user|>\n2+2?<|end|>\n<|assistant|>\n4<|end|>\n<|user|>\n3+3?<|end|>\n<|assistant|>\n");
+  CHECK(line["prompt_tokens"] == tok.encode(line["prompt"].get<std::string>(), false).size());
+  // Without the file the model dir's template is used, and there is none: the line is refused.
+  CHECK_THROWS_WITH_AS(run_generate_jsonl(ctx, in, temp_path("chat_out2.jsonl"), defaults, 2),
+                       doctest::Contains((in + ":1: \"messages\" needs a chat template").c_str()), Error);
 }

@@ -25,7 +25,7 @@ std::string refusal(const json& body, bool chat = false) {
   test::ByteTokenizer tok;
   try {
     if (chat) {
-      ChatTemplate t;
+      const ChatTemplate t = chatml_template();
       parse_chat(body, tok, &t, limits());
     } else {
       parse_completion(body, tok, limits());

@@ -262,3 +262,22 @@ TEST_CASE("tprun serve --api-key: 401 without the key (health stays open); --max
   REQUIRE(after);
   CHECK(after->status == 200);
 }
+
+TEST_CASE("tprun serve --chat-template FILE: chat requests are rendered with the file, not the model's template") {
+  const std::string file = std::string(TPSHARD_FIXTURES_DIR) + "/chat_templates/tinyllama.jinja";
+  const std::vector<ChatMessage> messages = {{"system", "Be kind."}, {"user", "Tell me a story"}};
+  const std::string rendered = render_chat(load_chat_template(model_dir(), file), messages, true);
+  CHECK(rendered == "<|system|>\nBe kind.</s>\n<|user|>\nTell me a story</s>\n<|assistant|>\n");
+  std::vector<int32_t> ids, model_ids;
+  run_on_ranks(session(1), [&](RankContext& ctx) {
+    ids = ctx.tokenizer->encode(rendered, false);
+    model_ids = ctx.tokenizer->encode(apply_chat_template(model_dir(), messages, true), false);
+  });
+  REQUIRE(ids.size() != model_ids.size());  // the two templates give prompts of different lengths
+  ServerProcess server("--chat-template " + file);
+  const json r = post(server.port(), "/v1/chat/completions",
+                      json{{"messages", json::array({json{{"role", "system"}, {"content", "Be kind."}},
+                                                     json{{"role", "user"}, {"content", "Tell me a story"}}})},
+                           {"max_tokens", 1}, {"temperature", 0}});
+  CHECK(r["usage"]["prompt_tokens"] == ids.size());
+}

@@ -42,6 +42,7 @@ struct GenerateOptions {
   std::string chat_prompt, messages_file;  // chat only: one user message, or a conversation file
   std::string generation_config = "auto";  // auto | none (generation_defaults.h)
   bool json_stats = false;  // --json: the closing stats as one JSON object
+  std::string chat_template_file;  // chat, and generate --input "messages" records: replaces the model's template
 };
 
 void add_sampling_options(CLI::App* sub, SamplingParams& p, std::string& generation_config) {
@@ -254,10 +255,12 @@ void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
   const PreflightModel m = load_preflight_model_with_tokenizer(g.session);
   const bool jsonl = !o.input.empty();
   if (jsonl) {
+    std::unique_ptr<ChatTemplate> chat_holder;
+    const eval::JsonlChat chat = eval::load_jsonl_chat(g.session.model_dir, o.chat_template_file, chat_holder);
     const eval::JsonlRequests req = eval::read_generate_jsonl(o.input, *m.tokenizer, o.params, m.max_seq_len,
                                                               m.model_seq_limit,
                                                               eval::parse_bad_record_policy(o.on_bad_record),
-                                                              g.primary_process);
+                                                              g.primary_process, chat);
     // Nothing to run is a failed job, not a silent success (before any weight loads).
     TPS_CHECK(!req.items.empty(),
               o.input + ": no prompt to generate for: " +
@@ -286,6 +289,7 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
       eval::GenerateJsonlOptions jo;
       jo.on_bad_record = eval::parse_bad_record_policy(o.on_bad_record);
       jo.warn_skipped = false;  // check_generate_requests reported them before loading
+      jo.chat_template_file = o.chat_template_file;
       eval::run_generate_jsonl(ctx, o.input, o.output, o.params,
                                o.batch_size > 0 ? o.batch_size : ctx.runner->max_batch(), jo);
       return;
@@ -329,7 +333,7 @@ void run_chat(GlobalOptions& g, const GenerateOptions& o) {
   } else {
     messages.push_back({"user", o.chat_prompt});
   }
-  const std::string rendered = apply_chat_template(g.session.model_dir, messages, true);
+  const std::string rendered = render_chat(load_chat_template(g.session.model_dir, o.chat_template_file), messages, true);
   run_on_ranks(g.session, [&](RankContext& ctx) {
     require_tokenizer(ctx);
     // The template already spells out BOS etc., like HF apply_chat_template (add_special_tokens=False).
@@ -347,6 +351,8 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   gen->add_option("--output", o->output, "JSONL results (resumable: ids already there are skipped)");
   gen->add_option("--batch-size", o->batch_size, "JSONL: requests per batch (default --max-batch)")
       ->check(tpshard::cli::positive_for(o->batch_size));
+  gen->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template file for --input records with \"messages\" (default: the model's own)");
   gen->add_option("--on-bad-record", o->on_bad_record, "JSONL: malformed input line: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   add_sampling_options(gen, o->params, o->generation_config);
@@ -367,6 +373,8 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
                                     "JSON file: a list of {\"role\", \"content\"} (OpenAI messages); the reply continues it");
   chat_prompt->excludes(messages);
   chat->add_option("--system", c->system, "optional system message (before the conversation)");
+  chat->add_option("--chat-template", c->chat_template_file,
+                   "Jinja chat template file to use instead of the model's (chat_template.jinja / tokenizer_config.json)");
   add_sampling_options(chat, c->params, c->generation_config);
   chat->add_flag("--json", c->json_stats, "the closing stats line as one JSON object on stderr (machine-readable)");
   chat->callback([&g, c] { run_chat(g, *c); });
@@ -376,8 +384,10 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
                 "tprun MODEL chat --prompt \"...\"");
     if (messages->count()) (void)read_messages(c->messages_file);  // a bad file is named before any weight loads
     apply_model_generation_defaults(g, chat, c->generation_config, c->params);
+    if (!c->chat_template_file.empty()) cli::check_input_file("chat --chat-template", c->chat_template_file);
     check_sampling_options("chat", c->params);
     if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);  // before any weight loads
+    (void)load_chat_template(g.session.model_dir, c->chat_template_file);  // a template we cannot parse, before loading
   });
 }
 

@@ -3,7 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "runtime/chat_template.h"
 #include "serve/server.h"
+#include "tools/cli_validators.h"
 #include "tools/tprun/commands.h"
 #include "tools/tprun/preflight_model.h"
 
@@ -19,6 +21,8 @@ void add_serve_command(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--idle-exit", o->idle_exit_s, "stop after this many seconds without a request (default 0: never)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every request but /health");
+  sub->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template file for /v1/chat/completions instead of the model's own");
   sub->add_option("--max-queued", o->max_queued, "requests in flight at most; more get 429 (default 1024)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--drain-timeout", o->drain_timeout_s,
@@ -30,6 +34,10 @@ void add_serve_command(CLI::App& app, GlobalOptions& g) {
     check_usage(g.session.dp_size == 1, "serve: --dp " + std::to_string(g.session.dp_size) + " is not supported",
                 "serve one replica (--tp / --pp); start one server per replica behind a load balancer");
     if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);
+    if (!o->chat_template_file.empty()) {  // a given template must load; the model's own may be absent
+      cli::check_input_file("serve --chat-template", o->chat_template_file);
+      (void)load_chat_template(g.session.model_dir, o->chat_template_file);
+    }
   });
   sub->callback([&g, o] { run_on_ranks(g.session, [&](RankContext& ctx) { serve::run_server(ctx, *o); }); });
 }
