@@ -8,7 +8,9 @@ Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf1
 tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
 tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), tiny-qwen3 (q/k norms,
 head_dim apart from hidden / heads), tiny-starcoder2 (LayerNorm, biases, sliding window 6),
-tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + MLP, lm_head bias), and the repacked fixtures tiny-internlm2
+tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + MLP, lm_head bias),
+tiny-gemma2 (sandwich RMSNorms x (1 + w), scaled embedding, attention and final logit soft-capping,
+local / global layers with sliding window 6, head_dim apart from hidden / heads), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -135,6 +137,20 @@ def gptj_config():
     return GPTJConfig(n_embd=64, n_head=4, n_layer=2, rotary_dim=8, n_inner=None, vocab_size=VOCAB,
                       n_positions=128, activation_function="gelu_new", layer_norm_epsilon=1e-5,
                       tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+
+
+def gemma2_config():
+    # 4 layers local (sliding_window 6, shorter than the prompts), global, local, global (Gemma2Config's
+    # default layer_types); GQA 4/2 with head_dim 32 (hidden / heads = 16); query_pre_attn_scalar 24, so the
+    # score scale is not 1/sqrt(head_dim); soft-caps that bite at this scale: attention scores reach about
+    # 5 (cap 4: 5 -> 3.4), last logits about 18 (cap 10); tied embeddings (the default).
+    from transformers import Gemma2Config
+    return Gemma2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                        num_hidden_layers=4, intermediate_size=160, vocab_size=VOCAB, max_position_embeddings=128,
+                        rms_norm_eps=1e-6, rope_theta=10000.0, query_pre_attn_scalar=24, sliding_window=6,
+                        attn_logit_softcapping=4.0, final_logit_softcapping=10.0,
+                        hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                        bos_token_id=0, eos_token_id=0, pad_token_id=0)
 
 
 def make_model(config, seed):
@@ -336,6 +352,7 @@ def main():
         ("tiny-qwen3", qwen3_config(), 1100),
         ("tiny-starcoder2", starcoder2_config(), 1200),
         ("tiny-gptj", gptj_config(), 1300),
+        ("tiny-gemma2", gemma2_config(), 1400),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

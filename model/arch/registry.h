@@ -54,5 +54,6 @@ extern const ArchSpec kPhi3Arch;
 extern const ArchSpec kQwen3Arch;
 extern const ArchSpec kStarcoder2Arch;
 extern const ArchSpec kGptJArch;
+extern const ArchSpec kGemma2Arch;
 
 }  // namespace tpshard
