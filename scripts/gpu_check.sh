@@ -326,9 +326,9 @@ else
     done
   done
   # shared prompt prefix read from another kv_cache slot: logits and greedy ids of the unshared prompts
-  # (tiny-gpt-neo / tiny-mistral-swa: local windows shorter than the prefix); f32 and bf16; and every
+  # (tiny-gpt-neo / tiny-mistral-swa / tiny-gemma2: local windows shorter than the prefix); f32 and bf16; and every
   # token's logits of one chunk (all_logits) vs the last-position logits of each prefix
-  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16; do
+  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16 tiny-gemma2; do
     for TP in 1 2; do
       [ "$TP" -le "$NGPU" ] || continue
       [ -d "$WORK/k_$m" ] || continue
@@ -400,7 +400,7 @@ if [ -x "$BIN/tprun" ] && [ "${SHARE_GPU_CHECKS:-1}" = 1 ]; then
 import json
 for i in range(13):
     print(json.dumps({'id': 'p%d' % i, 'prompt': 'Once upon a time ' + 'a' * (i % 5 * 6), 'max_new_tokens': 6 + i % 7}))" > "$PROMPTS"
-  for fx in tiny-llama tiny-gpt-neox-par stories260K; do
+  for fx in tiny-llama tiny-gpt-neox-par tiny-gemma2 stories260K; do
     MD=$WORK/pp_$fx
     run_logged "convert $fx --tp 1,2 --pp 1,2" "$BIN/tpshard" convert "$FIX/$fx" -o "$MD" --tp 1,2 --pp 1,2 -q ||
       { result FAIL "convert $fx --tp 1,2 --pp 1,2" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"; continue; }
