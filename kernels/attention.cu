@@ -93,7 +93,7 @@ __global__ void attention_kernel(AttentionParams p) {
       }
 #pragma unroll
       for (int u = 0; u < kKeys; ++u) {
-        const float r = warp_sum(s[u]);
+        const float r = attention_softcap(warp_sum(s[u]), p.softcap);
         if (lane == 0 && jj0 + u * nwarps < cnt) p_s[jj0 + u * nwarps] = r;
       }
     }
@@ -215,6 +215,8 @@ void attention_validate(const AttentionParams& p) {
                 std::to_string(p.num_heads) + "/" + std::to_string(p.num_kv_heads) + " (kv_group " +
                 std::to_string(p.kv_group) + ", head_offset " + std::to_string(p.head_offset) + ")",
             "head_dim must be <= 256, and the Q heads must read exactly the num_kv_heads KV heads");
+  TPS_CHECK(p.softcap >= 0.f && p.softcap < INFINITY, "kernels/attention: softcap " + std::to_string(p.softcap),
+            "pass AttentionParams::softcap 0 (none) or a positive cap");
   TPS_CHECK(p.window >= 0, "kernels/attention: negative window " + std::to_string(p.window),
             "pass AttentionParams::window 0 (all positions) or the local window");
   TPS_CHECK(p.kv_positions == 0 || p.kv_positions >= p.max_seq_len || (p.window > 0 && p.kv_positions >= p.window),

@@ -9,6 +9,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "format/dtype.h"
@@ -48,6 +49,9 @@ struct AttentionParams {
   int kv_positions = 0;             ///< rows per (slot, kv head) of the cache; 0: max_seq_len (kv_row: a ring when fewer)
   int num_splits = 1;               ///< key-range pieces per (token, head); each covers ceil(len / num_splits) keys
   float scale = 0.f;                ///< softmax scale, normally 1/sqrt(head_dim) (GPT-Neo: 1)
+  /// > 0: every scaled score s becomes softcap * tanh(s / softcap) before the softmax (Gemma 2's
+  /// attn_logit_softcapping; attention_softcap()); 0: none.
+  float softcap = 0.f;
   int window = 0;                   ///< > 0: local attention over the last `window` positions; 0: all
   // Decode fusion (rotary_append = true): q is the UNROTATED QKV row, K and V of token t are read from
   // the same row (K heads at num_heads*head_dim, V heads after them), rotated like apply_rotary
@@ -65,8 +69,9 @@ struct AttentionParams {
   bool decode = false;
 };
 
-/// out[t, h, :] = sum_j softmax_j(scale * q[t,h] . k[s_j, h/g, j]) v[s_j, h/g, j], j <= positions[t]
-/// (and j > positions[t] - window when window > 0); s_j = prefix_slots[t] for j < prefix_lens[t], else slots[t].
+/// out[t, h, :] = sum_j softmax_j(cap(scale * q[t,h] . k[s_j, h/g, j])) v[s_j, h/g, j], j <= positions[t]
+/// (and j > positions[t] - window when window > 0); s_j = prefix_slots[t] for j < prefix_lens[t], else slots[t];
+/// cap = attention_softcap (the identity when softcap is 0).
 /// Launched with programmatic dependent launch (kernels/pdl.cuh). Decode steps (decode or rotary_append)
 /// go to attention_decode() when it supports the shape; everything else to attention_tiled().
 void attention(const AttentionParams& p, cudaStream_t stream);
@@ -74,6 +79,13 @@ void attention(const AttentionParams& p, cudaStream_t stream);
 /// The general kernel (prefill and decode): one block per (token, head, split), keys in tiles of 128
 /// with block-wide max / sum per tile.
 void attention_tiled(const AttentionParams& p, cudaStream_t stream);
+
+/// A scaled score soft-capped as transformers' eager_attention_forward does it (modeling_gemma2.py:
+/// s / softcap, tanh, * softcap); s itself when softcap is 0. Applied per score, before the running max,
+/// so split-K partials and their merges need no change.
+__host__ __device__ inline float attention_softcap(float s, float softcap) {
+  return softcap > 0.f ? tanhf(s / softcap) * softcap : s;
+}
 
 /// The local KV head read by local Q head h (see AttentionParams::kv_group / head_offset).
 __host__ __device__ inline int attention_kv_head(const AttentionParams& p, int h) {

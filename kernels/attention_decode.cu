@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
           s += q[c][e] * knew_s[dim0[c] + e];
           acc[c][e] = vnew_s[dim0[c] + e];
         }
-    m = warp_sum(s);
+    m = attention_softcap(warp_sum(s), p.softcap);
     l = 1.f;
   }
 
@@ -223,6 +223,9 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
     for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
       for (int u = 0; u < kKeys; ++u) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+    if (p.softcap > 0.f)  // uniform over the block
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) s[u] = attention_softcap(s[u], p.softcap);
     float m_new = m;
 #pragma unroll
     for (int u = 0; u < kKeys; ++u)

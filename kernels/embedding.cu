@@ -16,8 +16,11 @@ __global__ void embedding_kernel(EmbeddingParams p) {
   const T* src = static_cast<const T*>(p.table) + (here ? row : 0) * p.hidden;
   float* dst = p.out + static_cast<int64_t>(t) * p.hidden;
   const T* pos = p.pos_table ? static_cast<const T*>(p.pos_table) + static_cast<int64_t>(p.positions[t]) * p.hidden : nullptr;
+  const bool scaled = p.scale != 1.f;
+  const float scale = to_f32(from_f32<T>(p.scale));  // the normalizer in the activation dtype
   for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
-    const float e = here ? to_f32(src[i]) : 0.f;
+    float e = here ? to_f32(src[i]) : 0.f;
+    if (scaled) e = to_f32(from_f32<T>(e * scale));
     dst[i] = pos ? e + to_f32(pos[i]) : e;
   }
 }

@@ -21,12 +21,15 @@ struct EmbeddingParams {
   int hidden = 0;
   int64_t vocab_begin = 0;          ///< first global id this rank holds
   int64_t vocab_per_rank = 0;
+  /// The embeddings are multiplied by this, rounded to dtype, the product rounded to dtype (Gemma 2:
+  /// sqrt(hidden_size), transformers' Gemma2TextScaledWordEmbedding); 1: none.
+  float scale = 1.f;
   const void* pos_table = nullptr;     ///< optional [max_positions, hidden] of `dtype`, device; nullptr: none
   const int32_t* positions = nullptr;  ///< [n] device (with pos_table)
 };
 
-/// out[t, :] = table[tokens[t] - vocab_begin, :] when that row is on this rank, else 0; then
-/// + pos_table[positions[t], :] (f32 sum) when pos_table is given.
+/// out[t, :] = table[tokens[t] - vocab_begin, :] (times scale, see EmbeddingParams::scale) when that row
+/// is on this rank, else 0; then + pos_table[positions[t], :] (f32 sum) when pos_table is given.
 void embedding_lookup(const EmbeddingParams& p, cudaStream_t stream);
 
 }  // namespace tpshard::cuda

@@ -1,7 +1,8 @@
 // norm.cuh: LayerNorm / RMSNorm over the fp32 residual stream, fused with the residual add that
 // precedes it (residual += sum of the layer's outputs and biases, then normalize), with up to two
-// outputs sharing the statistics (GPT-NeoX parallel residual: ln1 and ln2 of the same input).
-// Accumulation is fp32 (GPT-NeoX-20B overflows fp16 sums).
+// outputs sharing the statistics (GPT-NeoX parallel residual: ln1 and ln2 of the same input), and the
+// RMSNorm of the added layer output itself before the add (Gemma 2's post-attention / post-feedforward
+// norms). Accumulation is fp32 (GPT-NeoX-20B overflows fp16 sums).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -13,6 +14,11 @@ namespace tpshard::cuda {
 struct AddNormParams {
   float* residual = nullptr;        ///< [n, hidden] f32, updated in place when any add is given
   const void* add0 = nullptr;       ///< [n, hidden] of dtype, optional: residual += add0
+  /// [hidden] of dtype, optional (with add0, RMSNorm): the layer output a = add0 + add_bias0 is
+  /// RMS-normalized with this weight before the add, residual += dtype(a / sqrt(mean(a^2) + eps) *
+  /// (weight_offset + add0_weight)) (Gemma 2's post_attention_layernorm / post_feedforward_layernorm;
+  /// rounded to dtype as Gemma2RMSNorm's type_as), then add_bias1.
+  const void* add0_weight = nullptr;
   const void* add_bias0 = nullptr;  ///< [hidden] of dtype, optional: residual += add_bias0
   const void* add_bias1 = nullptr;  ///< [hidden] of dtype, optional: residual += add_bias1
   const void* weight0 = nullptr;    ///< [hidden] of dtype, required with out0 (gamma)
@@ -23,14 +29,19 @@ struct AddNormParams {
   void* out1 = nullptr;
   DType dtype = DType::F16;
   NormKind kind = NormKind::RmsNorm;
-  float eps = 1e-5f;
+  float eps = 1e-5f;           ///< of every norm here (the add0 norm too)
+  /// Added to every RMSNorm weight (weight0, weight1, add0_weight): 1 for Gemma's x * (1 + w)
+  /// (modeling_gemma2.py Gemma2RMSNorm), 0 otherwise.
+  float weight_offset = 0.f;
   int n = 0;
   int hidden = 0;
 };
 
-/// residual += add0 + add_bias0 + add_bias1 (those given); then per row
+/// residual += add0 + add_bias0 (that sum RMS-normalized first when add0_weight is given) + add_bias1;
+/// then per row
 ///   LayerNorm: out = (x - mean) / sqrt(var + eps) * weight + bias   (biased variance, as torch)
-///   RMSNorm:   out = x / sqrt(mean(x^2) + eps) * weight               (HF LlamaRMSNorm)
+///   RMSNorm:   out = x / sqrt(mean(x^2) + eps) * (weight_offset + weight)   (HF LlamaRMSNorm; Gemma2RMSNorm
+///              with weight_offset 1)
 /// computed in fp32 and rounded once to dtype. One block per row.
 void add_norm(const AddNormParams& p, cudaStream_t stream);
 

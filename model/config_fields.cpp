@@ -57,7 +57,7 @@ Activation opt_act(const json& j, const char* key, const char* def, const std::s
   if (s == "gelu_new" || s == "gelu_fast" || s == "gelu_pytorch_tanh") return Activation::GeluTanh;
   if (s == "silu" || s == "swish") return Activation::Silu;
   if (s == "relu") return Activation::Relu;
-  throw Error(path + ": unsupported hidden_act \"" + s + "\"",
+  throw Error(path + ": unsupported " + key + " \"" + s + "\"",
               "supported: gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, silu, swish, relu");
 }
 

@@ -24,7 +24,7 @@ int64_t opt_int(const nlohmann::json& j, const char* key, int64_t def, const std
 double opt_num(const nlohmann::json& j, const char* key, double def, const std::string& path);
 /// A boolean, or def when absent / null; Error when not true / false.
 bool opt_bool(const nlohmann::json& j, const char* key, bool def, const std::string& path);
-/// hidden_act (or `key`) as an Activation, def when absent; Error naming the supported names otherwise.
+/// hidden_act (or `key`) as an Activation, def when absent; Error naming the key and the supported names otherwise.
 Activation opt_act(const nlohmann::json& j, const char* key, const char* def, const std::string& path);
 /// The transformers spelling of an Activation ("gelu", "gelu_pytorch_tanh", "silu", "relu").
 const char* act_name(Activation a);

@@ -394,6 +394,12 @@ json model_config_to_json(const ModelConfig& c) {
   j["sliding_window"] = c.sliding_window;
   j["layer_windows"] = c.layer_windows;
   j["attention_scale"] = c.attention_scale;
+  // 0 (none) as null: config.json's spelling, which a soft-capping architecture reads back
+  j["attn_logit_softcapping"] = c.attn_logit_softcapping > 0 ? json(c.attn_logit_softcapping) : json(nullptr);
+  j["final_logit_softcapping"] = c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
+  j["post_norms"] = c.post_norms;
+  j["norm_weight_offset"] = c.norm_weight_offset;
+  j["embedding_scale"] = c.embedding_scale;
   j["torch_dtype"] = c.torch_dtype;
   j["bos_token_id"] = c.bos_token_ids;
   j["eos_token_id"] = c.eos_token_ids;
@@ -474,6 +480,22 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
                     " scales attention scores by " +
                     (c.attention_scale > 0 ? std::to_string(c.attention_scale) : std::string("1/sqrt(head_dim) (0)")),
                 "restore manifest.json from the conversion, or re-run tpshard convert");
+  // Soft-caps, post-norms, the norm-weight offset and the embedding scale follow from the architecture
+  // (and its config.json fields, which the manifest keeps under the same names): an edit is refused.
+  const std::pair<const char*, json> derived[] = {
+      {"attn_logit_softcapping", c.attn_logit_softcapping > 0 ? json(c.attn_logit_softcapping) : json(nullptr)},
+      {"final_logit_softcapping", c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr)},
+      {"post_norms", c.post_norms},
+      {"norm_weight_offset", c.norm_weight_offset},
+      {"embedding_scale", c.embedding_scale}};
+  for (const auto& [key, want] : derived) {
+    if (!j.contains(key)) continue;  // older manifests: the defaults
+    const json& got = j[key];
+    const bool same = got.is_number() && want.is_number() ? got.get<double>() == want.get<double>() : got == want;
+    if (!same)
+      throw Error(where + ": \"" + key + "\" is " + got.dump() + " but " + j["architectures"].dump() + " gives " + want.dump(),
+                  "restore manifest.json from the conversion, or re-run tpshard convert");
+  }
   if (has(j, "position_embedding")) {
     const std::string want = c.position_embedding == PositionKind::Learned ? "learned" : "rotary";
     if (!j["position_embedding"].is_string() || j["position_embedding"].get<std::string>() != want)

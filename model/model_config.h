@@ -13,8 +13,9 @@ namespace tpshard {
 
 /// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
 /// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-/// InternLM2ForCausalLM, GPTNeoForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM).
-enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2, GptJ, Falcon };
+/// InternLM2ForCausalLM, GPTNeoForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM, Starcoder2ForCausalLM,
+/// GPTJForCausalLM, FalconForCausalLM, Gemma2ForCausalLM).
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2, GptJ, Falcon, Gemma2 };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
 /// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'
@@ -84,6 +85,24 @@ struct ModelConfig {
   /// sliding_window_overlay (masking_utils.py: kv_idx > q_idx - sliding_window) are the same rule.
   std::vector<int64_t> layer_windows;
   double attention_scale = 0.0;     ///< score multiplier q.k * scale; 0 = 1/sqrt(head_dim) (GPT-Neo: 1, unscaled)
+  /// Attention score soft-cap: s <- cap * tanh(s / cap) on the scaled scores, before the causal / window
+  /// mask and the softmax (Gemma 2 attn_logit_softcapping, modeling_gemma2.py eager_attention_forward);
+  /// 0 = none. Manifest "attn_logit_softcapping".
+  double attn_logit_softcapping = 0.0;
+  /// Final logit soft-cap: logits <- cap * tanh(logits / cap) before argmax / sampling (Gemma 2
+  /// final_logit_softcapping, Gemma2ForCausalLM.forward); 0 = none. Manifest "final_logit_softcapping".
+  double final_logit_softcapping = 0.0;
+  /// Sandwich norms (Gemma 2): the attention output and the MLP output are each RMS-normalized (roles
+  /// AttnPostNormWeight / FfnPostNormWeight, post_attention_layernorm / post_feedforward_layernorm)
+  /// before their residual add. Manifest "post_norms".
+  bool post_norms = false;
+  /// Every RMSNorm multiplies by (norm_weight_offset + w) instead of w: 1 for Gemma (Gemma2RMSNorm:
+  /// x * (1 + weight), in f32), 0 otherwise. Manifest "norm_weight_offset".
+  double norm_weight_offset = 0.0;
+  /// The token embeddings are multiplied by this before the first layer (Gemma 2: sqrt(hidden_size),
+  /// rounded to the activation dtype as transformers' Gemma2TextScaledWordEmbedding casts it); 1 = none.
+  /// Manifest "embedding_scale".
+  double embedding_scale = 1.0;
   std::string torch_dtype;          ///< "float16" / "bfloat16" / "float32" from torch_dtype or dtype; may be empty
   std::vector<int64_t> bos_token_ids;  ///< from config / generation_config (may be empty)
   std::vector<int64_t> eos_token_ids;  ///< all EOS ids (eos_token_id can be an int or a list)

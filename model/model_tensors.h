@@ -16,10 +16,12 @@ struct LayerTensors {
   T attn_qkv_weight{}, attn_qkv_bias{};
   T attn_q_norm_weight{}, attn_k_norm_weight{};  ///< per-head q/k RMSNorm (Qwen3)
   T attn_output_weight{}, attn_output_bias{};
+  T attn_post_norm_weight{};  ///< RMSNorm of the attention output before the residual add (post_norms)
   T ffn_norm_weight{}, ffn_norm_bias{};
   T ffn_gate_up_weight{}, ffn_gate_up_bias{};  ///< gated MLP
   T ffn_up_weight{}, ffn_up_bias{};            ///< non-gated MLP
   T ffn_down_weight{}, ffn_down_bias{};
+  T ffn_post_norm_weight{};  ///< RMSNorm of the MLP output before the residual add (post_norms)
 };
 
 /// The whole rank. output is T{} when tie_word_embeddings (use token_embd).
@@ -59,6 +61,8 @@ T& tensor_slot(ModelTensors<T>& m, TensorRole role, int layer) {
     case TensorRole::FfnUpBias: return m.layers.at(layer).ffn_up_bias;
     case TensorRole::FfnDownWeight: return m.layers.at(layer).ffn_down_weight;
     case TensorRole::FfnDownBias: return m.layers.at(layer).ffn_down_bias;
+    case TensorRole::AttnPostNormWeight: return m.layers.at(layer).attn_post_norm_weight;
+    case TensorRole::FfnPostNormWeight: return m.layers.at(layer).ffn_post_norm_weight;
   }
   return m.token_embd;  // unreachable: every role is listed above
 }

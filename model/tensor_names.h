@@ -12,12 +12,14 @@
 //   blk.N.attn_k_norm.weight       [head_dim]  (qk_norm: RMSNorm of each K head)     replicated
 //   blk.N.attn_output.weight       [hidden, heads_per_rank*head_dim]                 row
 //   blk.N.attn_output.bias         [hidden]                                          replicated, added once after all_reduce
+//   blk.N.attn_post_norm.weight    [hidden]  (post_norms: RMSNorm of the attention output)  replicated
 //   blk.N.ffn_norm.weight / .bias  [hidden]                                          replicated
 //   blk.N.ffn_gate_up.weight       [2*intermediate_per_rank, hidden]  (gated MLP)    column; rows: gate, then up
 //   blk.N.ffn_gate_up.bias         [2*intermediate_per_rank]          (mlp_bias)     column; gate, then up
 //   blk.N.ffn_up.weight / .bias    [intermediate_per_rank, hidden]    (GPT-NeoX)     column
 //   blk.N.ffn_down.weight          [hidden, intermediate_per_rank]                   row
 //   blk.N.ffn_down.bias            [hidden]                                          replicated, added once after all_reduce
+//   blk.N.ffn_post_norm.weight     [hidden]  (post_norms: RMSNorm of the MLP output)  replicated
 //   output_norm.weight / .bias     [hidden]                                          replicated
 //   output.weight                  [vocab_per_rank, hidden]   absent when tie_word_embeddings  vocab
 //

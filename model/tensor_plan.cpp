@@ -42,6 +42,8 @@ std::string canonical_name(TensorRole role, int layer) {
     case TensorRole::OutputNormBias: return names::kOutputNormBias;
     case TensorRole::Output: return names::kOutput;
     case TensorRole::OutputBias: return names::kOutputBias;
+    case TensorRole::AttnPostNormWeight: return names::blk(layer, "attn_post_norm.weight");
+    case TensorRole::FfnPostNormWeight: return names::blk(layer, "ffn_post_norm.weight");
   }
   throw Error("tensor plan: unknown tensor role", "this is a bug");
 }
@@ -69,7 +71,9 @@ SplitKind role_split(TensorRole role) {
     case TensorRole::FfnNormBias:
     case TensorRole::FfnDownBias:
     case TensorRole::OutputNormWeight:
-    case TensorRole::OutputNormBias: return SplitKind::Replicated;
+    case TensorRole::OutputNormBias:
+    case TensorRole::AttnPostNormWeight:
+    case TensorRole::FfnPostNormWeight: return SplitKind::Replicated;
   }
   throw Error("tensor plan: unknown tensor role", "this is a bug");
 }

@@ -41,6 +41,8 @@ enum class TensorRole {
   OutputNormBias,    ///< output_norm.bias       [hidden] (LayerNorm)
   Output,            ///< output.weight          [vocab_rows, hidden]; absent when tie_word_embeddings
   OutputBias,        ///< output.bias            [vocab_rows] (GPT-J's lm_head bias), added to the logits
+  AttnPostNormWeight,  ///< blk.N.attn_post_norm.weight [hidden]: RMSNorm of the attention output before its residual add (post_norms), replicated
+  FfnPostNormWeight,   ///< blk.N.ffn_post_norm.weight [hidden]: RMSNorm of the MLP output before its residual add (post_norms), replicated
 };
 
 /// The shard-file name of a role (tensor_names.h); layer is ignored for the global roles.

@@ -254,7 +254,7 @@ if [ ! -x "$BG" ]; then
   result FAIL "bench_generate" "$BG missing (tools/CMakeLists.txt needs add_subdirectory(bench_generate) when TPSHARD_HAVE_CUDA)"
 else
   FIX=$REPO/tests/fixtures
-  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq stories260K; do
+  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq tiny-gemma2 stories260K; do
     MD=$WORK/k_$m
     if ! run_logged "convert $m" "$BIN/tpshard" convert "$FIX/$m" -o "$MD" --tp 1,2 -q; then
       k_result FAIL "convert $m"; continue
@@ -273,7 +273,7 @@ else
   done
   # prompts split across several GPU steps of at most 4 tokens (prefill continuing a slot's kv_cache;
   # tiny-gpt-neo / tiny-mistral-swa: the local window of 4 / sliding window of 6 spans the steps)
-  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-starcoder2; do
+  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-starcoder2 tiny-gemma2; do
     for TP in 1 2; do
       [ "$TP" -le "$NGPU" ] || continue
       if run_logged "cuda runner steps $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --max-step-tokens 3 \
@@ -285,7 +285,7 @@ else
     done
   done
   # reduced-precision copies of f32 fixtures: logits within fp16 / bf16 tolerance (greedy may differ by design)
-  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02" "tiny-gpt-neo bf16 0.1 0.02" "tiny-qwen3 bf16 0.1 0.02" "tiny-gptj bf16 0.1 0.02" "tiny-falcon bf16 0.1 0.02"; do
+  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02" "tiny-gpt-neo bf16 0.1 0.02" "tiny-qwen3 bf16 0.1 0.02" "tiny-gptj bf16 0.1 0.02" "tiny-falcon bf16 0.1 0.02" "tiny-gemma2 bf16 0.1 0.02"; do
     set -- $spec
     MD=$WORK/k_$1_$2
     run_logged "convert $1 $2" "$BIN/tpshard" convert "$FIX/$1" -o "$MD" --tp 1,2 --dtype $2 -q || { k_result FAIL "convert $1 --dtype $2"; continue; }
@@ -326,9 +326,9 @@ else
     done
   done
   # shared prompt prefix read from another kv_cache slot: logits and greedy ids of the unshared prompts
-  # (tiny-gpt-neo / tiny-mistral-swa: local windows shorter than the prefix); f32 and bf16; and every
+  # (tiny-gpt-neo / tiny-mistral-swa / tiny-gemma2: local windows shorter than the prefix); f32 and bf16; and every
   # token's logits of one chunk (all_logits) vs the last-position logits of each prefix
-  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16; do
+  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16 tiny-gemma2; do
     for TP in 1 2; do
       [ "$TP" -le "$NGPU" ] || continue
       [ -d "$WORK/k_$m" ] || continue
@@ -400,7 +400,7 @@ if [ -x "$BIN/tprun" ] && [ "${SHARE_GPU_CHECKS:-1}" = 1 ]; then
 import json
 for i in range(13):
     print(json.dumps({'id': 'p%d' % i, 'prompt': 'Once upon a time ' + 'a' * (i % 5 * 6), 'max_new_tokens': 6 + i % 7}))" > "$PROMPTS"
-  for fx in tiny-llama tiny-gpt-neox-par stories260K; do
+  for fx in tiny-llama tiny-gpt-neox-par tiny-gemma2 stories260K; do
     MD=$WORK/pp_$fx
     run_logged "convert $fx --tp 1,2 --pp 1,2" "$BIN/tpshard" convert "$FIX/$fx" -o "$MD" --tp 1,2 --pp 1,2 -q ||
       { result FAIL "convert $fx --tp 1,2 --pp 1,2" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"; continue; }

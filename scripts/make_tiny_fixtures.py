@@ -10,7 +10,9 @@ tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding win
 head_dim apart from hidden / heads), tiny-starcoder2 (LayerNorm, biases, sliding window 6),
 tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + MLP, lm_head bias),
 tiny-falcon (Falcon-40B layout: qkv per KV group, ln_attn / ln_mlp, biases) and tiny-falcon-mq (Falcon-7B
-layout: multi-query, one shared input_layernorm), and the repacked fixtures tiny-internlm2
+layout: multi-query, one shared input_layernorm),
+tiny-gemma2 (sandwich RMSNorms x (1 + w), scaled embedding, attention and final logit soft-capping,
+local / global layers with sliding window 6, head_dim apart from hidden / heads), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
@@ -150,6 +152,20 @@ def falcon_config(new_decoder):
     if new_decoder:
         return FalconConfig(**kw, new_decoder_architecture=True, num_kv_heads=2, bias=True)
     return FalconConfig(**kw, new_decoder_architecture=False, multi_query=True, bias=False)
+
+
+def gemma2_config():
+    # 4 layers local (sliding_window 6, shorter than the prompts), global, local, global (Gemma2Config's
+    # default layer_types); GQA 4/2 with head_dim 32 (hidden / heads = 16); query_pre_attn_scalar 24, so the
+    # score scale is not 1/sqrt(head_dim); soft-caps that bite at this scale: attention scores reach about
+    # 5 (cap 4: 5 -> 3.4), last logits about 18 (cap 10); tied embeddings (the default).
+    from transformers import Gemma2Config
+    return Gemma2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                        num_hidden_layers=4, intermediate_size=160, vocab_size=VOCAB, max_position_embeddings=128,
+                        rms_norm_eps=1e-6, rope_theta=10000.0, query_pre_attn_scalar=24, sliding_window=6,
+                        attn_logit_softcapping=4.0, final_logit_softcapping=10.0,
+                        hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                        bos_token_id=0, eos_token_id=0, pad_token_id=0)
 
 
 def make_model(config, seed):
@@ -353,6 +369,7 @@ def main():
         ("tiny-gptj", gptj_config(), 1300),
         ("tiny-falcon", falcon_config(new_decoder=True), 1400),
         ("tiny-falcon-mq", falcon_config(new_decoder=False), 1500),
+        ("tiny-gemma2", gemma2_config(), 1400),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

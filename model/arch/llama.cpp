@@ -45,6 +45,11 @@ std::vector<bool> qwen_sliding_layers(const json& j, int64_t layers, const std::
     for (int64_t l = 0; l < layers; ++l) out.push_back(l >= first);
     return out;
   }
+  return sliding_layer_types(j, layers, path);
+}
+
+std::vector<bool> sliding_layer_types(const json& j, int64_t layers, const std::string& path) {
+  std::vector<bool> out;
   const json& t = j["layer_types"];
   const std::string hint = "layer_types must list \"full_attention\" or \"sliding_attention\" for each layer (fix config.json)";
   if (!t.is_array() || static_cast<int64_t>(t.size()) != layers)

@@ -33,6 +33,10 @@ void set_sliding_window(ModelConfig& c, int64_t window, const std::vector<bool>&
 /// a layer_types list of the wrong length or with an unknown entry.
 void parse_qwen_sliding_window(const nlohmann::json& j, ModelConfig& c, const std::string& path);
 
+/// config.json's layer_types (present, one entry per layer) as flags: true for "sliding_attention", false
+/// for "full_attention". Throws Error naming path for a list of the wrong length or an unknown entry.
+std::vector<bool> sliding_layer_types(const nlohmann::json& j, int64_t layers, const std::string& path);
+
 /// How a Llama-style checkpoint stores its q/k/v and gate/up projections.
 enum class Projections {
   Separate,  ///< q_proj, k_proj, v_proj; gate_proj, up_proj (Llama, Mistral, Qwen2), with optional biases

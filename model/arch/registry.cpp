@@ -19,6 +19,7 @@ const ArchSpec& arch_spec(Arch arch) {
     case Arch::Starcoder2: return kStarcoder2Arch;
     case Arch::GptJ: return kGptJArch;
     case Arch::Falcon: return kFalconArch;
+    case Arch::Gemma2: return kGemma2Arch;
   }
   throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
 }
@@ -27,7 +28,8 @@ namespace {
 
 /// Every Arch value, in the order error messages list them.
 constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama,  Arch::Mistral, Arch::Qwen2,
-                         Arch::InternLM2, Arch::GptNeo, Arch::Phi3,    Arch::Qwen3, Arch::Starcoder2, Arch::GptJ, Arch::Falcon};
+                         Arch::InternLM2, Arch::GptNeo, Arch::Phi3,    Arch::Qwen3, Arch::Starcoder2, Arch::GptJ,
+                         Arch::Falcon, Arch::Gemma2};
 
 }  // namespace
 

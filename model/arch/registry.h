@@ -55,5 +55,6 @@ extern const ArchSpec kQwen3Arch;
 extern const ArchSpec kStarcoder2Arch;
 extern const ArchSpec kGptJArch;
 extern const ArchSpec kFalconArch;
+extern const ArchSpec kGemma2Arch;
 
 }  // namespace tpshard

@@ -2,7 +2,9 @@
 // vocab-parallel embedding (+ all_reduce, + learned position embedding), per block: norm -> column-parallel
 // QKV -> rotary (unless learned positions) -> causal attention over the kv_cache (windowed on local layers) -> row-parallel output (+ all_reduce, bias once) and the MLP likewise,
 // GPT-NeoX parallel or sequential residual; final norm -> vocab-parallel logits -> all_gather.
-// References: transformers' modeling_gpt_neox.py, modeling_llama.py and modeling_gpt_neo.py.
+// Gemma 2 (modeling_gemma2.py): embeddings scaled, RMSNorm x (1 + w), the attention and MLP outputs
+// normalized before their residual adds (post_norms), attention scores and final logits soft-capped.
+// References: transformers' modeling_gpt_neox.py, modeling_llama.py, modeling_gpt_neo.py and modeling_gemma2.py.
 // kv_cache: a global layer keeps max_seq_len positions per slot, a local (windowed) layer a ring of
 // kv_cache_positions() (model/kv_ring.h; chunks longer than one step allows run in rounds,
 // runtime/chunk_rounds.h); a chunk with a shared prefix reads the prefix's positions from the prefix's
@@ -124,7 +126,7 @@ class CpuRunner final : public ModelRunner {
     if (config_.norm == NormKind::LayerNorm)
       layer_norm(x, w.data(), b.empty() ? nullptr : b.data(), y, n, config_.hidden_size, config_.norm_eps);
     else
-      rms_norm(x, w.data(), y, n, config_.hidden_size, config_.norm_eps);
+      rms_norm(x, w.data(), y, n, config_.hidden_size, config_.norm_eps, static_cast<float>(config_.norm_weight_offset));
   }
   static const float* opt(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
@@ -186,6 +188,10 @@ void CpuRunner::embed(const std::vector<TokenInfo>& toks, float* x) {
   }
   // Exactly one rank holds each row: the sum is exact.
   comm_.all_reduce_sum(x, toks.size() * H, DType::F32);
+  if (config_.embedding_scale != 1.0) {  // Gemma: embeddings * sqrt(hidden_size) as f32 (the activation dtype)
+    const float scale = static_cast<float>(config_.embedding_scale);
+    for (size_t i = 0; i < toks.size() * H; ++i) x[i] *= scale;
+  }
   if (!w_.position_embd.empty())  // learned positions (replicated table): inputs_embeds + position_embeds
     for (size_t t = 0; t < toks.size(); ++t) {
       const float* pe = w_.position_embd.data() + static_cast<int64_t>(toks[t].pos) * H;
@@ -225,6 +231,7 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
   const int64_t window = config_.layer_windows.empty() ? 0 : config_.layer_windows[layer];
   const float scale = config_.attention_scale > 0 ? static_cast<float>(config_.attention_scale)
                                                   : 1.0f / std::sqrt(static_cast<float>(hd));
+  const float cap = static_cast<float>(config_.attn_logit_softcapping);  // 0: none
   std::vector<float> attn(n * hpr * hd);
   pool_.parallel_for(n * hpr, [&](int64_t b, int64_t e) {
     std::vector<float> scores(max_seq_len_);
@@ -240,7 +247,7 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
       int n_spans = 0;
       if (split > first) add_spans(layer, tk.prefix_slot, kvh, first, split, spans, &n_spans);
       if (end > split) add_spans(layer, tk.slot, kvh, split, end, spans, &n_spans);
-      attention_head(q, spans, n_spans, hd, scale, attn.data() + (t * hpr + j) * hd, scores.data());
+      attention_head(q, spans, n_spans, hd, scale, attn.data() + (t * hpr + j) * hd, scores.data(), cap);
     }
   });
 
@@ -297,9 +304,12 @@ void CpuRunner::run_layers(const std::vector<TokenInfo>& toks, std::vector<float
       mlp_block(layer, h.data(), mlp_out.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] = mlp_out[i] + attn_out[i] + x[i];
     } else {
+      // Gemma 2 (post_norms): x + post_attention_norm(attn), then x + post_feedforward_norm(mlp)
+      if (config_.post_norms) norm(lw.attn_post_norm_weight, {}, attn_out.data(), attn_out.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += attn_out[i];
       norm(lw.ffn_norm_weight, lw.ffn_norm_bias, x.data(), h.data(), n);
       mlp_block(layer, h.data(), mlp_out.data(), n);
+      if (config_.post_norms) norm(lw.ffn_post_norm_weight, {}, mlp_out.data(), mlp_out.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += mlp_out[i];
     }
   }
@@ -317,6 +327,8 @@ void CpuRunner::head(const std::vector<int64_t>& last_row, const float* x, float
   std::vector<float> local(m * vpr), gathered(tp * m * vpr);
   linear(pool_, hn.data(), lm_head.data(), opt(w_.output_bias), local.data(), m, H, vpr);
   comm_.all_gather(local.data(), gathered.data(), m * vpr, DType::F32);
+  if (config_.final_logit_softcapping > 0)  // Gemma 2: before the argmax and whatever samples from the logits
+    softcap(gathered.data(), static_cast<int64_t>(gathered.size()), static_cast<float>(config_.final_logit_softcapping));
 
   // gathered is [tp][m][vpr]; global id r * vpr + j; ids >= vocab_size are padding and dropped.
   const int64_t V = config_.vocab_size;

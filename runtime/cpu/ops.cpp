@@ -84,15 +84,19 @@ void layer_norm(const float* x, const float* w, const float* b, float* y, int64_
   }
 }
 
-void rms_norm(const float* x, const float* w, float* y, int64_t n_tokens, int64_t n, double eps) {
+void rms_norm(const float* x, const float* w, float* y, int64_t n_tokens, int64_t n, double eps, float offset) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xr = x + t * n;
     double ss = 0;
     for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
     float* yr = y + t * n;
-    for (int64_t i = 0; i < n; ++i) yr[i] = w[i] * static_cast<float>(xr[i] * inv);
+    for (int64_t i = 0; i < n; ++i) yr[i] = (offset + w[i]) * static_cast<float>(xr[i] * inv);
   }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
 }
 
 float activation_value(Activation act, float x) {
@@ -121,13 +125,15 @@ void gated_activation(Activation act, const float* gate_up, float* out, int64_t 
 }
 
 void attention_head(const float* q, const KvSpan* spans, int n_spans, int64_t head_dim, float scale, float* out,
-                    float* scores) {
+                    float* scores, float cap) {
   float max_s = -INFINITY;
   int64_t n_ctx = 0;
   for (int s = 0; s < n_spans; ++s)
     for (int64_t j = 0; j < spans[s].n; ++j, ++n_ctx) {
-      scores[n_ctx] = dot(q, spans[s].k + j * head_dim, head_dim) * scale;
-      max_s = std::max(max_s, scores[n_ctx]);
+      float v = dot(q, spans[s].k + j * head_dim, head_dim) * scale;
+      if (cap > 0.0f) v = std::tanh(v / cap) * cap;
+      scores[n_ctx] = v;
+      max_s = std::max(max_s, v);
     }
   float sum = 0.0f;
   for (int64_t j = 0; j < n_ctx; ++j) {

@@ -18,8 +18,13 @@ void linear(ThreadPool& pool, const float* x, const float* w, const float* bias,
 /// variance. x, y [n_tokens, n]; w, b [n] (b may be null). Statistics accumulate in f64.
 void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n_tokens, int64_t n, double eps);
 
-/// RMSNorm (transformers LlamaRMSNorm): y = w * x / sqrt(mean(x^2) + eps). Shapes as layer_norm.
-void rms_norm(const float* x, const float* w, float* y, int64_t n_tokens, int64_t n, double eps);
+/// RMSNorm (transformers LlamaRMSNorm): y = (offset + w) * x / sqrt(mean(x^2) + eps). Shapes as layer_norm;
+/// x == y is allowed. offset 1 is Gemma's x * (1 + weight) (modeling_gemma2.py Gemma2RMSNorm), 0 Llama's.
+void rms_norm(const float* x, const float* w, float* y, int64_t n_tokens, int64_t n, double eps, float offset = 0.0f);
+
+/// Soft-cap in place: x <- cap * tanh(x / cap) (Gemma 2's attention-score and final-logit capping,
+/// modeling_gemma2.py: divide, tanh, multiply, in that order). cap > 0.
+void softcap(float* x, int64_t n, float cap);
 
 /// In place: gelu (erf), gelu tanh approximation (gelu_new / gelu_fast / gelu_pytorch_tanh), silu, relu.
 void activation(Activation act, float* x, int64_t n);
@@ -38,9 +43,10 @@ struct KvSpan {
 
 /// Causal attention of one query head over the cached positions of spans, concatenated (e.g. a shared
 /// prefix's positions, then the sequence's own): out[d] = sum_j softmax(s)_j v[j, d], s_j = scale *
-/// dot(q, k[j]). q, out [head_dim]; scores: scratch of sum(n) floats. Softmax in f32 with max
-/// subtraction; the arithmetic does not depend on how the positions are split into spans.
+/// dot(q, k[j]), soft-capped to cap * tanh(s_j / cap) when cap > 0 (Gemma 2's attn_logit_softcapping).
+/// q, out [head_dim]; scores: scratch of sum(n) floats. Softmax in f32 with max subtraction; the
+/// arithmetic does not depend on how the positions are split into spans.
 void attention_head(const float* q, const KvSpan* spans, int n_spans, int64_t head_dim, float scale, float* out,
-                    float* scores);
+                    float* scores, float cap = 0.0f);
 
 }  // namespace tpshard::cpu

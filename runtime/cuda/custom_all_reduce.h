@@ -96,7 +96,8 @@ class CustomAllReduce {
 
   /// True when all_reduce_add_norm accepts p: dtype F32/F16/BF16, hidden a multiple of 4 with rows of a
   /// multiple of 16 bytes and at most 4 x kThreads x 16 bytes, n x row bytes <= max_bytes, add0 / residual
-  /// / out0 / out1 16-byte aligned, weight0 and out0 given. Pure host check.
+  /// / out0 / out1 16-byte aligned, weight0 and out0 given, no add0_weight and weight_offset 0 (Gemma 2's
+  /// norms take the unfused pair). Pure host check.
   bool add_norm_eligible(const AddNormParams& p) const;
   /// all_reduce_sum of p.add0 ([n, hidden] of p.dtype: this rank's row-parallel partial sums), then
   /// add_norm(p) (kernels/norm.cuh) with those summed rows as add0, in ONE kernel (all_reduce_norm.cu).

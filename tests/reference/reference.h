@@ -28,11 +28,19 @@ void rotary(Vec& qkv, int64_t row_stride, const std::vector<int32_t>& positions,
 std::vector<double> inv_freq_default(double theta, int rotary_ndims);
 
 /// Causal attention of query tokens over keys k/v [positions, kv_heads, hd] of their own sequence
-/// (seq_k[t] / seq_v[t]: that token's sequence), keys 0..positions[t]. out [n, heads*hd]. Q head h reads
-/// KV head (h + head_offset) / kv_group (kv_group 0: heads / kv_heads), as on a rank of an uneven split.
+/// (seq_k[t] / seq_v[t]: that token's sequence), keys 0..positions[t] (window > 0: only the last `window`
+/// of them). out [n, heads*hd]. Q head h reads KV head (h + head_offset) / kv_group (kv_group 0: heads /
+/// kv_heads), as on a rank of an uneven split. softcap > 0: each scaled score s becomes
+/// softcap * tanh(s / softcap) (Gemma 2's attn_logit_softcapping).
 Vec attention(const Vec& q, int64_t q_stride, const std::vector<const Vec*>& seq_k, const std::vector<const Vec*>& seq_v,
               const std::vector<int32_t>& positions, int num_heads, int num_kv_heads, int head_dim, double scale,
-              int kv_group = 0, int head_offset = 0);
+              int kv_group = 0, int head_offset = 0, double softcap = 0, int window = 0);
+
+/// RMSNorm of each row of x [n, H]: x / sqrt(mean x^2 + eps) * (offset + w) (offset 1: Gemma2RMSNorm).
+Vec rms_norm(const Vec& x, const Vec& w, double offset, double eps, int n, int hidden);
+
+/// The soft-cap of each value: cap * tanh(x / cap) (kernels/softcap.cuh).
+Vec softcap(const Vec& x, double cap);
 
 /// gated: in [n, 2w] (gate | up) -> act(gate + b) * (up + b); plain: act(in + b). out [n, w].
 Vec activation(const Vec& in, const Vec& bias, Activation act, bool gated, int n, int width);

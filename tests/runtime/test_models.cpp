@@ -220,6 +220,24 @@ TEST_CASE("Falcon-7B layout: multi-query (one KV head), one input_layernorm for 
   check_against_hf("tiny-falcon-mq", {1, 2, 3, 4});
 }
 
+TEST_CASE("Gemma 2: scaled embedding, RMSNorm x (1 + w), post-attention / post-feedforward norms, GeGLU, query_pre_attn_scalar, "
+          "attention and final logit soft-caps, local (window 6, shorter than the prompts) / global layers, head_dim 32 "
+          "apart from hidden / heads, GQA 4/2, tied: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-gemma2", {1, 2, 3, 4});
+}
+
+TEST_CASE("Gemma 2's soft-caps bite at the fixture's scale: every last logit within the final cap, the largest near it") {
+  const nlohmann::json ref = reference("tiny-gemma2");
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(std::string(TPSHARD_FIXTURES_DIR) + "/tiny-gemma2/config.json"));
+  const double cap = config["final_logit_softcapping"].get<double>();
+  for (const auto& logits : ref["last_logits"]) {
+    double top = 0;
+    for (const auto& v : logits) top = std::max(top, std::abs(v.get<double>()));
+    CHECK(top < cap);
+    CHECK(top > 0.6 * cap);  // tanh is far from linear there: without the cap these logits differ
+  }
+}
+
 TEST_CASE("yarn rope scaling (factor 4, original_max_position_embeddings 32): vs transformers at tp 1, 2") {
   check_against_hf("tiny-llama-yarn", {1, 2});
 }

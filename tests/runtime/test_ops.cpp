@@ -94,6 +94,32 @@ TEST_CASE("attention_head: softmax(q k^T) v, hand-computed; split into spans it 
   CHECK(out == std::vector<float>{1, 2});
 }
 
+TEST_CASE("Gemma 2 ops, hand-computed: rms_norm with weight offset 1, soft-cap, soft-capped attention scores") {
+  const std::vector<float> x = {3, 4}, w = {0, -0.5f};
+  std::vector<float> y(2);
+  rms_norm(x.data(), w.data(), y.data(), 1, 2, 0.0, 1.0f);  // x / rms * (1 + w)
+  const double rms = std::sqrt(12.5);
+  CHECK(y[0] == doctest::Approx(3 / rms));
+  CHECK(y[1] == doctest::Approx(0.5 * 4 / rms));
+
+  std::vector<float> v = {0, 1, -60, 600};
+  softcap(v.data(), 4, 30.0f);
+  CHECK(v[0] == 0.0f);
+  CHECK(v[1] == doctest::Approx(30 * std::tanh(1.0 / 30)));
+  CHECK(v[2] == doctest::Approx(-30 * std::tanh(2.0)));
+  CHECK(v[3] == doctest::Approx(30.0));
+
+  // scores 4 and 0 capped at 2: 2 tanh(2) and 0
+  const std::vector<float> q = {4, 0}, k = {1, 0, 0, 1}, vv = {1, 2, 3, 4};
+  std::vector<float> out(2), scores(2);
+  const KvSpan whole{k.data(), vv.data(), 2};
+  attention_head(q.data(), &whole, 1, 2, 1.0f, out.data(), scores.data(), 2.0f);
+  const double s0 = 2 * std::tanh(2.0);
+  const double p0 = std::exp(s0) / (std::exp(s0) + 1), p1 = 1 - p0;
+  CHECK(out[0] == doctest::Approx(p0 * 1 + p1 * 3));
+  CHECK(out[1] == doctest::Approx(p0 * 2 + p1 * 4));
+}
+
 TEST_CASE("rotary: inv_freq and rotate_half, hand-computed") {
   ModelConfig c;
   c.head_dim = 6;

@@ -13,6 +13,7 @@
 #include "kernels/linear.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rotary.cuh"
+#include "kernels/softcap.cuh"
 #include "model/activation_plan.h"
 #include "model/kv_ring.h"
 #include "runtime/rope.h"
@@ -155,10 +156,13 @@ void Transformer::flush_pending(const Pending& pending, const StepMeta& m) {
   AddNormParams p;  // no output: the adds only
   p.residual = residual_;
   p.add0 = pending.add0;
+  p.add0_weight = pending.add0_weight;
   p.add_bias0 = pending.bias0;
   p.add_bias1 = pending.bias1;
   p.dtype = w_.dtype;
   p.kind = c_.norm;
+  p.eps = static_cast<float>(c_.norm_eps);  // the add0 post-norm's
+  p.weight_offset = static_cast<float>(c_.norm_weight_offset);
   p.n = m.n;
   p.hidden = H;
   add_norm(p, stream_);
@@ -175,6 +179,7 @@ void Transformer::embed(const StepMeta& m) {
   e.hidden = H;
   e.vocab_per_rank = mine_.vocab_rows.size();
   e.vocab_begin = mine_.vocab_rows.begin;
+  e.scale = static_cast<float>(c_.embedding_scale);  // Gemma 2: sqrt(hidden_size)
   if (w_.position_embd && tp_rank_ == 0) {  // learned positions: added by one rank, once after the sum
     e.pos_table = w_.position_embd;
     e.positions = m.positions;
@@ -188,6 +193,7 @@ void Transformer::head(const StepMeta& m, const Pending& pending) {
   AddNormParams fn;
   fn.residual = residual_;
   fn.add0 = pending.add0;
+  fn.add0_weight = pending.add0_weight;
   fn.add_bias0 = pending.bias0;
   fn.add_bias1 = pending.bias1;
   fn.weight0 = w_.output_norm_weight;
@@ -196,6 +202,7 @@ void Transformer::head(const StepMeta& m, const Pending& pending) {
   fn.dtype = w_.dtype;
   fn.kind = c_.norm;
   fn.eps = static_cast<float>(c_.norm_eps);
+  fn.weight_offset = static_cast<float>(c_.norm_weight_offset);
   fn.n = m.n;
   fn.hidden = H;
   GemvArgs g;  // the LM head
@@ -212,6 +219,8 @@ void Transformer::head(const StepMeta& m, const Pending& pending) {
   reduce_add_norm(fn, pending.reduce);
   if (!m.decode) gather_rows(h1_, last_, m.last_rows, m.n_rows, H, w_.dtype, stream_);
   linear(g, nullptr);
+  if (c_.final_logit_softcapping > 0)  // Gemma 2: on the logits, before the argmax and any sampling
+    softcap_f32(logits_, static_cast<int64_t>(m.n_rows) * g.out, static_cast<float>(c_.final_logit_softcapping), stream_);
 
   ArgmaxParams a;
   a.logits = logits_;
@@ -232,6 +241,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   AddNormParams nrm;
   nrm.residual = residual_;
   nrm.add0 = pending.add0;
+  nrm.add0_weight = pending.add0_weight;
   nrm.add_bias0 = pending.bias0;
   nrm.add_bias1 = pending.bias1;
   nrm.weight0 = lw.attn_norm_weight;
@@ -245,6 +255,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   nrm.dtype = w_.dtype;
   nrm.kind = c_.norm;
   nrm.eps = static_cast<float>(c_.norm_eps);
+  nrm.weight_offset = static_cast<float>(c_.norm_weight_offset);
   nrm.n = m.n;
   nrm.hidden = H;
   reduce_add_norm(nrm, pending.reduce);
@@ -272,7 +283,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
       linear(u, ffn_);
       linear(down_args(i, m, out_, 1.f), nullptr);
     }
-    pending = {out_, lw.attn_output_bias, lw.ffn_down_bias, /*reduce=*/true};  // all_reduce fused into the next norm
+    pending = {out_, lw.attn_output_bias, lw.ffn_down_bias, /*reduce=*/true, nullptr};  // all_reduce fused into the next norm
     return;
   }
   linear(qkv_args(i, m, h1_), nullptr);
@@ -281,6 +292,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   linear(o, nullptr);
   AddNormParams n2 = nrm;
   n2.add0 = out_;
+  n2.add0_weight = lw.attn_post_norm_weight;  // post_norms (Gemma 2), else nullptr
   n2.add_bias0 = lw.attn_output_bias;
   n2.add_bias1 = nullptr;
   n2.weight0 = lw.ffn_norm_weight;
@@ -290,7 +302,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   reduce_add_norm(n2, /*reduce=*/true);
   linear(up, ffn_);
   linear(down_args(i, m, out_, 0.f), nullptr);
-  pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true};
+  pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true, lw.ffn_post_norm_weight};
 }
 
 GemvArgs Transformer::qkv_args(int i, const StepMeta& m, const void* h) const {
@@ -367,6 +379,7 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.scale = c_.attention_scale > 0 ? static_cast<float>(c_.attention_scale)
                                    : static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   a.window = c_.layer_windows.empty() ? 0 : static_cast<int>(c_.layer_windows[i]);
+  a.softcap = static_cast<float>(c_.attn_logit_softcapping);  // Gemma 2; 0: none
   a.decode = m.decode;  // one token per sequence: the decode attention kernel
   if (m.decode) {  // rotary + kv_cache append inside the attention kernel
     a.rotary_append = true;

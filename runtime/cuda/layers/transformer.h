@@ -2,6 +2,9 @@
 // vocab-parallel embedding + all_reduce; per layer column-parallel QKV and MLP up/gate, row-parallel
 // attention output and MLP down, each followed by one all_reduce of the communicator (GPT-NeoX parallel residual: the
 // attention and MLP partial sums share one all_reduce); final norm; vocab-parallel logits and argmax.
+// Gemma 2 (ModelConfig fields, no architecture switch): embedding scale, RMSNorm weight offset, the
+// attention / MLP outputs normalized inside the next add_norm (post_norms), attention-score and final
+// logit soft-caps.
 // Activations are in the weights' dtype; the residual stream is fp32 (documented in docs/KERNELS.md).
 // Everything is enqueued on one stream, with no host synchronization, so it can be captured in a CUDA graph.
 #pragma once
@@ -80,6 +83,7 @@ class Transformer {
     const void* bias0 = nullptr;
     const void* bias1 = nullptr;
     bool reduce = false;  ///< add0 holds this rank's row-parallel partial sums: all_reduce them first
+    const void* add0_weight = nullptr;  ///< post_norms: add0's RMSNorm weight (AddNormParams::add0_weight)
   };
   /// add_norm(p) after the all_reduce of p.add0 when `reduce`: one fused kernel
   /// (CustomAllReduce::all_reduce_add_norm) when the custom all_reduce takes it, else all_reduce + add_norm.
