@@ -40,7 +40,7 @@ TEST_CASE("convert --add-tp: added layouts equal a fresh conversion's; OUT's oth
   const Manifest before = load_manifest(d / "out");
   const auto tp1_before = file_bytes(d / "out/tp1/rank0.tps");
 
-  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --add-tp 2,3 --pp 1,2", log) == 0);
+  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --add-tp 1,2,3 --pp 1,2", log) == 0);
   const Manifest after = load_manifest(d / "out");
   CHECK(manifest_layouts_text(after) == manifest_layouts_text(load_manifest(d / "fresh")));
   // Every shard file equals the fresh conversion's, and tp 1 was not rewritten.

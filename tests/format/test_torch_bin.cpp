@@ -109,7 +109,7 @@ TEST_CASE(".bin twins convert to the same shard files as their safetensors origi
   }
   // The sharded twin lists its three files; the buffers and the tied lm_head are skipped as ignorable.
   const ConvertResult s = convert(kFix + "/tiny-llama-bf16-sharded-bin", d / "s");
-  CHECK(s.manifest.source.size() == 3);
+  CHECK(s.manifest.source.size() == 4);  // the three files, then config.json
   CHECK(s.manifest.source[0].name == "pytorch_model-00001-of-00003.bin");
   const ConvertResult neo = convert(kFix + "/tiny-gpt-neo-bin", d / "neo");
   CHECK(neo.ignored.size() == 9);  // 4 x (attn.attention.bias, masked_bias) + lm_head.weight
