@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "format/error.h"
+#include "tokenizer/utf8.h"
 
 namespace tpshard::jinja {
 
@@ -461,11 +462,7 @@ std::string encode(const std::vector<uint32_t>& cps) {
   return out;
 }
 
-bool is_space(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
-}
+bool is_space(uint32_t cp) { return utf8::is_python_space(cp); }
 
 uint32_t to_upper(uint32_t cp) {
   if (cp >= 'a' && cp <= 'z') return cp - 32;
