@@ -228,11 +228,13 @@ def make_checkpoint(s, out: Path, seed: int):
 
 def convert(args, hf: Path, out: Path, tps):
     stamp = out / "seed_convert.json"
-    key = {"tp": tps, "hf": (hf / "seed_shape.json").read_text()}
+    key = {"tp": tps, "pp": args.pp, "hf": (hf / "seed_shape.json").read_text()}
     if stamp.exists() and json.loads(stamp.read_text()) == key:
         log(f"converted model {out} is up to date; reusing it")
         return
     cmd = [args.tpshard, "convert", str(hf), "-o", str(out), "--tp", ",".join(map(str, tps)), "--force", "-q"]
+    if args.pp > 1:
+        cmd += ["--pp", str(args.pp)]
     log(" ".join(cmd))
     t0 = time.time()
     subprocess.run(cmd, check=True)
@@ -308,7 +310,7 @@ def run_tp(args, model: Path, tp, prompts, max_seq):
     # threads, so it is the whole process). Not /usr/bin/time: ru_maxrss is inherited over fork/exec, so
     # a tprun started from this script (which may have just held the checkpoint in memory) would show
     # this script's peak.
-    cmd = [args.tprun, str(model), "--tp", str(tp), "--device", args.device,
+    cmd = [args.tprun, str(model), "--tp", str(tp), "--pp", str(args.pp), "--device", args.device,
            "--max-batch", str(args.batch), "--max-seq-len", str(max_seq)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -343,13 +345,13 @@ def run_tp(args, model: Path, tp, prompts, max_seq):
     else:
         log(f"tp {tp}: no summary line in tprun's output (see {args.workdir}/tp{tp}.out.txt)")
     if sampler:
-        res["gpu_peak"] = sampler.peaks(tp)
+        res["gpu_peak"] = sampler.peaks(min(tp * args.pp, len(sampler.base)))
     return res
 
 
 def run_bench_load(args, model: Path, tp, max_seq):
     """CUDA: `tprun bench-load --json`, one JSON object per rank (load_s, rss_peak_mib, weights_mib, ...)."""
-    cmd = [args.tprun, str(model), "--tp", str(tp), "--device", "cuda", "--max-batch", str(args.batch),
+    cmd = [args.tprun, str(model), "--tp", str(tp), "--pp", str(args.pp), "--device", "cuda", "--max-batch", str(args.batch),
            "--max-seq-len", str(max_seq), "bench-load", "--json"]
     log(f"tp {tp}: {' '.join(cmd)}")
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -359,6 +361,34 @@ def run_bench_load(args, model: Path, tp, max_seq):
         return None
     ranks = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     return sorted(ranks, key=lambda x: x["rank"]) or None
+
+
+def run_hf_peer(args, hf: Path, s, prompts):
+    """The reported baseline on the same prompts: scripts/hf_peer.py in its own process (from_pretrained with
+    device_map="auto" + one batched greedy generate), GPU memory sampled as for tprun."""
+    pfile = args.workdir / "prompts.json"
+    pfile.write_text(json.dumps(prompts))
+    cmd = [sys.executable, str(REPO / "scripts/hf_peer.py"), "--model", str(hf), "--prompts", str(pfile),
+           "--new-tokens", str(args.new_tokens), "--device", args.device, "--arch", s["arch"]]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    log("peer: " + " ".join(cmd))
+    sampler = GpuMemSampler() if args.device == "cuda" and shutil.which("nvidia-smi") else None
+    t0 = time.time()
+    if sampler:
+        with sampler:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+    else:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    (args.workdir / "hf_peer.txt").write_text(r.stdout + r.stderr)
+    if r.returncode != 0:
+        log(f"peer failed (exit {r.returncode}):\n" + "\n".join(r.stderr.splitlines()[-8:]))
+        return None
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    res["wall_s"] = time.time() - t0
+    if sampler:
+        res["gpu_peak"] = sampler.peaks(len(sampler.base))
+    return res
 
 
 def fmt_mib(b):
@@ -385,6 +415,11 @@ def main():
     ap.add_argument("--workdir", type=Path, required=True)
     ap.add_argument("--tpshard", default=str(REPO / "build-rt/bin/tpshard"))
     ap.add_argument("--tprun", default=str(REPO / "build-rt/bin/tprun"))
+    ap.add_argument("--pp", type=int, default=1, help="pipeline stages of every run (tp x pp ranks; on one GPU "
+                    "the ranks share it and bench-load's per-rank device totals show the balance)")
+    ap.add_argument("--peer", choices=["none", "hf"], default="none",
+                    help="hf: also run Hugging Face transformers (device_map=auto, batched greedy generate) on the "
+                         "same prompts and add its row (scripts/hf_peer.py)")
     args = ap.parse_args()
     tps = sorted({int(x) for x in args.tp.split(",")})
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -406,6 +441,7 @@ def main():
     if args.device == "cuda":
         for r in results:
             r["bench"] = run_bench_load(args, model, r["tp"], max_seq)
+    peer = run_hf_peer(args, hf, s, prompts) if args.peer == "hf" else None
 
     # ---- the table ----
     shape = f"{args.shape} L{s['layers']} h{s['hidden']} H{s['heads']} KV{s['kv_heads']} I{s['intermediate']} V{s['vocab']}"
@@ -417,18 +453,30 @@ def main():
     ref = next((r for r in results if not r["failed"]), None)
     cols.append(f"same as tp{ref['tp']}" if ref else "same")
     per_rank = {}
+
+    def label(tp):
+        return str(tp) if args.pp == 1 else f"{tp} x pp {args.pp}"
+
     for r in results:
         tp = r["tp"]
-        wb = [sh["weight_bytes"] for sh in manifest["tp"][str(tp)]]
+        layout = manifest["tp"][str(tp)] if args.pp == 1 else manifest["pp"][str(args.pp)][str(tp)]
+        wb = [sh["weight_bytes"] for sh in layout]
         per_rank[tp] = max(wb)
         even = sum(wb) / len(wb)
         spread = 100.0 * max(abs(max(wb) - even), abs(min(wb) - even)) / even
         heaviest = wb.index(max(wb))
-        checks.append((f"tp {tp}: every rank's weight bytes within 2% of total/tp ({spread:.3f}%; heaviest "
-                       f"tp_rank {heaviest} {100.0 * (max(wb) - even) / even:+.3f}%, lightest "
-                       f"{100.0 * (min(wb) - even) / even:+.3f}%)", spread <= 2.0))
+        if args.pp == 1:
+            checks.append((f"tp {tp}: every rank's weight bytes within 2% of total/tp ({spread:.3f}%; heaviest "
+                           f"tp_rank {heaviest} {100.0 * (max(wb) - even) / even:+.3f}%, lightest "
+                           f"{100.0 * (min(wb) - even) / even:+.3f}%)", spread <= 2.0))
+        else:  # stages hold whole layers: balanced means no rank more than one layer's bytes above the lightest
+            layer = sum(wb) / tp / s["layers"]
+            h = layout[heaviest]
+            checks.append((f"tp {tp} x pp {args.pp}: heaviest rank (pp_stage {h['pp_stage']}, tp_rank {h['tp_rank']}, "
+                           f"layers {h['layers']}) {fmt_mib(max(wb))} MiB, lightest {fmt_mib(min(wb))} MiB: "
+                           f"within one layer's bytes ({fmt_mib(layer)} MiB)", max(wb) - min(wb) <= layer))
         if r["failed"]:
-            rows.append([str(tp), fmt_mib(max(wb)), f"{spread:.3f}"] + ["FAILED"] + ["-"] * 7)
+            rows.append([label(tp), fmt_mib(max(wb)), f"{spread:.3f}"] + ["FAILED"] + ["-"] * 7)
             checks.append((f"tp {tp}: tprun ran and printed its summary", False))
             continue
         same = "-"
@@ -438,7 +486,7 @@ def main():
             same = f"{n_same}/{len(prompts)}"
             checks.append((f"tp {tp}: greedy outputs identical to tp {ref['tp']} ({same})", n_same == len(prompts)))
         gpu = "-"
-        if r.get("gpu_peak"):
+        if r.get("gpu_peak") and len(r["gpu_peak"]) >= tp * args.pp:
             gpu = "/".join(f"{p / MIB:.0f}" for p in r["gpu_peak"])
             bound = max(wb) + (r["kv_cache"] or 0) + GIB
             checks.append((f"tp {tp}: per-GPU peak <= weights + kv_cache + 1 GiB ({bound / MIB:.0f} MiB)",
@@ -456,9 +504,12 @@ def main():
                            f"(max {max(b['rss_peak_mib'] for b in bench):.0f})",
                            max(b["rss_peak_mib"] for b in bench) <= 256 + ring_mib))
             tot = [b["device_total_mib"] for b in bench]
-            checks.append((f"tp {tp}: bench-load device totals within 1% across ranks "
-                           f"({min(tot):.0f}..{max(tot):.0f} MiB)", max(tot) - min(tot) <= 0.01 * max(tot)))
-        rows.append([str(tp), fmt_mib(max(wb)), f"{spread:.3f}", fmt_mib(r.get("kv_cache")), rss,
+            if args.pp == 1:
+                    checks.append((f"tp {tp}: bench-load device totals within 1% across ranks "
+                               f"({min(tot):.0f}..{max(tot):.0f} MiB)", max(tot) - min(tot) <= 0.01 * max(tot)))
+            else:  # per-rank device totals (MiB), in (pp_stage, tp_rank) order: the balance GPU 0 is compared by
+                rss += " | dev " + "/".join(f"{t:.0f}" for t in tot)
+        rows.append([label(tp), fmt_mib(max(wb)), f"{spread:.3f}", fmt_mib(r.get("kv_cache")), rss,
                      gpu, load, f"{r.get('prefill_tps', 0):.1f}",
                      f"{r.get('decode_tps', 0):.1f}", f"{r.get('decode_step_ms', 0):.1f}", same])
     for a, b in zip(tps, tps[1:]):
@@ -466,6 +517,20 @@ def main():
             ratio = per_rank[b] / per_rank[a]
             # Norms and biases are replicated, so the ratio is a little above 0.5; 0.52 allows for them.
             checks.append((f"weights/rank tp {a} -> tp {b}: ratio {ratio:.4f} (<= 0.52)", ratio <= 0.52))
+    if args.peer == "hf":
+        if peer is None:
+            rows.append(["HF"] + ["FAILED"] + ["-"] * (len(cols) - 2))
+            checks.append(("peer: HF transformers ran", False))
+        else:
+            steps = max(1, args.new_tokens - 1)  # decode steps after the first token (which prefill gives)
+            same = "-"
+            if ref is not None:  # informative: 16-bit kernels of the two may round differently
+                same = f"{sum(a is not None and a == b for a, b in zip(peer['texts'], ref['texts']))}/{len(prompts)}"
+            gpu = "/".join(f"{p / MIB:.0f}" for p in peer.get("gpu_peak", [])) or "-"
+            rows.append(["HF", "-", "-", "-", fmt_mib(peer["host_peak_rss_bytes"]), gpu, f"{peer['load_s']:.2f}",
+                         f"{peer['prompt_tokens'] / peer['prefill_s']:.1f}",
+                         f"{len(prompts) * steps / max(peer['decode_s'], 1e-9):.1f}",
+                         f"{1000 * peer['decode_s'] / steps:.1f}", same])
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     print("| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
