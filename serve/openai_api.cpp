@@ -67,8 +67,8 @@ std::vector<const char*> with(std::vector<const char*> v, std::initializer_list<
   return v;
 }
 
-/// The options common to completions and chat completions.
-SamplingParams sampling(const json& body, int64_t default_max_tokens) {
+/// The options common to completions and chat completions; d: the model's defaults of omitted fields.
+SamplingParams sampling(const json& body, int64_t default_max_tokens, const GenerationDefaults& d) {
   if (integer(body, "n", 1, 1, INT32_MAX) != 1) bad("'n' must be 1 (one choice per prompt)");
   if (integer(body, "best_of", 1, 1, INT32_MAX) != 1) bad("'best_of' must be 1");
   if (number(body, "frequency_penalty", 0, -2, 2) != 0 || number(body, "presence_penalty", 0, -2, 2) != 0)
@@ -78,11 +78,12 @@ SamplingParams sampling(const json& body, int64_t default_max_tokens) {
   if (body.contains("max_completion_tokens"))
     p.max_new_tokens = static_cast<int>(integer(body, "max_completion_tokens", p.max_new_tokens, 0, INT32_MAX));
   p.min_new_tokens = static_cast<int>(integer(body, "min_tokens", 0, 0, INT32_MAX));
-  p.temperature = static_cast<float>(number(body, "temperature", 1.0, 0, 100));
-  p.top_p = static_cast<float>(number(body, "top_p", 1.0, 1e-9, 1));
-  p.top_k = static_cast<int>(std::max<int64_t>(0, integer(body, "top_k", 0, -1, INT32_MAX)));
-  p.min_p = static_cast<float>(number(body, "min_p", 0, 0, 1));
-  p.repetition_penalty = static_cast<float>(number(body, "repetition_penalty", 1.0, 1e-6, 100));
+  p.temperature = static_cast<float>(number(body, "temperature", d.temperature.value_or(1.0f), 0, 100));
+  p.top_p = static_cast<float>(number(body, "top_p", d.top_p.value_or(1.0f), 1e-9, 1));
+  p.top_k = static_cast<int>(std::max<int64_t>(0, integer(body, "top_k", d.top_k.value_or(0), -1, INT32_MAX)));
+  p.min_p = static_cast<float>(number(body, "min_p", d.min_p.value_or(0.0f), 0, 1));
+  p.repetition_penalty =
+      static_cast<float>(number(body, "repetition_penalty", d.repetition_penalty.value_or(1.0f), 1e-6, 100));
   p.seed = static_cast<uint64_t>(integer(body, "seed", 0, INT64_MIN, INT64_MAX));
   p.ignore_eos = boolean(body, "ignore_eos", false);
   if (const auto it = body.find("stop"); it != body.end() && !it->is_null()) {
@@ -168,7 +169,7 @@ ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLim
   r.echo = boolean(body, "echo", false);
   r.logprobs = static_cast<int>(integer(body, "logprobs", -1, -1, 20));
   if (body.contains("logprobs") && body["logprobs"].is_boolean()) bad("'logprobs' of completions is an integer (0..20)");
-  const SamplingParams p = sampling(body, 16);
+  const SamplingParams p = sampling(body, 16, limits.defaults);
   const auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) bad("'prompt' is required");
   std::vector<std::vector<int32_t>> prompts;
@@ -239,7 +240,7 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
   g.prompt_ids = tok.encode(text, false);
   if (g.prompt_ids.empty()) bad("the rendered conversation has no tokens");
   const int64_t room = limits.max_seq_len - static_cast<int64_t>(g.prompt_ids.size()) + 1;  // as many as fit
-  g.params = sampling(body, std::max<int64_t>(1, room));
+  g.params = sampling(body, std::max<int64_t>(1, room), limits.defaults);
   r.prompts.push_back(std::move(g));
   check_fits(r, limits);
   return r;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/chat_template.h"
+#include "runtime/generation_defaults.h"
 #include "runtime/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,11 +34,15 @@ struct ApiRequest {
   std::vector<GenerationRequest> prompts;
 };
 
-/// Limits the server checks requests against.
+/// Limits the server checks requests against, and the defaults of the fields a request leaves out.
 struct ApiLimits {
   int64_t max_seq_len = 0;      ///< positions per sequence (the runner's)
   int64_t model_seq_limit = 0;  ///< the model's context (generate.h model_seq_limit), 0: unknown
   int64_t vocab_size = 0;       ///< the model's (ids must be below it)
+  /// The model's generation_config.json values (empty with --generation-config none): a value held here
+  /// replaces the OpenAI default of temperature, top_p, top_k, min_p and repetition_penalty (max_new_tokens
+  /// is not used: max_tokens keeps its default, which is sized to the context).
+  GenerationDefaults defaults;
 };
 
 /// An HTTP body as JSON. Throws ApiError 400 when it is not JSON or nests deeper than kMaxJsonDepth
@@ -46,6 +51,7 @@ nlohmann::json parse_body(const std::string& text);
 
 /// POST /v1/completions body -> ApiRequest. prompt: a string, a list of strings, a list of token ids or a
 /// list of such lists; max_tokens (default 16), temperature (default 1), top_p, top_k (<= 0: off),
+/// (those defaults: the OpenAI API's, or limits.defaults where it holds a value),
 /// min_p, repetition_penalty, min_tokens, stop (string or list), seed, n (only 1), echo, logprobs
 /// (0..20), stream, ignore_eos; model and user are accepted and ignored. Text prompts are encoded with the
 /// tokenizer (special tokens added). Throws ApiError for a missing prompt, an unknown field, a wrong type,

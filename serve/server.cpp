@@ -88,6 +88,7 @@ class Server {
     limits_.max_seq_len = ctx.runner->max_seq_len();
     limits_.model_seq_limit = model_seq_limit(ctx.runner->config());
     limits_.vocab_size = ctx.runner->config().vocab_size;
+    if (o.generation_config == "auto") limits_.defaults = read_generation_defaults(ctx.model_dir);
   }
 
   void run();

@@ -27,6 +27,9 @@ struct ServeOptions {
   double drain_timeout_s = 60;
   /// Non-empty: the Jinja chat template file of /v1/chat/completions, instead of the model's own.
   std::string chat_template_file;
+  /// "auto": the model's generation_config.json sampling values are the defaults of the request fields a
+  /// client leaves out (vLLM's --generation-config auto); "none": the OpenAI defaults (temperature 1, ...).
+  std::string generation_config = "auto";
 };
 
 /// Seconds tprun's launcher (CUDA: one process per GPU) waits between forwarding a stop signal to the

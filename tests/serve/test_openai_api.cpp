@@ -78,6 +78,33 @@ TEST_CASE("completions: prompt forms and options become GenerationRequests") {
   CHECK(back.params.prompt_logprobs == 2);
 }
 
+TEST_CASE("the model's generation_config defaults replace the OpenAI defaults of omitted fields only") {
+  test::ByteTokenizer tok;
+  ApiLimits l = limits();
+  l.defaults.temperature = 0.6f;
+  l.defaults.top_p = 0.9f;
+  l.defaults.top_k = 20;
+  l.defaults.repetition_penalty = 1.05f;
+  l.defaults.max_new_tokens = 40;  // not a request default: max_tokens keeps OpenAI's
+  const SamplingParams p = parse_completion(json{{"prompt", "ab"}}, tok, l).prompts[0].params;
+  CHECK(p.temperature == 0.6f);
+  CHECK(p.top_p == 0.9f);
+  CHECK(p.top_k == 20);
+  CHECK(p.repetition_penalty == 1.05f);
+  CHECK(p.min_p == 0.0f);           // absent from the file: OpenAI's
+  CHECK(p.max_new_tokens == 16);
+  const SamplingParams given =
+      parse_completion(json{{"prompt", "ab"}, {"temperature", 0}, {"top_k", -1}}, tok, l).prompts[0].params;
+  CHECK(given.temperature == 0.0f);  // the request's value wins
+  CHECK(given.top_k == 0);
+  CHECK(given.top_p == 0.9f);
+  const ChatTemplate t = chatml_template();
+  const SamplingParams chat =
+      parse_chat(json{{"messages", json::array({json{{"role", "user"}, {"content", "hi"}}})}}, tok, &t, l).prompts[0].params;
+  CHECK(chat.temperature == 0.6f);
+  CHECK(chat.top_k == 20);
+}
+
 TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   CHECK(refusal(json::array()).find("JSON object") != std::string::npos);
   CHECK(refusal(json::object()).find("'prompt' is required") != std::string::npos);

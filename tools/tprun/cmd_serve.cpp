@@ -3,7 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "common/log.h"
 #include "runtime/chat_template.h"
+#include "runtime/generation_defaults.h"
 #include "serve/server.h"
 #include "tools/cli_validators.h"
 #include "tools/tprun/commands.h"
@@ -28,12 +30,25 @@ void add_serve_command(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--drain-timeout", o->drain_timeout_s,
                   "after SIGTERM / SIGINT: seconds to finish the requests in flight before cancelling them (default 60)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--generation-config", o->generation_config,
+                  "auto: the model's generation_config.json sampling values are the defaults of the request fields "
+                  "a client leaves out (as vLLM); none: the OpenAI defaults")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->default_str("auto");
   g.preflight.push_back([sub, &g, o] {
     if (!sub->parsed()) return;
     g.session.interrupt_grace_s = serve::serve_stop_grace_s(*o);  // CUDA launcher: room for the drain
     check_usage(g.session.dp_size == 1, "serve: --dp " + std::to_string(g.session.dp_size) + " is not supported",
                 "serve one replica (--tp / --pp); start one server per replica behind a load balancer");
     if (!g.checked_by_launcher) load_preflight_model_with_tokenizer(g.session);
+    if (o->generation_config == "auto") {  // a bad file is refused before loading; what applies is named
+      SamplingParams shown;  // max_new_tokens is not a request default (serve::ApiLimits::defaults)
+      const std::string applied =
+          apply_generation_defaults(read_generation_defaults(g.session.model_dir), shown, {"max_new_tokens"});
+      if (!applied.empty() && g.primary_process)
+        log_line(LogLevel::Info, "tprun: generation_config.json: request defaults %s (--generation-config none: the "
+                 "OpenAI defaults)\n", applied.c_str());
+    }
     if (!o->chat_template_file.empty()) {  // a given template must load; the model's own may be absent
       cli::check_input_file("serve --chat-template", o->chat_template_file);
       (void)load_chat_template(g.session.model_dir, o->chat_template_file);
