@@ -7,8 +7,9 @@
 
   python3 scripts/hf_peer.py --model HF_DIR --prompts prompts.json --new-tokens 10 --device cuda [--arch internlm2]
 
-Fields: load_s (from_pretrained, weights on the device), prefill_s (a forward of the padded batch),
-generate_s (generate with max_new_tokens = min_new_tokens = N, greedy), decode_s = generate_s - prefill_s,
+Fields: load_s (from_pretrained, weights on the device), prefill_s (generate of one token: the padded batch's
+prefill and its first token), generate_s (generate with max_new_tokens = min_new_tokens = N, greedy, after a
+warm-up), decode_s = generate_s - prefill_s (the N - 1 decode steps),
 gpu_peak_bytes (torch.cuda.max_memory_allocated per visible GPU; the allocator's reserve is in
 gpu_reserved_bytes), host_peak_rss_bytes (VmHWM of this process), texts (the new tokens of each prompt,
 decoded without skipping special tokens, as `tprun generate` prints them).
@@ -115,16 +116,20 @@ def main():
         if args.device == "cuda":
             torch.cuda.synchronize()
 
+    def generate(n, batch=enc):
+        return model.generate(**batch, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                              pad_token_id=tok.pad_token_id)
+
     with torch.no_grad():
+        generate(2, {k: v[:1] for k, v in enc.items()})  # warm-up (kernels, allocator) outside the timings
         if args.device == "cuda":
             for i in range(torch.cuda.device_count()):
                 torch.cuda.reset_peak_memory_stats(i)
         sync(); t0 = time.time()
-        model(**enc, use_cache=True)
+        generate(1)  # prefill and the first token
         sync(); prefill_s = time.time() - t0
         t0 = time.time()
-        out = model.generate(**enc, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                             do_sample=False, pad_token_id=tok.pad_token_id)
+        out = generate(args.new_tokens)
         sync(); generate_s = time.time() - t0
     new = out[:, enc["input_ids"].shape[1]:]
     texts = [tok.decode(row, skip_special_tokens=False) for row in new.tolist()]
