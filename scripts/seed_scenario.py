@@ -182,13 +182,14 @@ def repack_internlm2(model, s, out: Path):
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
-def make_checkpoint(s, out: Path, seed: int):
+def make_checkpoint(s, out: Path, seed: int, make_on_gpu: bool = False):
     """Random-weight HF checkpoint: meta-device init, to_empty, normal_(0, 0.02) per tensor, norms ~1."""
     import torch
     from transformers import AutoModelForCausalLM
     stamp = out / "seed_shape.json"
     key = {k: s[k] for k in ("arch", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab", "dtype")}
     key["seed"] = seed
+    key["made_on"] = "cuda" if make_on_gpu else "cpu"
     if stamp.exists() and json.loads(stamp.read_text()) == key:
         log(f"checkpoint {out} already made for this shape; reusing it")
         return
@@ -199,8 +200,11 @@ def make_checkpoint(s, out: Path, seed: int):
     cfg = hf_config(s)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
-    model = model.to_empty(device="cpu")
-    gen = torch.Generator().manual_seed(seed)
+    # On a GPU machine the random numbers are drawn there (minutes less for a 20B shape); the values differ
+    # from a CPU-made checkpoint of the same seed, which is why the stamp records where it was made.
+    dev = "cuda" if make_on_gpu else "cpu"
+    model = model.to_empty(device=dev)
+    gen = torch.Generator(device=dev).manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or name.endswith("layernorm.weight") or ".ln_" in name:
@@ -212,7 +216,7 @@ def make_checkpoint(s, out: Path, seed: int):
                 flat = p.view(-1)
                 for i in range(0, flat.numel(), 1 << 24):  # 16M-element chunks keep fp32 temporaries small
                     chunk = flat[i:i + (1 << 24)]
-                    chunk.copy_(torch.empty(chunk.numel(), dtype=torch.float32).normal_(0.0, 0.02, generator=gen))
+                    chunk.copy_(torch.empty(chunk.numel(), dtype=torch.float32, device=dev).normal_(0.0, 0.02, generator=gen))
     if s["arch"] == "internlm2":
         repack_internlm2(model, s, out)
     else:
@@ -223,7 +227,10 @@ def make_checkpoint(s, out: Path, seed: int):
             shutil.copy(tok_dir / f, out / f)
     stamp.write_text(json.dumps(key))
     n = sum(p.numel() for p in model.parameters())
-    log(f"checkpoint: {n / 1e6:.1f} M parameters ({s['dtype']}) in {time.time() - t0:.1f} s -> {out}")
+    log(f"checkpoint: {n / 1e6:.1f} M parameters ({s['dtype']}, made on {dev}) in {time.time() - t0:.1f} s -> {out}")
+    del model
+    if make_on_gpu:
+        torch.cuda.empty_cache()  # tprun and the peer run next in their own processes
 
 
 def convert(args, hf: Path, out: Path, tps):
@@ -415,6 +422,9 @@ def main():
     ap.add_argument("--workdir", type=Path, required=True)
     ap.add_argument("--tpshard", default=str(REPO / "build-rt/bin/tpshard"))
     ap.add_argument("--tprun", default=str(REPO / "build-rt/bin/tprun"))
+    ap.add_argument("--converted", type=Path, default=None,
+                    help="where the converted model goes (default WORKDIR/converted; e.g. /dev/shm when the disk "
+                         "cannot hold the checkpoint and its shards)")
     ap.add_argument("--pp", type=int, default=1, help="pipeline stages of every run (tp x pp ranks; on one GPU "
                     "the ranks share it and bench-load's per-rank device totals show the balance)")
     ap.add_argument("--peer", choices=["none", "hf"], default="none",
@@ -427,8 +437,8 @@ def main():
     s = scaled_shape(args)
     for n in s["notes"]:
         log(n)
-    hf, model = args.workdir / "hf", args.workdir / "converted"
-    make_checkpoint(s, hf, args.seed)
+    hf, model = args.workdir / "hf", args.converted or args.workdir / "converted"
+    make_checkpoint(s, hf, args.seed, make_on_gpu=args.device == "cuda")
     convert(args, hf, model, tps)
     manifest = json.loads((model / "manifest.json").read_text())
 
