@@ -302,13 +302,15 @@ class GpuMemSampler:
 SUMMARY_RE = re.compile(
     r"prefill (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| decode (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| per rank "
     r"\(tp (\d+), (\w+)\): weights ([\d.]+|n/a) ?(?:MiB)?, kv_cache ([\d.]+|n/a) ?(?:MiB)? \| peak RSS ([\d.]+) MiB")
+STATUS_RE = re.compile(r"^tprun: pp_stage \d+ .*\n?", re.M)
 BLOCK_RE = re.compile(r"^--- \[(\d+)\] ---\n(.*?)\n--- \[\1\] (\w+), (\d+) tokens ---$", re.M | re.S)
 
 
 def parse_outputs(out, n):
     """tprun generate, for several prompts, writes each text to stdout between two labels on stderr:
     '--- [i] ---' and '--- [i] FINISH, N tokens ---'; `out` is both streams through one pipe."""
-    texts = {int(m.group(1)): m.group(2) for m in BLOCK_RE.finditer(out)}
+    # tprun's status lines (pipeline stage reports) may land inside a block: they are not output text
+    texts = {int(m.group(1)): STATUS_RE.sub("", m.group(2)) for m in BLOCK_RE.finditer(out)}
     return [texts.get(i) for i in range(n)]
 
 
@@ -539,7 +541,7 @@ def main():
             gpu = "/".join(f"{p / MIB:.0f}" for p in peer.get("gpu_peak", [])) or "-"
             rows.append(["HF", "-", "-", "-", fmt_mib(peer["host_peak_rss_bytes"]), gpu, f"{peer['load_s']:.2f}",
                          f"{peer['prompt_tokens'] / peer['prefill_s']:.1f}",
-                         f"{len(prompts) * steps / max(peer['decode_s'], 1e-9):.1f}",
+                         f"{len(prompts) * steps / peer['decode_s']:.1f}" if peer["decode_s"] > 0 else "-",
                          f"{1000 * peer['decode_s'] / steps:.1f}", same])
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     print("| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |")
