@@ -14,7 +14,6 @@
 #include "runtime/cpu/rank_order_sum.h"
 
 #if TPSHARD_HAVE_GLOO
-#include <gloo/allgather.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
@@ -141,11 +140,17 @@ void GlooComm::all_gather(const void* send, void* recv, size_t count, DType dtyp
     std::memcpy(recv, send, bytes);
     return;
   }
+  // One broadcast per rank into its slice: with gloo's ring allgather instead, decode of stories260K at
+  // tp 2 on loopback ran 2.5x slower (24 vs 60 tok/s, 2 shared cores).
+  std::memcpy(static_cast<char*>(recv) + static_cast<size_t>(rank_) * bytes, send, bytes);
   guarded(name_, "all_gather", &failed_, [&] {
-    gloo::AllgatherOptions o(impl_->context);
-    o.setInput<uint8_t>(static_cast<uint8_t*>(const_cast<void*>(send)), bytes);
-    o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), bytes * static_cast<size_t>(size_));
-    gloo::allgather(o);
+    for (int root = 0; root < size_; ++root) {
+      gloo::BroadcastOptions o(impl_->context);
+      o.setOutput<uint8_t>(static_cast<uint8_t*>(recv) + static_cast<size_t>(root) * bytes, bytes);
+      o.setRoot(root);
+      o.setTag(static_cast<uint32_t>(root));
+      gloo::broadcast(o);
+    }
   });
 }
 
