@@ -2,8 +2,7 @@
 # launchers_check.sh BIN_DIR FIXTURES_DIR OUT_DIR: the CPU backend with one process per rank under every
 # launcher this machine can start, on stories260K: tprun's own (--cpu-processes: tp 2, pp 3), two tprun
 # "nodes" on loopback (--nnodes 2), mpirun -np 2 (tp 2) and -np 3 (pp 3), one tprun per "node" under
-# mpirun (--nnodes 2, tp 2 each), and a local Slurm cluster (tests/launchers/slurm_check.sh) when it can
-# start. Each greedy output must equal the threaded backend's byte for byte; a rank killed with SIGKILL
+# mpirun (--nnodes 2, pp 3 x tp 2). srun is reported as SKIPPED (no local Slurm cluster yet). Each greedy output must equal the threaded backend's byte for byte; a rank killed with SIGKILL
 # must end the job within 10 s, exit non-zero, and be named on stderr. A launcher that is not installed
 # is reported as SKIPPED (never silently). Exit 0 when every run that could start passed.
 set -uo pipefail
@@ -82,8 +81,7 @@ else
   echo "SKIPPED: mpirun not installed (apt-get install openmpi-bin): the mpirun runs did not run"
 fi
 
-if [ -x "$(dirname "$0")/slurm_check.sh" ]; then
-  bash "$(dirname "$0")/slurm_check.sh" "$BIN" "$MODEL" "$OUT" || fails=$((fails + 1))
-fi
+echo "SKIPPED: srun: no local Slurm cluster is started by this test yet (the srun environment, hostlists and"
+echo "         port rule are unit-tested in test_runtime: test_launch_env.cpp)"
 echo "launchers_check: $fails failure(s)"
 [ "$fails" -eq 0 ]
