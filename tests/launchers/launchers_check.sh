@@ -76,7 +76,7 @@ if command -v mpirun >/dev/null 2>&1; then
   same mpirun_np3 "${MPI[@]}" -np 3 "$BIN/tprun" "$MODEL" --pp 3 --device cpu -q "${GEN[@]}"
   # one tprun per "node": mpirun starts 2 launchers, each starts the 3 ranks of its node (pp 3 x tp 2)
   same mpirun_node_launchers "${MPI[@]}" -np 2 "$BIN/tprun" "$MODEL" --tp 2 --pp 3 --device cpu --nnodes 2 -q "${GEN[@]}"
-  killed mpirun_killed "process rank [01] .*signal 9" "${MPI[@]}" -np 2 "$BIN/tprun" "$MODEL" --tp 2 --device cpu "${LONG[@]}"
+  killed mpirun_killed "process rank [01] .*signal 9|stopping: rank [01] .*disconnected" "${MPI[@]}" -np 2 "$BIN/tprun" "$MODEL" --tp 2 --device cpu "${LONG[@]}"
 else
   echo "SKIPPED: mpirun not installed (apt-get install openmpi-bin): the mpirun runs did not run"
 fi
