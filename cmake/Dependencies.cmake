@@ -10,3 +10,10 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)      # libpcre2-dev
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # libutf8proc-dev
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)  # libsentencepiece-dev
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # libcpp-httplib-dev (tprun serve)
+# Optional: gloo (libgloo-dev) for the CPU backend with one process per rank (runtime/cpu/gloo_comm.h).
+find_package(Gloo CONFIG QUIET)
+if(TARGET gloo)
+  message(STATUS "gloo found: the CPU backend can run one process per rank")
+else()
+  message(STATUS "gloo not found (apt-get install libgloo-dev): the CPU backend runs its ranks as threads only")
+endif()

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -47,6 +48,31 @@ int usable_cpus() {
   const int limit = cgroup_cpu_limit();
   if (limit > 0) n = std::min(n, limit);
   return std::max(1, n);
+}
+
+int threads_per_rank(int ranks) {
+  const int cpus = usable_cpus();
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long v = std::strtol(omp, &end, 10);  // "4,2" (nested levels): the first level
+    if (end != omp && v > 0) return static_cast<int>(std::min<long>(v, cpus));
+  }
+  return std::max(1, cpus / std::max(1, ranks));
+}
+
+std::string affinity_mask_string() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int e = c;
+    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) ++e;
+    out += (out.empty() ? "" : ",") + std::to_string(c) + (e > c ? "-" + std::to_string(e) : std::string());
+    c = e;
+  }
+  return out;
 }
 
 }  // namespace tpshard

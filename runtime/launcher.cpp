@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "format/error.h"
+#include "runtime/cluster_env.h"
 #include "runtime/rendezvous.h"
 
 namespace tpshard {
@@ -158,8 +159,10 @@ WorkerEnv read_worker_env() {
     w.rank = env_int("SLURM_PROCID", 0);
     w.world_size = env_int("SLURM_STEP_NUM_TASKS", 1);
     w.local_rank = env_int("SLURM_LOCALID", w.rank);
+    // "4(x2)" or "4,3": this node's count is not said; the first is right for the even layouts tprun needs.
     w.local_world_size = std::atoi(env("SLURM_STEP_TASKS_PER_NODE") ? env("SLURM_STEP_TASKS_PER_NODE") : "0");
-    if (w.local_world_size <= 0) w.local_world_size = 0;  // unknown ("2(x3)" forms): not needed except for the default master
+    if (env_int("SLURM_STEP_NUM_NODES", 0) == 1) w.local_world_size = w.world_size;
+    if (w.local_world_size <= 0) w.local_world_size = 0;  // unknown: not needed except for the default master
   } else if (env("PMI_RANK") && env_int("PMI_SIZE", 1) > 1) {
     w.source = "pmi";
     w.rank = env_int("PMI_RANK", 0);
@@ -177,7 +180,27 @@ WorkerEnv read_worker_env() {
   if (env("TPRUN_MASTER")) {
     w.master_addr = env("TPRUN_MASTER");
   } else if (env("MASTER_ADDR")) {
-    w.master_addr = std::string(env("MASTER_ADDR")) + ":" + (env("MASTER_PORT") ? env("MASTER_PORT") : "29500");
+    int port = env_int("MASTER_PORT", 29500);
+    // torchrun's own store (the elastic agent's TCPStore) already listens on MASTER_PORT: take the next.
+    if (w.source == "torchrun" && env("TORCHELASTIC_RUN_ID")) ++port;
+    w.master_addr = std::string(env("MASTER_ADDR")) + ":" + std::to_string(port);
+  } else if (w.source == "srun") {
+    // Rank 0 runs on the step's first node; every task derives the same port from the job id.
+    const char* nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_JOB_NODELIST");
+    const int port = slurm_master_port(env("SLURM_JOB_ID") ? env("SLURM_JOB_ID") : "");
+    if (w.local_world_size == w.world_size) {
+      w.master_addr = "127.0.0.1:" + std::to_string(port);
+    } else if (nodes) {
+      w.master_addr = expand_slurm_hostlist(nodes).front() + ":" + std::to_string(port);
+    }
+  } else if (w.source == "mpirun") {
+    const int port = ompi_master_port(env("OMPI_MCA_ess_base_jobid") ? env("OMPI_MCA_ess_base_jobid") : "");
+    const std::string hnp = ompi_hnp_host(env("OMPI_MCA_orte_hnp_uri") ? env("OMPI_MCA_orte_hnp_uri") : "");
+    if (w.local_world_size == w.world_size) {
+      w.master_addr = "127.0.0.1:" + std::to_string(port);
+    } else if (!hnp.empty()) {
+      w.master_addr = hnp + ":" + std::to_string(port);  // mpirun's own host: rank 0 runs there
+    }
   } else if (w.local_world_size == w.world_size) {
     w.master_addr = kDefaultLocalMaster;
   }
@@ -186,10 +209,23 @@ WorkerEnv read_worker_env() {
 
 bool is_worker_process() { return read_worker_env().found; }
 
+bool is_node_launcher(const WorkerEnv& env, const SessionOptions& opts) {
+  const int world = opts.dp_size * opts.pp_size * opts.tp_size;
+  return env.found && env.source != "tprun" && opts.nnodes > 1 && env.world_size == opts.nnodes && world != opts.nnodes;
+}
+
+bool is_rank_process(const SessionOptions& opts) {
+  const WorkerEnv env = read_worker_env();
+  return env.found && !is_node_launcher(env, opts);
+}
+
 int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) {
   (void)argc;
-  if (is_worker_process()) return -1;
-  if (opts.device != Device::Cuda) return -1;
+  const WorkerEnv launched_by = read_worker_env();
+  const bool node_launcher = is_node_launcher(launched_by, opts);
+  if (launched_by.found && !node_launcher) return -1;
+  const bool processes = opts.device == Device::Cuda || opts.cpu_processes || opts.nnodes > 1;
+  if (opts.device == Device::Auto || !processes) return -1;
   const int nnodes = std::max(1, opts.nnodes);
   const int world = opts.dp_size * opts.pp_size * opts.tp_size;  // ranks by dp_rank, pp_stage, tp_rank
   TPS_CHECK(opts.tp_size >= 1 && world % nnodes == 0,
@@ -199,8 +235,16 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
             "--node-rank " + std::to_string(opts.node_rank) + " is outside 0.." + std::to_string(nnodes - 1),
             "number the nodes 0..nnodes-1, with 0 on the --master-addr host");
   const int local = world / nnodes;
-  if (nnodes == 1 && local == 1) return -1;  // one GPU: run in this process
+  if (nnodes == 1 && local == 1) return -1;  // one rank: run in this process
+  // One tprun per node under srun / mpirun / torchrun: the node's index and the rendezvous come from it.
+  const int node_rank = node_launcher ? launched_by.rank : opts.node_rank;
   std::string master = opts.master_addr;
+  if (master.empty() && node_launcher) {
+    master = launched_by.master_addr;
+    TPS_CHECK(!master.empty(), "one tprun per node under " + launched_by.source + ": no rendezvous address",
+              "export TPRUN_MASTER=HOST:PORT (the host of the first node) to every task (mpirun -x TPRUN_MASTER), "
+              "or pass --master-addr");
+  }
   if (master.empty()) {
     TPS_CHECK(nnodes == 1, "--nnodes " + std::to_string(nnodes) + " needs --master-addr HOST:PORT",
               "pass the address of the --node-rank 0 host, e.g. --master-addr node0:29500, to every node");
@@ -228,7 +272,7 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
   for (int l = 0; l < local; ++l) {
     Child& c = kids[size_t(l)];
     c.local_rank = l;
-    c.rank = opts.node_rank * local + l;
+    c.rank = node_rank * local + l;
     int errp[2];
     if (pipe2(errp, O_CLOEXEC) != 0) throw Error("launcher: pipe failed", "check the system limits");
     pid_t parent = getpid();

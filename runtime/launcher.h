@@ -1,4 +1,4 @@
-// launcher.h: tprun as a launcher: one worker process per GPU on this node (like torchrun), with
+// launcher.h: tprun as a launcher: one worker process per rank on this node (like torchrun), with
 // failure propagation. POSIX only; compiled in every build.
 #pragma once
 #include <string>
@@ -15,8 +15,11 @@ constexpr int kExitPeerFailed = 3;
 /// RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / MASTER_ADDR + MASTER_PORT; Open MPI's
 /// OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE,LOCAL_SIZE}; srun's SLURM_PROCID / SLURM_LOCALID /
 /// SLURM_STEP_NUM_TASKS / SLURM_STEP_TASKS_PER_NODE; MPICH/Hydra's PMI_RANK / PMI_SIZE / MPI_LOCALRANKID.
-/// The master address comes from the launcher, else TPRUN_MASTER, else MASTER_ADDR:MASTER_PORT, else
-/// 127.0.0.1:29517 when all ranks are on this node (empty when unknown: multi-node needs one).
+/// The master address: TPRUN_MASTER, else MASTER_ADDR:MASTER_PORT (MASTER_PORT + 1 under torchrun, whose
+/// own store listens on MASTER_PORT), else srun: the first host of SLURM_STEP_NODELIST (SLURM_JOB_NODELIST)
+/// and port 15000 + the job id's last 4 digits; mpirun: mpirun's host (OMPI_MCA_orte_hnp_uri) and port
+/// 20000 + jobid mod 10000 (runtime/cluster_env.h); 127.0.0.1 with that port when all ranks are on this
+/// node; else 127.0.0.1:29517 on one node (empty when unknown: multi-node needs one).
 struct WorkerEnv {
   bool found = false;            ///< some launcher's variables are set (with world size > 1, or TPRUN_*)
   std::string source;            ///< "tprun", "torchrun", "mpirun", "srun", "pmi"; empty when not found
@@ -34,7 +37,18 @@ WorkerEnv read_worker_env();
 /// True when this process was started as a worker (by tprun itself, torchrun, mpirun or srun).
 bool is_worker_process();
 
-/// If opts.device is CUDA and this process is not a worker: start the workers of this node
+/// One tprun per node under srun / mpirun / torchrun (`srun --ntasks-per-node=1 tprun ... --nnodes M`):
+/// the launcher started opts.nnodes processes (env.world_size == opts.nnodes > 1) but the layout has
+/// another number of ranks. Such a process launches its node's ranks as node env.rank, not as a rank.
+bool is_node_launcher(const WorkerEnv& env, const SessionOptions& opts);
+
+/// True when this process runs one rank of the job itself: a launcher's worker that is not a node
+/// launcher (is_node_launcher).
+bool is_rank_process(const SessionOptions& opts);
+
+/// If opts.device is CUDA, or CPU with opts.cpu_processes or nnodes > 1, and this process is not a rank
+/// process (is_rank_process: not a worker, or a node launcher under srun / mpirun / torchrun, which then
+/// is node env.rank with the launcher's master address): start the workers of this node
 /// (re-executing argv with TPRUN_RANK / TPRUN_LOCAL_RANK / TPRUN_WORLD_SIZE / TPRUN_MASTER set), forward
 /// Ctrl-C / SIGTERM to every worker (SIGKILL after opts.interrupt_grace_s), stop all when one fails (SIGKILL
 /// 5 s later), and return the exit code to use (0 on success, also after a signal when every worker exited

@@ -1,5 +1,6 @@
 // session.cpp: resolve_device and run_on_ranks: Device::Cpu goes to cpu::run_cpu_session
-// (runtime/cpu/cpu_session.h), Device::Cuda to cuda::run_cuda_worker (runtime/cuda/cuda_session.h) in
+// (runtime/cpu/cpu_session.h: threads) or, in a process started as one rank, cpu::run_cpu_worker
+// (runtime/cpu/cpu_worker.h), Device::Cuda to cuda::run_cuda_worker (runtime/cuda/cuda_session.h) in
 // builds with the CUDA backend (TPSHARD_HAVE_CUDA).
 #include "runtime/session.h"
 
@@ -14,6 +15,8 @@
 #include "model/parallel_layout.h"
 #include "runtime/tuning.h"
 #include "runtime/cpu/cpu_session.h"
+#include "runtime/cpu/cpu_worker.h"
+#include "runtime/launcher.h"
 #if TPSHARD_HAVE_CUDA
 #include "runtime/cuda/cuda_session.h"
 #endif
@@ -99,6 +102,12 @@ void run_on_ranks(const SessionOptions& opts, const std::function<void(RankConte
     throw Error("--device cuda: this tprun was built without the CUDA backend",
                 "use --device cpu, or rebuild with -DTPSHARD_CUDA=ON on a machine with the CUDA toolkit");
 #endif
+  }
+  // One process per rank when a launcher started this process as a rank (tprun --cpu-processes /
+  // --nnodes, mpirun, srun, torchrun); else every rank is a thread of this process.
+  if (is_rank_process(opts)) {
+    cpu::run_cpu_worker(opts, fn);
+    return;
   }
   cpu::run_cpu_session(opts, fn);
 }

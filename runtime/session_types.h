@@ -30,9 +30,12 @@ struct SessionOptions {
   double gpu_memory_utilization = 0.9;
   int max_seq_len = 0;           ///< 0: min(max_position_embeddings, 2048)
   bool verify_hashes = true;     ///< check XXH3 of every tensor while loading
-  int nnodes = 1;                ///< CUDA: nodes, one tprun launcher each (like torchrun --nnodes)
-  int node_rank = 0;             ///< CUDA: this node's index
-  std::string master_addr;       ///< CUDA: HOST:PORT of the rendezvous (rank 0's node); empty = 127.0.0.1:free port
+  int nnodes = 1;                ///< nodes, one tprun launcher each (like torchrun --nnodes); CPU: processes
+  int node_rank = 0;             ///< this node's index
+  std::string master_addr;       ///< HOST:PORT of the rendezvous (rank 0's node); empty = 127.0.0.1:free port
+  /// CPU: one process per rank (started by tprun's launcher, collectives over gloo) instead of one thread
+  /// per rank; implied by nnodes > 1 and by a cluster launcher (mpirun, srun, torchrun).
+  bool cpu_processes = false;
   int cpu_threads = 0;           ///< CPU: matmul threads per rank; 0 = max(1, usable_cpus() / tp_size), runtime/cpu_budget.h
   bool quiet = false;            ///< do not print the "backend" line on stderr
   /// CUDA launcher: seconds between forwarding SIGTERM / SIGINT to the workers and SIGKILL (serve raises

@@ -172,6 +172,58 @@ else
   result SKIP "multi-GPU checks (comm-test tp 2, two nodes, placement, kill, failure)" "$NGPU GPU(s)"
 fi
 
+# --- torchrun (needs torch, present on the GPU machine): tprun under `torchrun --no-python`, one node and
+# two agents on loopback (--nnodes 2); the CPU backend (one process per rank, gloo) and CUDA. Each greedy
+# output must equal tprun's own launch. MASTER_PORT is torchrun's store: tprun must take the next port.
+if command -v torchrun >/dev/null 2>&1 && [ -d "$MODEL" ]; then
+  TGEN=(generate --prompt 'Once upon a time' --max-new-tokens 40)
+  "$BIN/tprun" "$MODEL" --tp 2 --device cpu -q "${TGEN[@]}" > "$WORK/tr_ref_cpu.txt" 2>/dev/null
+  if run_logged "torchrun cpu 1 node" timeout 120 torchrun --no-python --nnodes 1 --nproc-per-node 2 \
+       --master-port 29611 "$BIN/tprun" "$MODEL" --tp 2 --device cpu -q "${TGEN[@]}" &&
+     cmp -s "$WORK/out.txt" "$WORK/tr_ref_cpu.txt"; then
+    result PASS "torchrun --no-python --nproc-per-node 2 tprun --device cpu: output identical to threads"
+  elif grep -q "built without" "$WORK/err.txt"; then
+    result SKIP "torchrun --device cpu" "this build has no gloo (apt-get install libgloo-dev, reconfigure)"
+  else
+    result FAIL "torchrun --device cpu (1 node)" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+  fi
+  if [ -s "$WORK/tr_ref_cpu.txt" ] && ! grep -q "built without" "$WORK/err.txt"; then
+    TR=(torchrun --no-python --nnodes 2 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29621)
+    timeout 120 "${TR[@]}" --node-rank 1 "$BIN/tprun" "$MODEL" --tp 2 --device cpu -q "${TGEN[@]}" \
+      > "$WORK/tr_n1.out" 2> "$WORK/tr_n1.err" &
+    TRN1=$!
+    if run_logged "torchrun cpu 2 nodes" timeout 120 "${TR[@]}" --node-rank 0 "$BIN/tprun" "$MODEL" --tp 2 \
+         --device cpu -q "${TGEN[@]}" && wait $TRN1 && cmp -s "$WORK/out.txt" "$WORK/tr_ref_cpu.txt"; then
+      result PASS "torchrun --nnodes 2 (two agents on loopback) tprun --device cpu: output identical to threads"
+    else
+      result FAIL "torchrun --nnodes 2 --device cpu" "$(tail -2 "$WORK/err.txt" "$WORK/tr_n1.err" | tr '\n' ' ')"
+    fi
+  fi
+  if [ "$NGPU" -ge 2 ]; then
+    "$BIN/tprun" "$MODEL" --tp 2 --device cuda -q "${TGEN[@]}" > "$WORK/tr_ref_cuda.txt" 2>/dev/null
+    if run_logged "torchrun cuda 1 node" timeout 180 torchrun --no-python --nproc-per-node 2 --master-port 29631 \
+         "$BIN/tprun" "$MODEL" --tp 2 --device cuda -q "${TGEN[@]}" && cmp -s "$WORK/out.txt" "$WORK/tr_ref_cuda.txt"; then
+      result PASS "torchrun --no-python --nproc-per-node 2 tprun --device cuda: output identical to tprun's launch"
+    else
+      result FAIL "torchrun --device cuda (1 node)" "$(tail -2 "$WORK/err.txt" | tr '\n' ' ')"
+    fi
+    # two agents, one GPU each through CUDA_VISIBLE_DEVICES (as srun --gpus-per-task=1 gives): both are
+    # local rank 0 of their node and must use their own only visible GPU.
+    TR=(torchrun --no-python --nnodes 2 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29641)
+    CUDA_VISIBLE_DEVICES=1 timeout 180 "${TR[@]}" --node-rank 1 "$BIN/tprun" "$MODEL" --tp 2 --device cuda -q \
+      "${TGEN[@]}" > "$WORK/tr_n1.out" 2> "$WORK/tr_n1.err" &
+    TRN1=$!
+    if CUDA_VISIBLE_DEVICES=0 run_logged "torchrun cuda 2 nodes" timeout 180 "${TR[@]}" --node-rank 0 "$BIN/tprun" \
+         "$MODEL" --tp 2 --device cuda -q "${TGEN[@]}" && wait $TRN1 && cmp -s "$WORK/out.txt" "$WORK/tr_ref_cuda.txt"; then
+      result PASS "torchrun --nnodes 2, one visible GPU per agent, tprun --device cuda: output identical"
+    else
+      result FAIL "torchrun --nnodes 2 --device cuda (one GPU per agent)" "$(tail -2 "$WORK/err.txt" "$WORK/tr_n1.err" | tr '\n' ' ')"
+    fi
+  fi
+else
+  result SKIP "torchrun checks" "torchrun not found (pip install torch) or no converted model"
+fi
+
 # --- a corrupted shard is refused (tp 1), naming the tensor
 BAD=$WORK/bad_model
 cp -r "$MODEL" "$BAD"

@@ -5,7 +5,8 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake pkg-config python3 python3-pip libcli11-dev libzstd-dev libxxhash-dev \
-doctest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev libcpp-httplib-dev"
+doctest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev libcpp-httplib-dev \
+libgloo-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -17,6 +18,11 @@ fi
 if ! command -v clang++ >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get install -y -qq clang >/dev/null 2>&1 || echo "install_deps: clang not installed; the fuzz smoke run will be skipped" >&2
+fi
+# Test-only: Open MPI's mpirun for the launchers test (ctest launchers; it reports mpirun as skipped without).
+if ! command -v mpirun >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -qq openmpi-bin >/dev/null 2>&1 || echo "install_deps: openmpi-bin not installed; the mpirun runs of ctest launchers will be skipped" >&2
 fi
 # Python: only what the scripts used by the quickstart and the tests need (no torch). gguf and ml_dtypes are
 # for scripts/smollm2_to_hf.py (GGUF dequantization, bf16 safetensors from numpy). Skipped when importable;

@@ -20,6 +20,7 @@
 #include "model/kv_ring.h"
 #include "model/parallel_layout.h"
 #include "model/rank_shard.h"
+#include "runtime/cpu/cpu_rank.h"
 #include "runtime/cpu/cpu_runner.h"
 #include "runtime/cpu/cpu_weights.h"
 #include "runtime/cpu/thread_comm.h"
@@ -87,37 +88,17 @@ void run_cpu_session(const SessionOptions& opts, const std::function<void(RankCo
   auto rank_main = [&](int world_rank) {
     const RankCoord c = layout.coord(world_rank);
     const std::shared_ptr<ThreadGroup>& group = groups[static_cast<size_t>(c.dp_rank * layout.pp_size + c.pp_stage)];
-    std::string who = "tp_rank " + std::to_string(c.tp_rank);
-    if (layout.pp_size > 1) who += " of pp_stage " + std::to_string(c.pp_stage);
-    if (layout.dp_size > 1) who += " of dp_rank " + std::to_string(c.dp_rank);
+    const std::string who = rank_name(layout, world_rank);
     try {
-      const std::unique_ptr<ShardReader> reader =
-          open_rank_shard(manifest, opts.model_dir, layout.tp_size, c.tp_rank, layout.pp_size, c.pp_stage);
       ThreadComm comm(group, c.tp_rank);
       ThreadPool pool(threads);
       ThreadStageLink link(mailbox, layout, world_rank);
       ThreadExchange replica_exchange(replicas, c.dp_rank);
       ThreadExchange replica_ranks_exchange(replica_ranks[static_cast<size_t>(c.dp_rank)],
                                             c.pp_stage * layout.tp_size + c.tp_rank);
-      const auto load_start = std::chrono::steady_clock::now();
-      uint64_t stage_bytes = 0;  // what this rank reads: the progress total (world rank 0 speaks for all)
-      for (const TensorRecord& t : reader->tensors()) stage_bytes += t.raw_bytes;
-      Progress progress("loading " + who, stage_bytes, ProgressUnit::Bytes,
-                        world_rank == 0 && !opts.quiet && log_enabled(LogLevel::Info), 10.0, nullptr, 0,
-                        /*min_seconds=*/2.0);
-      cpu::ModelWeights weights = cpu::load_weights(*reader, config, opts.verify_hashes, layout, c.pp_stage, &progress);
-      progress.finish();
-      if (!opts.quiet)
-        log_line(LogLevel::Verbose, "tprun: %s loaded %s in %.3f s (hashes %s)\n", who.c_str(),
-                 human_bytes(reader->file_bytes()).c_str(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(),
-                 opts.verify_hashes ? "verified" : "not verified, --no-verify");
-      cpu::CpuRunnerOptions ro;
-      ro.max_batch = max_batch;
-      ro.max_seq_len = max_seq_len;
-      ro.link = layout.pp_size > 1 ? &link : nullptr;
-      ro.micro_batches = opts.micro_batches;
-      std::unique_ptr<ModelRunner> runner = cpu::make_cpu_runner(config, std::move(weights), comm, pool, ro);
+      std::unique_ptr<ModelRunner> runner =
+          load_cpu_rank(opts, manifest, layout, world_rank, comm, pool, &link, max_batch, max_seq_len,
+                        world_rank == 0 && !opts.quiet && log_enabled(LogLevel::Info));
       RankContext ctx;
       ctx.tp_rank = c.tp_rank;
       ctx.tp_size = layout.tp_size;

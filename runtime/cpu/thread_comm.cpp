@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "format/error.h"
+#include "runtime/cpu/rank_order_sum.h"
 
 namespace tpshard {
 
@@ -49,39 +50,15 @@ ThreadComm::ThreadComm(std::shared_ptr<ThreadGroup> group, int tp_rank) : group_
             "this is a bug in the caller");
 }
 
-namespace {
-float load_as_f32(const void* p, size_t i, DType t) {
-  switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  }
-  return 0.0f;
-}
-}  // namespace
-
 void ThreadComm::all_reduce_sum(void* buf, size_t count, DType dtype) {
   const int n = size();
   if (n == 1) return;
   group_->slots[rank_] = buf;
   group_->arrive_and_wait();
-  // Every rank sums all ranks' inputs in rank order: identical results everywhere.
-  scratch_.assign(count, 0.0f);
-  for (int r = 0; r < n; ++r) {
-    const void* src = group_->slots[r];
-    if (dtype == DType::F32) {
-      const float* s = static_cast<const float*>(src);
-      for (size_t i = 0; i < count; ++i) scratch_[i] += s[i];
-    } else {
-      for (size_t i = 0; i < count; ++i) scratch_[i] += load_as_f32(src, i, dtype);
-    }
-  }
+  // Every rank sums all ranks' inputs in rank order: identical results everywhere (rank_order_sum.h).
+  sum_in_rank_order(group_->slots, count, dtype, &scratch_);
   group_->arrive_and_wait();  // all ranks finished reading the inputs
-  if (dtype == DType::F32) {
-    std::memcpy(buf, scratch_.data(), count * sizeof(float));
-  } else {
-    convert_elements(scratch_.data(), DType::F32, buf, dtype, count, "all_reduce_sum result");
-  }
+  store_sum(scratch_, buf, count, dtype);
 }
 
 void ThreadComm::all_gather(const void* send, void* recv, size_t count, DType dtype) {

@@ -31,7 +31,7 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::default_threads_per_rank(int tp_size) {
-  return std::max(1, usable_cpus() / std::max(1, tp_size));  // affinity mask and cgroup quota, not the machine
+  return threads_per_rank(tp_size);  // affinity mask and cgroup quota, not the machine; OMP_NUM_THREADS
 }
 
 void ThreadPool::worker_loop(int index) {

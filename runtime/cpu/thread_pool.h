@@ -27,7 +27,8 @@ class ThreadPool {
   /// is rethrown here (the first one).
   void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
-  /// Threads per rank for tp_size ranks in one process: max(1, usable_cpus() / tp_size) (runtime/cpu_budget.h).
+  /// Threads per rank for tp_size ranks in one process: threads_per_rank(tp_size) (runtime/cpu_budget.h:
+  /// OMP_NUM_THREADS, else max(1, usable_cpus() / tp_size)).
   static int default_threads_per_rank(int tp_size);
 
  private:

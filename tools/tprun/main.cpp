@@ -138,11 +138,13 @@ int main(int argc, char** argv) {
   app.add_option("--threads", g.session.cpu_threads, "CPU: threads per rank (default: cores / tp)")
       ->check(tpshard::cli::cpu_threads_per_rank());
   app.add_flag("--no-verify", no_verify, "skip the per-tensor XXH3 check while loading");
-  app.add_option("--nnodes", g.session.nnodes, "CUDA: number of nodes (one tprun each)")
+  app.add_option("--nnodes", g.session.nnodes, "number of nodes (one tprun each, or one task each under srun/mpirun)")
       ->check(tpshard::cli::positive_for(g.session.nnodes));
-  app.add_option("--node-rank", g.session.node_rank, "CUDA: index of this node")
+  app.add_option("--node-rank", g.session.node_rank, "index of this node")
       ->check(tpshard::cli::non_negative_for(g.session.node_rank));
-  app.add_option("--master-addr", g.session.master_addr, "CUDA: HOST:PORT of the rendezvous on node 0");
+  app.add_option("--master-addr", g.session.master_addr, "HOST:PORT of the rendezvous on node 0");
+  app.add_flag("--cpu-processes", g.session.cpu_processes,
+               "CPU: one process per rank (collectives over gloo), as the CUDA backend runs; default: threads");
   bool quiet = false, verbose = false;
   auto* quiet_flag = app.add_flag("-q,--quiet", quiet, "errors, warnings and results only (no status lines, no progress)");
   app.add_flag("-v,--verbose", verbose, "also the resolved session options and per-rank load times")->excludes(quiet_flag);
@@ -169,7 +171,8 @@ int main(int argc, char** argv) {
     g.session.device = parse_device(device);
     g.session.verify_hashes = !no_verify;
     const tpshard::WorkerEnv env = tpshard::read_worker_env();
-    const bool worker = env.found;  // workers are stopped by their launcher
+    // workers are stopped by their launcher; one tprun per node under srun / mpirun is a launcher itself
+    const bool worker = env.found && !tpshard::is_node_launcher(env, g.session);
     g.primary_process = !worker || (env.source != "tprun" && env.rank == 0);
     g.checked_by_launcher = worker && env.source == "tprun";
     if (app.get_option("--tp")->count() == 0)
