@@ -37,7 +37,10 @@ bool attention_decode_supported(const AttentionParams& p);
 
 /// The decode kernel on p (every token the only query of its sequence in this call; with rotary_append
 /// the usual no-shared-slot rule of AttentionParams). Throws Error when !attention_decode_supported(p)
-/// or p breaks the AttentionParams contract. Launched with programmatic dependent launch.
+/// or p breaks the AttentionParams contract. Launched with programmatic dependent launch. With
+/// p.cascade_partial and attention_cascade_supported(p) (attention_cascade.cuh), the prefix pass runs
+/// first and the kernel attends keys prefix_lens[t]..positions[t] of each row with a prefix, merging the
+/// prefix partials into its result; otherwise cascade_partial is ignored.
 void attention_decode(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace tpshard::cuda
