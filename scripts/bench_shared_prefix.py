@@ -254,8 +254,8 @@ def gpu_main(args):
         hf_res = None if args.no_hf else hf_generate(args, hf, prompts, kind)
         n = res[0][1]["generated"]
         base = {tag: r for (_, env, tag), (_, r) in zip(runs, res)}
-        print(f"\n{kind} (random weights, {'32' if kind == 'pythia-1.4b' or args.llama_layers == 32 else args.llama_layers} "
-              f"layers), tp 1, {dev}: TriviaQA {args.shots}-shot, fixed shots (--shots-from), {n} questions, "
+        layers = 24 if kind == "pythia-1.4b" else args.llama_layers
+        print(f"\n{kind} (random weights, {layers} layers), tp 1, {dev}: TriviaQA {args.shots}-shot, fixed shots (--shots-from), {n} questions, "
               f"batch {args.max_batch}, 10 new tokens")
         print("| run | questions/s | generate s | prefill s | decode s | prefill tokens | decode tokens | "
               "vs unshared | vs HF |")
