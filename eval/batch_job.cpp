@@ -248,7 +248,15 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       requests.back().id = items[i].id.is_string() ? items[i].id.get<std::string>() : keys[i];
     }
     std::vector<GenerationResult> results;
-    if (!requests.empty()) results = generate(*ctx.runner, *ctx.tokenizer, requests);
+    if (!requests.empty()) {
+      GenerationStats st;
+      results = generate(*ctx.runner, *ctx.tokenizer, requests, {}, &st);
+      report.stats.prefill_tokens += st.prefill_tokens;
+      report.stats.shared_prefix_tokens += st.shared_prefix_tokens;
+      report.stats.decode_tokens += st.decode_tokens;
+      report.stats.prefill_seconds += st.prefill_seconds;
+      report.stats.decode_seconds += st.decode_seconds;
+    }
     TPS_CHECK(results.size() == batch.size(), "batch job: generate() returned " + std::to_string(results.size()) +
                                                   " results for " + std::to_string(batch.size()) + " requests",
               "this is a bug in runtime/generate");

@@ -165,6 +165,11 @@ ordered_json summary_json(const RankContext& ctx, const TriviaQaOptions& opts, c
   j["tokens_per_s"] = s.generate_s > 0 ? static_cast<double>(s.output_tokens) / s.generate_s : 0.0;
   j["prompts_per_s"] = s.generate_s > 0 ? static_cast<double>(s.generated) / s.generate_s : 0.0;
   j["generate_s"] = s.generate_s;
+  j["prefill_tokens"] = s.stats.prefill_tokens;
+  j["shared_prefix_tokens"] = s.stats.shared_prefix_tokens;
+  j["prefill_s"] = s.stats.prefill_seconds;
+  j["decode_tokens"] = s.stats.decode_tokens;
+  j["decode_s"] = s.stats.decode_seconds;
   j["wall_s"] = s.wall_s;
   return j;
 }
@@ -176,6 +181,9 @@ void print_summary(const TriviaQaOptions& opts, const TriviaQaSummary& s, const 
   std::printf("triviaqa: %lld tokens in %.2f s: %.1f tok/s, %.2f prompts/s; wall %.2f s\n",
               static_cast<long long>(s.output_tokens), s.generate_s, s.json["tokens_per_s"].get<double>(),
               s.json["prompts_per_s"].get<double>(), s.wall_s);
+  std::printf("triviaqa: prefill %lld tok (%lld from shared prefixes) %.2f s | decode %lld tok %.2f s\n",
+              static_cast<long long>(s.stats.prefill_tokens), static_cast<long long>(s.stats.shared_prefix_tokens),
+              s.stats.prefill_seconds, static_cast<long long>(s.stats.decode_tokens), s.stats.decode_seconds);
   std::printf("triviaqa: predictions %s, summary %s\n", output.c_str(), summary_path.c_str());
   if (s.scores.n != s.questions)
     std::fprintf(stderr, "warning: %zu of %zu questions have a prediction\n", s.scores.n, s.questions);
@@ -258,6 +266,7 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
   summary.generated = r.generated;
   summary.output_tokens = r.output_tokens;
   summary.generate_s = r.wall_s;
+  summary.stats = r.stats;
   if (ctx.is_output_rank()) summary.scores = score_predictions_file(output, keys);
   summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!ctx.is_output_rank()) return summary;

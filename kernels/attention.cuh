@@ -29,6 +29,13 @@ struct AttentionParams {
   /// <= positions[t]. [n] device; a token without one has prefix_lens 0.
   const int32_t* prefix_slots = nullptr;
   const int32_t* prefix_lens = nullptr;
+  /// Cascade decode attention (optional; kernels/attention_cascade.cuh): [n, num_heads,
+  /// cascade_max_splits, head_dim + 2] f32 workspace of the prefix partials. When set on a decode step
+  /// that attention_cascade_supported() accepts, the prefix keys of the tokens with prefix_lens > 0 are
+  /// read once per block of rows sharing them and merged into the decode kernel's result. nullptr: the
+  /// decode kernel reads each token's prefix itself.
+  float* cascade_partial = nullptr;
+  int cascade_max_splits = 0;       ///< prefix splits cascade_partial holds per (token, head)
   void* out = nullptr;              ///< [n, heads * head_dim] of dtype
   float* partial = nullptr;         ///< split-K workspace: n * heads * num_splits * (head_dim + 2) f32 (only when num_splits > 1)
   /// Optional, split-K only: [n * heads] int32, all ZERO before the call (and left zero after it). When

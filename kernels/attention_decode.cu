@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/attention_decode.cuh"
+#include "kernels/attention_cascade.cuh"
 #include "kernels/attention_rotary.cuh"
 #include "kernels/common.cuh"
 #include "kernels/pdl.cuh"
@@ -25,21 +26,32 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxHeadDim = 256;  // = 2 chunks of 32 lanes x 4 dims; also <= kThreads (one dim per thread in the merge)
 constexpr int kMergeGroup = 8;    // split partials whose loads are issued together in the merge (more: registers)
 
-/// 4 consecutive elements of T as one aligned load: 8 bytes for f16/bf16, 16 for f32.
-template <typename T> struct Pack4 { using Raw = uint2; };
-template <> struct Pack4<float> { using Raw = float4; };
-
-template <typename T>
-__device__ __forceinline__ void unpack4(const typename Pack4<T>::Raw& r, float (&f)[4]) {
-  const T* e = reinterpret_cast<const T*>(&r);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) f[i] = to_f32(e[i]);
+/// The first key token t (a sequence of len keys) attends in this kernel: its prefix length when the
+/// prefix pass of cascade attention (attention_cascade.cu) has attended keys [0, prefix_len), else 0 or
+/// the local window's first key.
+__device__ __forceinline__ int decode_first_key(const AttentionParams& p, int t, int len) {
+  const int prefix = attention_prefix_len(p, t);
+  return p.cascade_partial && prefix > 0 ? prefix : attention_first_key(len - 1, p.window);
 }
 
-/// First key of piece s of `pieces` over len keys (balanced: no piece is empty when pieces <= len).
-/// 32-bit: attention_decode() checks max_seq_len * max(num_splits, kWarps) < 2^32.
-__device__ __forceinline__ int split_begin(int len, int pieces, int s) {
-  return static_cast<int>(static_cast<unsigned>(len) * static_cast<unsigned>(s) / static_cast<unsigned>(pieces));
+/// Fold the prefix partials of cascade attention for (token t, head h), dim d, into the running state
+/// (big, l, a): the same exp(m_s - M) weights as the split merge. Nothing when t has no cascade prefix.
+__device__ __forceinline__ void fold_cascade_prefix(const AttentionParams& p, int t, int h, int d, float& big, float& l,
+                                                    float& a) {
+  const int prefix = attention_prefix_len(p, t);
+  if (!p.cascade_partial || prefix <= 0) return;
+  const int hd = p.head_dim;
+  const int splits = attention_cascade_splits(prefix, p.cascade_max_splits);
+  const float* part = p.cascade_partial + (static_cast<int64_t>(t) * p.num_heads + h) * p.cascade_max_splits * (hd + 2);
+  for (int s = 0; s < splits; ++s) {
+    const float* ps = part + static_cast<int64_t>(s) * (hd + 2);
+    const float ms = __ldcg(ps + hd), ls = __ldcg(ps + hd + 1), as = __ldcg(ps + d);
+    const float big_new = fmaxf(big, ms);  // finite: every prefix split holds a key
+    const float corr = __expf(big - big_new), w = __expf(ms - big_new);  // big = -inf: corr 0
+    l = l * corr + ls * w;
+    a = a * corr + as * w;
+    big = big_new;
+  }
 }
 
 /// Merge the `splits` partials [acc(hd), m, l] of (token t, head h) into out: weights exp(m_s - M),
@@ -84,6 +96,7 @@ __device__ void merge_partials(const AttentionParams& p, int t, int h, int split
       }
       big = big_new;
     }
+    fold_cascade_prefix(p, t, h, d, big, l, a);
     o[d] = from_f32<T>(l > 0.f ? a / l : 0.f);
   }
 }
@@ -107,13 +120,13 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
   const int hd = p.head_dim;
   const int len = p.positions[t] + 1;
   const int slot = p.slots[t];  // loaded together with the position
-  const int first = attention_first_key(len - 1, p.window);  // keys [first, len)
+  const int first = decode_first_key(p, t, len);  // keys [first, len)
   const int splits = attention_decode_splits(len - first, p.num_splits);
   if (split >= splits) return;  // uniform over the block: before any __syncthreads
-  const int key_begin = first + split_begin(len - first, splits, split);
-  const int cnt = first + split_begin(len - first, splits, split + 1) - key_begin;
-  const int wb = key_begin + split_begin(cnt, kWarps, warp);
-  const int we = key_begin + split_begin(cnt, kWarps, warp + 1);
+  const int key_begin = first + attention_split_begin(len - first, splits, split);
+  const int cnt = first + attention_split_begin(len - first, splits, split + 1) - key_begin;
+  const int wb = key_begin + attention_split_begin(cnt, kWarps, warp);
+  const int we = key_begin + attention_split_begin(cnt, kWarps, warp + 1);
   const int pos = len - 1;
   // rotary_append: the last split's block appends the new key (position pos) and the warp whose range
   // ends there takes its K/V from shared memory: no block of this kernel reads pos from the kv_cache
@@ -278,6 +291,7 @@ __global__ void __launch_bounds__(kThreads, 3) attention_decode_kernel(Attention
       }
     }
     if (splits == 1) {
+      fold_cascade_prefix(p, t, h, d, big, lb, ab);
       T* o = static_cast<T*>(p.out) + (static_cast<int64_t>(t) * p.num_heads + h) * hd;
       o[d] = from_f32<T>(lb > 0.f ? ab / lb : 0.f);
     } else {
@@ -315,7 +329,7 @@ __global__ void attention_decode_combine_kernel(AttentionParams p) {
   griddep_launch_dependents();
   const int t = blockIdx.x, h = blockIdx.y;
   const int len = p.positions[t] + 1;
-  const int splits = attention_decode_splits(len - attention_first_key(len - 1, p.window), p.num_splits);
+  const int splits = attention_decode_splits(len - decode_first_key(p, t, len), p.num_splits);
   if (splits > 1) merge_partials<T>(p, t, h, splits);
 }
 
@@ -338,16 +352,23 @@ void attention_decode(const AttentionParams& p, cudaStream_t stream) {
             "kernels/attention_decode: max_seq_len " + std::to_string(p.max_seq_len) + " x num_splits " +
                 std::to_string(p.num_splits) + " does not fit the kernel's 32-bit key ranges",
             "use fewer splits or a shorter max_seq_len");
-  const dim3 grid(p.n, p.num_heads, p.num_splits);
-  if (p.head_dim > 128) {
-    TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(attention_decode_kernel<T, 2>, grid, dim3(kThreads), 0, stream, p));
+  // Cascade: the prefix pass first; the decode kernel then attends keys from prefix_len on and merges.
+  AttentionParams d = p;
+  if (attention_cascade_supported(p)) {
+    attention_cascade_prefix(p, stream);
   } else {
-    TPS_DISPATCH_DTYPE(p.dtype, T, launch_pdl(attention_decode_kernel<T, 1>, grid, dim3(kThreads), 0, stream, p));
+    d.cascade_partial = nullptr;  // a local window or an unsupported shape: the decode kernel reads the prefix
+  }
+  const dim3 grid(d.n, d.num_heads, d.num_splits);
+  if (d.head_dim > 128) {
+    TPS_DISPATCH_DTYPE(d.dtype, T, launch_pdl(attention_decode_kernel<T, 2>, grid, dim3(kThreads), 0, stream, d));
+  } else {
+    TPS_DISPATCH_DTYPE(d.dtype, T, launch_pdl(attention_decode_kernel<T, 1>, grid, dim3(kThreads), 0, stream, d));
   }
   check_launch("attention_decode_kernel");
-  if (p.num_splits > 1 && !p.split_counters) {
-    TPS_DISPATCH_DTYPE(p.dtype, T,
-                       launch_pdl(attention_decode_combine_kernel<T>, dim3(p.n, p.num_heads), dim3(128), 0, stream, p));
+  if (d.num_splits > 1 && !d.split_counters) {
+    TPS_DISPATCH_DTYPE(d.dtype, T,
+                       launch_pdl(attention_decode_combine_kernel<T>, dim3(d.n, d.num_heads), dim3(128), 0, stream, d));
     check_launch("attention_decode_combine_kernel");
   }
 }

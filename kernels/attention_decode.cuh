@@ -25,13 +25,22 @@ __host__ __device__ inline int attention_decode_splits(int len, int num_splits) 
   return s > 1 ? s : 1;
 }
 
+/// First key of piece s of `pieces` over len keys (balanced: no piece is empty when pieces <= len).
+/// 32-bit: attention_decode() checks max_seq_len * max(num_splits, 8) < 2^32.
+__host__ __device__ inline int attention_split_begin(int len, int pieces, int s) {
+  return static_cast<int>(static_cast<unsigned>(len) * static_cast<unsigned>(s) / static_cast<unsigned>(pieces));
+}
+
 /// True when the decode kernel handles p: head_dim a multiple of 4 (4-element vector loads) and
 /// <= 256, k_cache and v_cache aligned to 4 elements. attention() falls back to the tiled kernel if not.
 bool attention_decode_supported(const AttentionParams& p);
 
 /// The decode kernel on p (every token the only query of its sequence in this call; with rotary_append
 /// the usual no-shared-slot rule of AttentionParams). Throws Error when !attention_decode_supported(p)
-/// or p breaks the AttentionParams contract. Launched with programmatic dependent launch.
+/// or p breaks the AttentionParams contract. Launched with programmatic dependent launch. With
+/// p.cascade_partial and attention_cascade_supported(p) (attention_cascade.cuh), the prefix pass runs
+/// first and the kernel attends keys prefix_lens[t]..positions[t] of each row with a prefix, merging the
+/// prefix partials into its result; otherwise cascade_partial is ignored.
 void attention_decode(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace tpshard::cuda

@@ -24,6 +24,18 @@ template <> __device__ __forceinline__ float from_f32<float>(float x) { return x
 template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+/// 4 consecutive elements of T as one aligned load: 8 bytes for f16/bf16, 16 for f32.
+template <typename T> struct Pack4 { using Raw = uint2; };
+template <> struct Pack4<float> { using Raw = float4; };
+
+/// The 4 elements of one Pack4 load as fp32.
+template <typename T>
+__device__ __forceinline__ void unpack4(const typename Pack4<T>::Raw& r, float (&f)[4]) {
+  const T* e = reinterpret_cast<const T*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[i] = to_f32(e[i]);
+}
+
 /// Sum over the 32 lanes of a warp (every lane gets the result).
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -12,7 +12,7 @@ int64_t step_tokens(int64_t batch, int64_t max_seq, int64_t rows, int64_t step) 
 
 uint64_t ActivationPlan::total() const {
   return meta + residual + h1 + h2 + qkv + attn + ffn + act + out + last + logits + argmax + argmax_partial +
-         argmax_counters + attention_partial + attention_counters + gathered_logits + gathered_argmax;
+         argmax_counters + attention_partial + attention_counters + cascade_partial + gathered_logits + gathered_argmax;
 }
 
 ActivationPlan plan_activations(const ModelConfig& c, const TpRankRanges& r, int tp_size, uint64_t e, int64_t tokens,
@@ -38,6 +38,7 @@ ActivationPlan plan_activations(const ModelConfig& c, const TpRankRanges& r, int
   p.argmax_counters = R * 4;
   p.attention_partial = R * heads * kAttentionMaxSplits * (hd + 2) * 4;
   p.attention_counters = R * heads * 4;
+  p.cascade_partial = R * heads * kCascadeMaxSplits * (hd + 2) * 4;
   p.gathered_logits = tp * R * vpr * 4;
   p.gathered_argmax = tp * R * kPair;
   return p;

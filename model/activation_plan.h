@@ -15,6 +15,9 @@ namespace tpshard {
 constexpr int kMaxStepTokens = 1024;
 /// Split-K blocks per head of the decode attention (its partials buffer is sized for this many).
 constexpr int kAttentionMaxSplits = 16;
+/// Key-range pieces of a shared prefix in cascade decode attention (kernels/attention_cascade.cuh); its
+/// partials buffer is sized for this many per (row, head).
+constexpr int kCascadeMaxSplits = 16;
 /// Blocks per row of the split argmax over the vocabulary (kernels/logits.cuh).
 constexpr int kArgmaxMaxSplits = 64;
 
@@ -39,11 +42,11 @@ constexpr uint64_t kStepMetaArrays = 6;
 /// normalized inputs and the row-parallel output (e each), QKV, attention output, MLP up (x2 gated) and
 /// activation. Per row: last hidden state, local f32 logits, argmax pair and its split partials and
 /// counters, split-K attention partials (kAttentionMaxSplits x (head_dim + 2) f32 per head) and counters,
-/// and the tp_size-wide gathered logits and argmax pairs.
+/// the cascade attention's prefix partials (kCascadeMaxSplits x (head_dim + 2) f32 per head), and the tp_size-wide gathered logits and argmax pairs.
 struct ActivationPlan {
   uint64_t meta = 0, residual = 0, h1 = 0, h2 = 0, qkv = 0, attn = 0, ffn = 0, act = 0, out = 0;
   uint64_t last = 0, logits = 0, argmax = 0, argmax_partial = 0, argmax_counters = 0;
-  uint64_t attention_partial = 0, attention_counters = 0;
+  uint64_t attention_partial = 0, attention_counters = 0, cascade_partial = 0;
   uint64_t gathered_logits = 0, gathered_argmax = 0;
   uint64_t total() const;
 };

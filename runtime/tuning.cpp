@@ -17,6 +17,7 @@ constexpr const char* kNcclTimeout = "TPRUN_NCCL_TIMEOUT";
 constexpr const char* kNoCudaGraphs = "TPSHARD_NO_CUDA_GRAPHS";
 constexpr const char* kNoLookahead = "TPSHARD_NO_LOOKAHEAD";
 constexpr const char* kNoSharedPrefix = "TPSHARD_NO_SHARED_PREFIX";
+constexpr const char* kNoCascadeAttention = "TPSHARD_NO_CASCADE_ATTENTION";
 constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
 constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
 constexpr const char* kShareGpus = "TPSHARD_TEST_SHARE_GPUS";
@@ -68,6 +69,7 @@ const std::vector<TuningVariable>& tuning_variables() {
       {kNoLookahead, "0, 1", "0"},
       {kNoPdl, "0, 1", "0"},
       {kNoSharedPrefix, "0, 1", "0"},
+      {kNoCascadeAttention, "0, 1", "0"},
       {kSyncCheck, "0, 1", "0"},
       {kShareGpus, "0, 1", "0"},
       {kLogLevel, "quiet, info, verbose", "info"},
@@ -91,6 +93,7 @@ Tuning parse_tuning(const EnvLookup& lookup) {
   t.cuda_graphs = !flag(lookup, kNoCudaGraphs);
   t.lookahead = !flag(lookup, kNoLookahead);
   t.shared_prefix = !flag(lookup, kNoSharedPrefix);
+  t.cascade_attention = !flag(lookup, kNoCascadeAttention);
   t.pdl = !flag(lookup, kNoPdl);
   t.sync_check = flag(lookup, kSyncCheck);
   t.share_gpus = flag(lookup, kShareGpus);

@@ -288,9 +288,9 @@ class CudaRunner : public ModelRunner {
       if (match_ahead(chunks, &rows)) {
         const int parity = ahead_.parity;
         ++stats_.ahead_used;
-        const bool continue_ahead = static_cast<int>(rows.size()) == ahead_.n && can_run_ahead(chunks, ahead_.bucket);
+        const bool continue_ahead = static_cast<int>(rows.size()) == ahead_.n && can_run_ahead(chunks, ahead_.key);
         ahead_.valid = false;
-        if (continue_ahead) launch_ahead(chunks, ahead_.bucket);  // step s + 2 while we wait for s + 1
+        if (continue_ahead) launch_ahead(chunks, ahead_.bucket, ahead_.key);  // step s + 2 while we wait for s + 1
         wait_ids(parity);
         for (int i = 0; i < n; ++i) argmax[i] = ids_host_[parity][rows[i]];
         if (ahead_.valid) ahead_.prev_ids.assign(argmax, argmax + n);
@@ -311,16 +311,20 @@ class CudaRunner : public ModelRunner {
       meta[3 * max_tokens + i] = i;
     }
     model_->upload_meta();
-    const StepMeta m = model_->meta_device(b, b, /*decode=*/true);
-    auto it = graphs_.find(b);
+    const bool cascade = opts_.cascade_attention && std::any_of(chunks.begin(), chunks.end(), [](const SeqChunk& c) {
+                           return c.prefix_slot >= 0 && c.prefix_len > 0;
+                         });
+    const StepMeta m = model_->meta_device(b, b, /*decode=*/true, cascade);
+    const int key = graph_key(b, cascade);
+    auto it = graphs_.find(key);
     if (it != graphs_.end()) {
       TPS_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     } else {
       run_decode(m);  // eager: also creates the cuBLASLt plans the capture needs
-      if (use_graphs_) capture(b, m);
+      if (use_graphs_) capture(key, m);
     }
     const int parity = enqueue_ids_copy(b);
-    if (argmax && !logits && can_run_ahead(chunks, b)) launch_ahead(chunks, b);
+    if (argmax && !logits && can_run_ahead(chunks, key)) launch_ahead(chunks, b, key);
     if (logits) {
       std::vector<int> row_chunk(n);
       for (int i = 0; i < n; ++i) row_chunk[i] = i;
@@ -380,20 +384,24 @@ class CudaRunner : public ModelRunner {
     device_comm_->synchronize();
   }
 
-  /// True when the step after `chunks` may be computed ahead: lookahead on, the bucket's graph exists,
+  /// The graph of a decode bucket: one per (rows, cascade attention on or off).
+  static int graph_key(int bucket, bool cascade) { return 2 * bucket + (cascade ? 1 : 0); }
+
+  /// True when the step after `chunks` may be computed ahead: lookahead on, the graph `key` exists,
   /// no chunk is marked last_step, and every row's next position fits the kv_cache.
-  bool can_run_ahead(const std::vector<SeqChunk>& chunks, int bucket) const {
-    if (!lookahead_ || graphs_.find(bucket) == graphs_.end()) return false;
+  bool can_run_ahead(const std::vector<SeqChunk>& chunks, int key) const {
+    if (!lookahead_ || graphs_.find(key) == graphs_.end()) return false;
     for (const SeqChunk& c : chunks)
       if (c.last_step || c.start_pos + 2 > opts_.max_seq_len) return false;
     return true;
   }
 
-  /// Replay the bucket's graph on the inputs the previous replay advanced to, then copy its ids.
-  void launch_ahead(const std::vector<SeqChunk>& chunks, int bucket) {
-    TPS_CUDA_CHECK(cudaGraphLaunch(graphs_.at(bucket), stream_));
+  /// Replay graph `key` (bucket rows) on the inputs the previous replay advanced to, then copy its ids.
+  void launch_ahead(const std::vector<SeqChunk>& chunks, int bucket, int key) {
+    TPS_CUDA_CHECK(cudaGraphLaunch(graphs_.at(key), stream_));
     ahead_.parity = enqueue_ids_copy(bucket);
     ahead_.bucket = bucket;
+    ahead_.key = key;
     ahead_.n = static_cast<int>(chunks.size());
     ahead_.slots.resize(chunks.size());
     ahead_.positions.resize(chunks.size());
@@ -419,7 +427,7 @@ class CudaRunner : public ModelRunner {
     return true;
   }
 
-  void capture(int b, const StepMeta& m) {
+  void capture(int key, const StepMeta& m) {
     cudaGraph_t graph = nullptr;
     TPS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
@@ -440,7 +448,7 @@ class CudaRunner : public ModelRunner {
       disable_graphs(cudaGetErrorString(e));
       return;
     }
-    graphs_[b] = exec;
+    graphs_[key] = exec;
   }
 
   void disable_graphs(const std::string& why) {
@@ -516,7 +524,7 @@ class CudaRunner : public ModelRunner {
   float* host_logits_ = nullptr;
   ArgmaxPair* host_pairs_ = nullptr;
   bool use_graphs_ = true;
-  std::map<int, cudaGraphExec_t> graphs_;
+  std::map<int, cudaGraphExec_t> graphs_;  ///< by graph_key(bucket, cascade)
   bool lookahead_ = true;
   LookaheadStats stats_;
   int32_t* ids_dev_ = nullptr;                       // [max_rows] merged greedy ids of the last decode step
@@ -526,7 +534,7 @@ class CudaRunner : public ModelRunner {
   /// The decode step launched ahead (decode_step's comment).
   struct Ahead {
     bool valid = false;
-    int parity = 0, bucket = 0, n = 0;
+    int parity = 0, bucket = 0, key = 0, n = 0;
     std::vector<int> slots, positions;  // rows of the ahead step: slot and the position it was fed
     std::vector<int32_t> prev_ids;      // the token it was fed per row (= ids returned by the previous call)
   } ahead_;

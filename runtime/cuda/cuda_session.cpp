@@ -315,6 +315,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     ro.use_cuda_graphs = tuning().cuda_graphs;
     ro.lookahead = tuning().lookahead;
     ro.pdl = tuning().pdl;
+    ro.cascade_attention = tuning().cascade_attention;
     ro.link = link.get();
     ro.micro_batches = opts.micro_batches;
     std::unique_ptr<ModelRunner> runner = make_cuda_runner(manifest, me.tp_rank, grid.tp_size, arena, worker.comm(), ro);

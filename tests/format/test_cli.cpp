@@ -380,8 +380,9 @@ TEST_CASE("plan_memory: hand-computed per-rank numbers") {
   // R = 2 decode rows, T = max(2, min(1024, 2*8)) = 16 tokens per step.
   // per token: 16*4 + 3*16*2 + (2+2)*4*2 + 2*4*2 + (12 + 6)*2 + 6*4 (step metadata) = 64 + 96 + 32 + 16 + 36 + 24 = 268
   // per row: 16*2 + (1+4)*10*4 + 8*(1+4) + 2*16*(4+2)*4 = 32 + 200 + 40 + 768 = 1040, plus the argmax's
-  // 64 split pairs and counter (64*8 + 4) and the split-K counters of the 2 heads (2*4): 1564
-  CHECK(p.activation_bytes == 16ull * 268 + 2 * 1564);
+  // 64 split pairs and counter (64*8 + 4), the split-K counters of the 2 heads (2*4) and the cascade
+  // attention's prefix partials (2 heads * 16 splits * (4+2) * 4 = 768): 2332
+  CHECK(p.activation_bytes == 16ull * 268 + 2 * 2332);
   CHECK(p.weight_bytes == m.shards.at(4)[0].weight_bytes);
   CHECK(p.workspace_bytes == kWorkspaceBytes);
   CHECK(p.total_bytes() == p.weight_bytes + p.kv_cache_bytes + p.activation_bytes + p.workspace_bytes);
@@ -528,6 +529,23 @@ TEST_CASE("tpshard plan from a Hugging Face directory or a bare config.json, at 
   CHECK(read_text(log).find("neither a converted model (manifest.json) nor a Hugging Face directory") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 100000 --max-seq 64 --gpu-mem 0.5", log) == 1);
   CHECK(read_text(log).find("hint: use --batch ") != std::string::npos);
+  // --shared-prefix: planned as the runtime runs it, the prefix in one more slot (batch 4 + 1 sequences)
+  auto kv_line = [&](const std::string& args) {
+    REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 1 --max-seq 64 " + args, log) == 0);
+    const std::string o = read_text(log);
+    const size_t at = o.find("  kv_cache");
+    REQUIRE(at != std::string::npos);
+    return o.substr(at, o.find('\n', at) - at);
+  };
+  CHECK(kv_line("--batch 4 --shared-prefix 20") == kv_line("--batch 5"));
+  CHECK(kv_line("--batch 4 --shared-prefix 0") == kv_line("--batch 4"));
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 4 --max-seq 64 --shared-prefix 20", log) == 0);
+  out = read_text(log);
+  CHECK(out.find("shared prefix of 20 tokens: prefilled once per batch (60 prompt tokens fewer)") != std::string::npos);
+  CHECK(out.find("run tprun with --max-batch 5") != std::string::npos);
+  CHECK(out.find("not implemented: kv_cache slots are fixed-size") != std::string::npos);
+  CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 4 --max-seq 64 --shared-prefix 64", log) == 1);
+  CHECK(read_text(log).find("--shared-prefix 64 is not below --max-seq 64") != std::string::npos);
 }
 
 TEST_CASE("tpshard convert / plan ORG/NAME[@REVISION]: the snapshot of the local Hugging Face cache, symlinks to blobs as "

@@ -427,11 +427,23 @@ TEST_CASE("tprun eval triviaqa without --output: names the default predictions f
   std::ifstream f(preds);
   REQUIRE(f.good());
   int lines = 0;
-  for (std::string line; std::getline(f, line);) lines += !line.empty();
+  int64_t prompt_tokens = 0;
+  for (std::string line; std::getline(f, line);) {
+    if (line.empty()) continue;
+    ++lines;
+    prompt_tokens += nlohmann::json::parse(line)["prompt_tokens"].get<int64_t>();
+  }
   CHECK(lines == 3);
   CHECK(r.out.find("predictions validation_sample.hf_layout.predictions.jsonl") != std::string::npos);
   const auto summary = nlohmann::json::parse(slurp(preds + ".summary.json"));
   CHECK(summary["n"].get<int>() == 3);
+  // prefill and decode apart: each prompt token is fed or taken from a shared prefix (fed once more
+  // itself), and each request's first output token comes from prefill
+  CHECK(summary["prefill_tokens"].get<int64_t>() + summary["shared_prefix_tokens"].get<int64_t>() >= prompt_tokens);
+  CHECK(summary["prefill_tokens"].get<int64_t>() <= prompt_tokens + summary["shared_prefix_tokens"].get<int64_t>());
+  CHECK(summary["decode_tokens"].get<int64_t>() == summary["output_tokens"].get<int64_t>() - 3);
+  CHECK(summary["prefill_s"].get<double>() > 0);
+  CHECK(r.out.find("triviaqa: prefill ") != std::string::npos);
 
   // A rerun reuses that file, and says so before loading.
   r = tprun(args, "cd " + cwd + " && ");

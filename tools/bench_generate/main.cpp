@@ -96,6 +96,7 @@ int run_rank(const Args& a, const Manifest& m, const std::shared_ptr<ThreadExcha
   o.use_cuda_graphs = a.graphs && tuning().cuda_graphs;
   o.lookahead = tuning().lookahead;
   o.pdl = tuning().pdl;
+  o.cascade_attention = tuning().cascade_attention;
   if (a.max_step_tokens > 0) o.max_step_tokens = a.max_step_tokens;
   int fails = 0;
   auto say = [&](const std::string& s) {

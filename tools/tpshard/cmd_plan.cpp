@@ -30,8 +30,8 @@ DType config_dtype(const ModelConfig& c, const std::string& dtype_opt) {
 
 }  // namespace
 
-int run_plan(const std::string& model_source, int tp_size, int pp_size, int64_t batch, int64_t max_seq, double gpu_gib,
-             const std::string& dtype_opt) {
+int run_plan(const std::string& model_source, int tp_size, int pp_size, int64_t batch, int64_t max_seq,
+             int64_t shared_prefix, double gpu_gib, const std::string& dtype_opt) {
   namespace fs = std::filesystem;
   const std::string dir = resolve_model_source(model_source);  // a repo id: its snapshot in the hub cache
   std::error_code ec;
@@ -64,13 +64,35 @@ int run_plan(const std::string& model_source, int tp_size, int pp_size, int64_t 
             "plan: --max-seq " + std::to_string(max_seq) + " exceeds the model's max_position_embeddings " +
                 std::to_string(model_max),
             "pass --max-seq " + std::to_string(model_max) + " or less");
-  auto plan_at = [&](int64_t b) {
-    return converted ? plan_memory(m, tp_size, b, max_seq, dir, 0, pp_size) : plan_memory_for_config(c, dtype, tp_size, pp_size, b, max_seq);
+  TPS_CHECK(shared_prefix >= 0 && shared_prefix < max_seq,
+            "plan: --shared-prefix " + std::to_string(shared_prefix) + " is not below --max-seq " + std::to_string(max_seq),
+            "a shared prefix leaves each sequence at least one token of its own: pass --shared-prefix " +
+                std::to_string(max_seq - 1) + " or less");
+  // The runtime (runtime/generate.h) holds a group's prefix in one more kv_cache slot, fixed-size like
+  // the others: a batch of b sequences sharing a prefix runs in b + 1 slots (tprun --max-batch b + 1).
+  const int64_t extra = shared_prefix > 0 ? 1 : 0;
+  auto plan_seq = [&](int64_t sequences, int64_t seq) {
+    return converted ? plan_memory(m, tp_size, sequences, seq, dir, 0, pp_size)
+                     : plan_memory_for_config(c, dtype, tp_size, pp_size, sequences, seq);
   };
+  auto plan_at = [&](int64_t b) { return plan_seq(b + extra, max_seq); };
   const MemoryPlan p = plan_at(batch);
   std::printf("per-GPU memory plan: tp %d%s, batch %lld, max_seq %lld, dtype %s\n", tp_size,
               pp_size > 1 ? (" x pp " + std::to_string(pp_size)).c_str() : "", (long long)batch, (long long)max_seq,
               dtype_name(dtype));
+  if (shared_prefix > 0) {
+    // What member slots holding only positions >= shared_prefix would need (not what the runtime does):
+    // the prefix slot and the scratch slot at max_seq, each member at max_seq - shared_prefix.
+    const uint64_t full_slot = plan_seq(1, max_seq).kv_cache_bytes / 2;
+    const uint64_t short_slot = plan_seq(1, max_seq - shared_prefix).kv_cache_bytes / 2;
+    const uint64_t offset_kv = 2 * full_slot + static_cast<uint64_t>(batch) * short_slot;
+    std::printf("  shared prefix of %lld tokens: prefilled once per batch (%lld prompt tokens fewer), its kv_cache in one "
+                "more slot of max_seq positions:\n  the plan counts batch + 1 sequences (run tprun with --max-batch %lld). "
+                "Member slots holding only positions >= %lld\n  would need %s of kv_cache instead of %s (not implemented: "
+                "kv_cache slots are fixed-size)\n",
+                (long long)shared_prefix, (long long)((batch - 1) * shared_prefix), (long long)(batch + 1),
+                (long long)shared_prefix, human_bytes(offset_kv).c_str(), human_bytes(p.kv_cache_bytes).c_str());
+  }
   std::printf("  weights      %12s  (largest rank arena, %s)\n", human_bytes(p.weight_bytes).c_str(), source.c_str());
   std::printf("  kv_cache     %12s  (2 * stage layers * (batch + 1) * max_seq * kv_heads_per_rank * head_dim * dtype bytes)\n",
               human_bytes(p.kv_cache_bytes).c_str());

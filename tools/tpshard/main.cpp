@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   verify->add_option("MODEL_DIR", model_dir, "directory written by tpshard convert")->required();
   verify->add_option("--tp", tp, "only this tp size (default: all)")->check(tpshard::cli::positive_for(tp));
 
-  int64_t batch = 1, max_seq = 2048;
+  int64_t batch = 1, max_seq = 2048, shared_prefix = 0;
   double gpu_gib = 0;
   int pp = 1;
   std::string plan_dtype;
@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
   plan->add_option("--max-seq", max_seq, "max tokens per sequence (prompt + generated)")
       ->required()
       ->check(tpshard::cli::positive_for(max_seq));
+  plan->add_option("--shared-prefix", shared_prefix,
+                   "tokens every sequence of the batch shares (few-shot examples, a system prompt): prefilled once, "
+                   "held in one more kv_cache slot")
+      ->check(CLI::NonNegativeNumber);
   plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H200: 139)")
       ->check(tpshard::cli::positive_for(gpu_gib));
 
@@ -133,7 +137,7 @@ int main(int argc, char** argv) {
     } else if (*verify) {
       rc = cli::run_verify(model_dir, tp);
     } else if (*plan) {
-      rc = cli::run_plan(model_dir, tp, pp, batch, max_seq, gpu_gib, plan_dtype);
+      rc = cli::run_plan(model_dir, tp, pp, batch, max_seq, shared_prefix, gpu_gib, plan_dtype);
     }
   } catch (const Error& e) {
     report(e);

@@ -87,18 +87,19 @@ Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int
   alloc(partial_, ap.attention_partial, total);
   alloc(split_counters_, ap.attention_counters, total);
   TPS_CUDA_CHECK(cudaMemset(split_counters_, 0, ap.attention_counters));
+  alloc(cascade_partial_, ap.cascade_partial, total);
 }
 
 Transformer::~Transformer() {
   for (void* p : {static_cast<void*>(inv_freq_), static_cast<void*>(meta_dev_), static_cast<void*>(residual_), h1_, h2_,
                   qkv_, attn_, ffn_, act_, out_, last_, static_cast<void*>(logits_), static_cast<void*>(argmax_),
-                  static_cast<void*>(partial_), static_cast<void*>(split_counters_),
+                  static_cast<void*>(partial_), static_cast<void*>(split_counters_), static_cast<void*>(cascade_partial_),
                   static_cast<void*>(argmax_partial_), static_cast<void*>(argmax_counters_)})
     cudaFree(p);
   cudaFreeHost(meta_host_);
 }
 
-StepMeta Transformer::meta_device(int n, int n_rows, bool decode) const {
+StepMeta Transformer::meta_device(int n, int n_rows, bool decode, bool cascade) const {
   StepMeta m;
   m.tokens = meta_dev_;
   m.slots = meta_dev_ + max_tokens_;
@@ -109,6 +110,7 @@ StepMeta Transformer::meta_device(int n, int n_rows, bool decode) const {
   m.n = n;
   m.n_rows = n_rows;
   m.decode = decode && n == n_rows;
+  m.cascade = m.decode && cascade;
   return m;
 }
 
@@ -381,6 +383,10 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.window = c_.layer_windows.empty() ? 0 : static_cast<int>(c_.layer_windows[i]);
   a.softcap = static_cast<float>(c_.attn_logit_softcapping);  // Gemma 2; 0: none
   a.decode = m.decode;  // one token per sequence: the decode attention kernel
+  if (m.cascade && m.n <= max_rows_) {  // shared prefixes read once per block of rows (where supported)
+    a.cascade_partial = cascade_partial_;
+    a.cascade_max_splits = kCascadeMaxSplits;
+  }
   if (m.decode) {  // rotary + kv_cache append inside the attention kernel
     a.rotary_append = true;
     a.inv_freq = inv_freq_;

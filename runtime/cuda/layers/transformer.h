@@ -37,6 +37,9 @@ struct StepMeta {
   /// One token per sequence (a decode step) and last_rows[i] == i: rotary + kv_cache append run inside
   /// the attention kernel and the last-row gather is skipped.
   bool decode = false;
+  /// A decode step with rows reading a shared prefix: cascade attention (kernels/attention_cascade.cuh)
+  /// reads each prefix once per block of the rows sharing it, on the layers it supports.
+  bool cascade = false;
 };
 
 class Transformer {
@@ -52,7 +55,8 @@ class Transformer {
 
   /// Host-visible staging (pinned) and device copy of the StepMeta arrays: kStepMetaArrays x max_tokens int32.
   int32_t* meta_host() const { return meta_host_; }
-  StepMeta meta_device(int n, int n_rows, bool decode = false) const;
+  /// StepMeta over the device meta buffer; cascade only applies to decode steps.
+  StepMeta meta_device(int n, int n_rows, bool decode = false, bool cascade = false) const;
   /// Enqueue meta_host -> device (layout: tokens | slots | positions | last_rows | prefix_slots |
   /// prefix_lens, max_tokens each).
   void upload_meta();
@@ -146,6 +150,7 @@ class Transformer {
   ArgmaxPair* argmax_partial_ = nullptr;  // [max_rows, kArgmaxMaxSplits] the argmax's per-block pairs
   int32_t* argmax_counters_ = nullptr;    // [max_rows] zero: the argmax's last block merges
   float* partial_ = nullptr;    // attention split-K workspace
+  float* cascade_partial_ = nullptr;  // [max_rows, heads_pr, kCascadeMaxSplits, head_dim + 2] prefix partials
   int32_t* split_counters_ = nullptr;  // [max_rows, heads_pr] zero: attention merges splits in-kernel
   size_t workspace_bytes_ = 0;
 };
