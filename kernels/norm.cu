@@ -48,6 +48,11 @@ __global__ void add_norm_kernel(AddNormParams p) {
     s += v;
   }
   if (!p.out0) return;  // the adds only (block-uniform: every thread returns)
+  if (!p.normalize0) {  // OLMo 2: the block reads the residual stream itself, rounded to dtype
+    T* out0 = static_cast<T*>(p.out0) + row * p.hidden;
+    for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) out0[i] = from_f32<T>(x[i]);
+    return;
+  }
   const float mean = kLayerNorm ? block_sum(s, scratch) / p.hidden : 0.f;
   float ss = 0.f;
   for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
@@ -68,7 +73,7 @@ __global__ void add_norm_kernel(AddNormParams p) {
 
 void add_norm(const AddNormParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  TPS_CHECK((p.weight0 && p.out0) || (!p.out0 && !p.out1), "kernels/add_norm: weight0 and out0 are required",
+  TPS_CHECK(((p.weight0 || !p.normalize0) && p.out0) || (!p.out0 && !p.out1), "kernels/add_norm: weight0 and out0 are required",
             "pass the norm weight, or no output at all for the adds only");
   TPS_CHECK(!p.add0_weight || (p.add0 && p.kind == NormKind::RmsNorm), "kernels/add_norm: add0_weight needs add0 and RMSNorm",
             "this is a bug in the caller");

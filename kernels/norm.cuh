@@ -24,6 +24,9 @@ struct AddNormParams {
   const void* weight0 = nullptr;    ///< [hidden] of dtype, required with out0 (gamma)
   const void* bias0 = nullptr;      ///< [hidden] of dtype, LayerNorm beta (optional)
   void* out0 = nullptr;             ///< [n, hidden] of dtype; nullptr (and no out1): only the adds, no norm
+  /// false: out0 = dtype(residual) after the adds, not normalized (weight0 / out1 unused): the input of a
+  /// block without a pre-norm (ModelConfig::pre_norms false, OLMo 2).
+  bool normalize0 = true;
   const void* weight1 = nullptr;    ///< second norm's gamma, optional (then bias1/out1 like above)
   const void* bias1 = nullptr;
   void* out1 = nullptr;

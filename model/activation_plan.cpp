@@ -12,7 +12,8 @@ int64_t step_tokens(int64_t batch, int64_t max_seq, int64_t rows, int64_t step) 
 
 uint64_t ActivationPlan::total() const {
   return meta + residual + h1 + h2 + qkv + attn + ffn + act + out + last + logits + argmax + argmax_partial +
-         argmax_counters + attention_partial + attention_counters + cascade_partial + gathered_logits + gathered_argmax;
+         argmax_counters + attention_partial + attention_counters + cascade_partial + gathered_logits + gathered_argmax +
+         moe + qk_sums;
 }
 
 ActivationPlan plan_activations(const ModelConfig& c, const TpRankRanges& r, int tp_size, uint64_t e, int64_t tokens,
@@ -29,8 +30,11 @@ ActivationPlan plan_activations(const ModelConfig& c, const TpRankRanges& r, int
   p.h1 = p.h2 = p.out = T * H * e;
   p.qkv = T * (heads + 2 * kvh) * hd * e;
   p.attn = T * heads * hd * e;
-  p.ffn = T * (c.gated_mlp ? 2 : 1) * ipr * e;
-  p.act = T * ipr * e;
+  const uint64_t E = static_cast<uint64_t>(c.num_local_experts), K = E > 0 ? static_cast<uint64_t>(c.num_experts_per_tok) : 1;
+  p.ffn = T * K * (c.gated_mlp ? 2 : 1) * ipr * e;
+  p.act = T * K * ipr * e;
+  if (c.qk_norm_across_heads) p.qk_sums = T * 2 * 4;
+  if (E > 0) p.moe = T * E * 4 + T * K * 3 * 4 + (3 * E + 1) * 4 + 2 * T * K * H * e;
   p.last = R * H * e;
   p.logits = R * vpr * 4;
   p.argmax = R * kPair;

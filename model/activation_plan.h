@@ -42,12 +42,18 @@ constexpr uint64_t kStepMetaArrays = 6;
 /// normalized inputs and the row-parallel output (e each), QKV, attention output, MLP up (x2 gated) and
 /// activation. Per row: last hidden state, local f32 logits, argmax pair and its split partials and
 /// counters, split-K attention partials (kAttentionMaxSplits x (head_dim + 2) f32 per head) and counters,
-/// the cascade attention's prefix partials (kCascadeMaxSplits x (head_dim + 2) f32 per head), and the tp_size-wide gathered logits and argmax pairs.
+/// the cascade attention's prefix partials (kCascadeMaxSplits x (head_dim + 2) f32 per head), and the
+/// tp_size-wide gathered logits and argmax pairs. Mixture of experts (num_local_experts E > 0,
+/// top k): MLP up and activation hold T k rows (each token once per routed expert), and moe the router
+/// logits (T E f32), the routing (T k expert ids, weights and slots, 4 bytes each), the per-expert counts,
+/// offsets and fill cursors (3 E + 1 int32), and the gathered input and expert output rows (T k H, e each).
 struct ActivationPlan {
   uint64_t meta = 0, residual = 0, h1 = 0, h2 = 0, qkv = 0, attn = 0, ffn = 0, act = 0, out = 0;
   uint64_t last = 0, logits = 0, argmax = 0, argmax_partial = 0, argmax_counters = 0;
   uint64_t attention_partial = 0, attention_counters = 0, cascade_partial = 0;
   uint64_t gathered_logits = 0, gathered_argmax = 0;
+  uint64_t moe = 0;
+  uint64_t qk_sums = 0;  ///< qk_norm_across_heads: per token the sums of squares of the whole Q and K (2 f32)
   uint64_t total() const;
 };
 

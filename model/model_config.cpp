@@ -398,6 +398,12 @@ json model_config_to_json(const ModelConfig& c) {
   j["attn_logit_softcapping"] = c.attn_logit_softcapping > 0 ? json(c.attn_logit_softcapping) : json(nullptr);
   j["final_logit_softcapping"] = c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
   j["post_norms"] = c.post_norms;
+  if (!c.pre_norms) j["pre_norms"] = false;
+  if (c.qk_norm_across_heads) j["qk_norm_across_heads"] = true;
+  if (c.num_local_experts > 0) {
+    j["num_local_experts"] = c.num_local_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+  }
   j["norm_weight_offset"] = c.norm_weight_offset;
   j["embedding_scale"] = c.embedding_scale;
   j["torch_dtype"] = c.torch_dtype;
@@ -486,6 +492,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
       {"attn_logit_softcapping", c.attn_logit_softcapping > 0 ? json(c.attn_logit_softcapping) : json(nullptr)},
       {"final_logit_softcapping", c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr)},
       {"post_norms", c.post_norms},
+      {"pre_norms", c.pre_norms},
+      {"qk_norm_across_heads", c.qk_norm_across_heads},
       {"norm_weight_offset", c.norm_weight_offset},
       {"embedding_scale", c.embedding_scale}};
   for (const auto& [key, want] : derived) {

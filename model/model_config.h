@@ -14,8 +14,8 @@ namespace tpshard {
 /// One value per architecture of the registry (model/arch/registry.h); config.json's architectures[0]
 /// names it (GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 /// InternLM2ForCausalLM, GPTNeoForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM, Starcoder2ForCausalLM,
-/// GPTJForCausalLM, FalconForCausalLM, Gemma2ForCausalLM).
-enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2, GptJ, Falcon, Gemma2 };
+/// GPTJForCausalLM, FalconForCausalLM, Gemma2ForCausalLM, Olmo2ForCausalLM, MixtralForCausalLM).
+enum class Arch { GptNeoX, Llama, Mistral, Qwen2, InternLM2, GptNeo, Phi3, Qwen3, Starcoder2, GptJ, Falcon, Gemma2, Olmo2, Mixtral };
 enum class NormKind { LayerNorm, RmsNorm };    ///< GPT-NeoX: LayerNorm with bias; Llama: RMSNorm (no bias)
 enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"; "silu"; "relu"
 /// rope_scaling type; any other type is an error. Dynamic (NTK-aware, transformers'
@@ -73,6 +73,12 @@ struct ModelConfig {
   /// RMSNorm of each Q and K head over head_dim (weights blk.N.attn_q_norm / attn_k_norm, eps norm_eps)
   /// after the projection, before rotary (Qwen3).
   bool qk_norm = false;
+  /// RMSNorm of the whole Q projection (num_attention_heads * head_dim) and of the whole K projection
+  /// (num_key_value_heads * head_dim), weights blk.N.attn_q_norm / attn_k_norm of those sizes, eps
+  /// norm_eps, after the projection, before rotary (OLMo 2: modeling_olmo2.py Olmo2Attention). At
+  /// tp_size > 1 a rank holds only its heads: the sum of squares of each token's row is all_reduced
+  /// (runtime/qk_norm_rows.h). Manifest "qk_norm_across_heads", written when true.
+  bool qk_norm_across_heads = false;
   bool tie_word_embeddings = false; ///< lm_head shares token_embd
   /// Mistral / Qwen2 sliding_window when some layer uses it (0 = none, also when it is at least
   /// max_position_embeddings); the layers that do carry it in layer_windows, which is what the backends read.
@@ -96,6 +102,18 @@ struct ModelConfig {
   /// AttnPostNormWeight / FfnPostNormWeight, post_attention_layernorm / post_feedforward_layernorm)
   /// before their residual add. Manifest "post_norms".
   bool post_norms = false;
+  /// The attention and the MLP read the residual stream through a norm (attn_norm / ffn_norm). False for
+  /// OLMo 2, whose blocks normalize only their outputs (post_norms): x + norm(attn(x)), then
+  /// h + norm(mlp(h)). Manifest "pre_norms", written when false.
+  bool pre_norms = true;
+  /// Mixture of experts (Mixtral): the MLP of every layer is num_local_experts gated MLPs of
+  /// intermediate_size columns each (each split over tp ranks like a dense MLP: mlp_columns) and a
+  /// router [num_local_experts, hidden]; each token takes the num_experts_per_tok experts of highest
+  /// softmax(router x), weighted by those probabilities renormalized to sum 1 (modeling_mixtral.py
+  /// MixtralTopKRouter). 0 = a dense MLP. Manifest "num_local_experts" / "num_experts_per_tok", written
+  /// when num_local_experts > 0.
+  int64_t num_local_experts = 0;
+  int64_t num_experts_per_tok = 0;
   /// Every RMSNorm multiplies by (norm_weight_offset + w) instead of w: 1 for Gemma (Gemma2RMSNorm:
   /// x * (1 + weight), in f32), 0 otherwise. Manifest "norm_weight_offset".
   double norm_weight_offset = 0.0;

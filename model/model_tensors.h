@@ -22,6 +22,8 @@ struct LayerTensors {
   T ffn_up_weight{}, ffn_up_bias{};            ///< non-gated MLP
   T ffn_down_weight{}, ffn_down_bias{};
   T ffn_post_norm_weight{};  ///< RMSNorm of the MLP output before the residual add (post_norms)
+  T ffn_router_weight{};     ///< mixture of experts: router [experts, hidden]
+  T ffn_experts_gate_up_weight{}, ffn_experts_down_weight{};  ///< mixture of experts: stacked per expert
 };
 
 /// The whole rank. output is T{} when tie_word_embeddings (use token_embd).
@@ -63,6 +65,9 @@ T& tensor_slot(ModelTensors<T>& m, TensorRole role, int layer) {
     case TensorRole::FfnDownBias: return m.layers.at(layer).ffn_down_bias;
     case TensorRole::AttnPostNormWeight: return m.layers.at(layer).attn_post_norm_weight;
     case TensorRole::FfnPostNormWeight: return m.layers.at(layer).ffn_post_norm_weight;
+    case TensorRole::FfnRouterWeight: return m.layers.at(layer).ffn_router_weight;
+    case TensorRole::FfnExpertsGateUpWeight: return m.layers.at(layer).ffn_experts_gate_up_weight;
+    case TensorRole::FfnExpertsDownWeight: return m.layers.at(layer).ffn_experts_down_weight;
   }
   return m.token_embd;  // unreachable: every role is listed above
 }

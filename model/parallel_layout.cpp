@@ -164,6 +164,13 @@ const TpRankRanges& ParallelLayout::tp(int tp_rank) const {
   return tp_ranks[static_cast<size_t>(tp_rank)];
 }
 
+Range ParallelLayout::owned_kv_heads(int tp_rank) const {
+  const Range kv = tp(tp_rank).kv_heads;
+  const int64_t prev_end = tp_rank > 0 ? tp(tp_rank - 1).kv_heads.end : 0;  // KV ranges ascend with tp_rank
+  const int64_t begin = std::min(kv.end, std::max(kv.begin, prev_end));
+  return {begin, kv.end};
+}
+
 TpRankRanges ParallelLayout::max_counts() const {
   TpRankRanges m;
   for (const TpRankRanges& r : tp_ranks) {

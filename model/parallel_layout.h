@@ -65,6 +65,10 @@ struct ParallelLayout : RankGrid {
   const TpRankRanges& tp(int tp_rank) const;
   /// The largest per-rank count of each range over the tp ranks (what a buffer sized for any rank needs).
   TpRankRanges max_counts() const;
+  /// The KV heads that tp_rank counts in a sum over the tp ranks: its kv_heads less those a lower rank
+  /// also holds (replicated KV heads count once, on the lowest rank holding them). Over all ranks these
+  /// ranges partition [0, num_key_value_heads). Error when tp_rank is outside [0, tp_size).
+  Range owned_kv_heads(int tp_rank) const;
 };
 
 /// The largest tp_size make_parallel_layout accepts (tpshard convert --tp refuses larger values as usage errors).

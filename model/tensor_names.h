@@ -9,7 +9,9 @@
 //                                  rows: this rank's Q heads, then its K heads, then its V heads
 //   blk.N.attn_qkv.bias            [(heads_per_rank + 2*kv_heads_per_rank)*head_dim]         column (attention_bias)
 //   blk.N.attn_q_norm.weight       [head_dim]  (qk_norm: RMSNorm of each Q head)     replicated
+//                                  [heads*head_dim]  (qk_norm_across_heads: of the whole Q)
 //   blk.N.attn_k_norm.weight       [head_dim]  (qk_norm: RMSNorm of each K head)     replicated
+//                                  [kv_heads*head_dim]  (qk_norm_across_heads: of the whole K)
 //   blk.N.attn_output.weight       [hidden, heads_per_rank*head_dim]                 row
 //   blk.N.attn_output.bias         [hidden]                                          replicated, added once after all_reduce
 //   blk.N.attn_post_norm.weight    [hidden]  (post_norms: RMSNorm of the attention output)  replicated
@@ -20,6 +22,9 @@
 //   blk.N.ffn_down.weight          [hidden, intermediate_per_rank]                   row
 //   blk.N.ffn_down.bias            [hidden]                                          replicated, added once after all_reduce
 //   blk.N.ffn_post_norm.weight     [hidden]  (post_norms: RMSNorm of the MLP output)  replicated
+//   blk.N.ffn_router.weight        [experts, hidden]  (mixture of experts)           replicated
+//   blk.N.ffn_experts_gate_up.weight [experts*2*intermediate_per_rank, hidden]        column; per expert: gate rows, then up rows
+//   blk.N.ffn_experts_down.weight  [experts*hidden, intermediate_per_rank]            row; per expert: its down rows
 //   output_norm.weight / .bias     [hidden]                                          replicated
 //   output.weight                  [vocab_per_rank, hidden]   absent when tie_word_embeddings  vocab
 //

@@ -44,6 +44,9 @@ std::string canonical_name(TensorRole role, int layer) {
     case TensorRole::OutputBias: return names::kOutputBias;
     case TensorRole::AttnPostNormWeight: return names::blk(layer, "attn_post_norm.weight");
     case TensorRole::FfnPostNormWeight: return names::blk(layer, "ffn_post_norm.weight");
+    case TensorRole::FfnRouterWeight: return names::blk(layer, "ffn_router.weight");
+    case TensorRole::FfnExpertsGateUpWeight: return names::blk(layer, "ffn_experts_gate_up.weight");
+    case TensorRole::FfnExpertsDownWeight: return names::blk(layer, "ffn_experts_down.weight");
   }
   throw Error("tensor plan: unknown tensor role", "this is a bug");
 }
@@ -58,9 +61,11 @@ SplitKind role_split(TensorRole role) {
     case TensorRole::FfnGateUpWeight:
     case TensorRole::FfnGateUpBias:
     case TensorRole::FfnUpWeight:
-    case TensorRole::FfnUpBias: return SplitKind::Column;
+    case TensorRole::FfnUpBias:
+    case TensorRole::FfnExpertsGateUpWeight: return SplitKind::Column;
     case TensorRole::AttnOutputWeight:
-    case TensorRole::FfnDownWeight: return SplitKind::Row;
+    case TensorRole::FfnDownWeight:
+    case TensorRole::FfnExpertsDownWeight: return SplitKind::Row;
     case TensorRole::PosEmbd:
     case TensorRole::AttnNormWeight:
     case TensorRole::AttnNormBias:
@@ -73,7 +78,8 @@ SplitKind role_split(TensorRole role) {
     case TensorRole::OutputNormWeight:
     case TensorRole::OutputNormBias:
     case TensorRole::AttnPostNormWeight:
-    case TensorRole::FfnPostNormWeight: return SplitKind::Replicated;
+    case TensorRole::FfnPostNormWeight:
+    case TensorRole::FfnRouterWeight: return SplitKind::Replicated;
   }
   throw Error("tensor plan: unknown tensor role", "this is a bug");
 }
@@ -191,6 +197,22 @@ RankSlice local_slice(const OutputTensor& t, const ModelConfig& c, const Paralle
       }
       s.spans.push_back({2, kv.begin * hd, kv.size() * hd, 0});
       local_rows = (heads.size() + 2 * kv.size()) * hd;
+      break;
+    }
+    case Transform::ExpertsGateUp: {
+      const int experts = static_cast<int>(t.sources.size() / 2);
+      for (int e = 0; e < experts; ++e) {
+        s.spans.push_back({2 * e, mlp.begin, mlp.size(), 0});
+        s.spans.push_back({2 * e + 1, mlp.begin, mlp.size(), 0});
+      }
+      local_rows = 2 * experts * mlp.size();
+      break;
+    }
+    case Transform::ExpertsDown: {
+      const int experts = static_cast<int>(t.sources.size());
+      s.local_cols = mlp.size();
+      for (int e = 0; e < experts; ++e) s.spans.push_back({e, 0, src_rows, mlp.begin});
+      local_rows = experts * src_rows;
       break;
     }
     case Transform::PackedGateUp: {

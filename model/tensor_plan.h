@@ -25,8 +25,10 @@ enum class TensorRole {
   AttnNormBias,      ///< blk.N.attn_norm.bias   [hidden] (LayerNorm)
   AttnQkvWeight,     ///< blk.N.attn_qkv.weight  [(heads + 2 kv_heads) head_dim, hidden]: Q | K | V rows
   AttnQkvBias,       ///< blk.N.attn_qkv.bias    [(heads + 2 kv_heads) head_dim]
-  AttnQNormWeight,   ///< blk.N.attn_q_norm.weight [head_dim]: RMSNorm of each Q head before rotary (Qwen3), replicated
-  AttnKNormWeight,   ///< blk.N.attn_k_norm.weight [head_dim]: the same for each K head
+  /// blk.N.attn_q_norm.weight, replicated: [head_dim], RMSNorm of each Q head before rotary (qk_norm, Qwen3);
+  /// [heads head_dim], RMSNorm of the whole Q projection (qk_norm_across_heads, OLMo 2)
+  AttnQNormWeight,
+  AttnKNormWeight,   ///< blk.N.attn_k_norm.weight: the same for K ([head_dim] or [kv_heads head_dim])
   AttnOutputWeight,  ///< blk.N.attn_output.weight [hidden, heads head_dim] (row parallel)
   AttnOutputBias,    ///< blk.N.attn_output.bias [hidden], added once after the all_reduce
   FfnNormWeight,     ///< blk.N.ffn_norm.weight  [hidden]
@@ -43,6 +45,13 @@ enum class TensorRole {
   OutputBias,        ///< output.bias            [vocab_rows] (GPT-J's lm_head bias), added to the logits
   AttnPostNormWeight,  ///< blk.N.attn_post_norm.weight [hidden]: RMSNorm of the attention output before its residual add (post_norms), replicated
   FfnPostNormWeight,   ///< blk.N.ffn_post_norm.weight [hidden]: RMSNorm of the MLP output before its residual add (post_norms), replicated
+  FfnRouterWeight,     ///< blk.N.ffn_router.weight [experts, hidden]: the mixture-of-experts router (num_local_experts), replicated
+  /// blk.N.ffn_experts_gate_up.weight [experts 2 mlp_columns, hidden]: per expert e (in order) its gate
+  /// rows then its up rows of the rank's mlp_columns (column parallel, like FfnGateUpWeight per expert)
+  FfnExpertsGateUpWeight,
+  /// blk.N.ffn_experts_down.weight [experts hidden, mlp_columns]: per expert its down projection's columns
+  /// of the rank's mlp_columns (row parallel, like FfnDownWeight per expert)
+  FfnExpertsDownWeight,
 };
 
 /// The shard-file name of a role (tensor_names.h); layer is ignored for the global roles.
@@ -76,6 +85,12 @@ enum class Transform {
   /// backends rotate: new row j <- row 2j, new row rotary_ndims/2 + j <- row 2j + 1. The same order on Q
   /// and K leaves every score q.k unchanged (modeling_gptj.py rotate_every_two).
   GptjQkv,
+  /// w1_0, w3_0, w1_1, w3_1, ... (gate and up of each of the E experts, each [intermediate, hidden]) ->
+  /// for each expert, this rank's gate rows | up rows (GateUp per expert, experts stacked).
+  ExpertsGateUp,
+  /// w2_0, w2_1, ... (down of each expert, [hidden, intermediate]) -> for each expert, this rank's
+  /// mlp_columns of its rows (ColsSplit per expert, experts stacked as rows).
+  ExpertsDown,
 };
 
 /// One output tensor of every shard, in arena order.

@@ -168,6 +168,27 @@ def gemma2_config():
                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
 
 
+def olmo2_config():
+    # no pre-norms, post_attention_layernorm / post_feedforward_layernorm after each sub-block; q_norm /
+    # k_norm over the whole q / k projection (all heads); GQA 8/2 (KV groups split at tp 3, replicated at
+    # tp 4); untied.
+    from transformers import Olmo2Config
+    return Olmo2Config(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                       intermediate_size=160, vocab_size=VOCAB, rms_norm_eps=1e-6, max_position_embeddings=128,
+                       rope_theta=500000.0, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None,
+                       eos_token_id=0)
+
+
+def mixtral_config():
+    # 8 experts, top-2 per token, each expert's MLP 96 wide (split like a dense MLP); GQA 8/2;
+    # sliding_window 6 on every layer (shorter than the prompts); untied.
+    from transformers import MixtralConfig
+    return MixtralConfig(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                         intermediate_size=96, num_local_experts=8, num_experts_per_tok=2, vocab_size=VOCAB,
+                         rms_norm_eps=1e-5, max_position_embeddings=128, rope_theta=1000000.0,
+                         sliding_window=6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+
+
 def make_model(config, seed):
     """Random init, then every parameter += normal noise: 1-D (norm weights, biases) std 0.1,
     so norm weights are ~1 +- 0.1 and biases are non-zero; matrices std 1/sqrt(fan_in), so each
@@ -181,9 +202,9 @@ def make_model(config, seed):
             if p.dim() == 1:
                 std = 0.1
             elif "embed" in name or "lm_head" in name or name.endswith(".wte.weight"):
-                std = 3.0 / p.shape[1] ** 0.5
+                std = 3.0 / p.shape[-1] ** 0.5
             else:
-                std = 1.0 / p.shape[1] ** 0.5
+                std = 1.0 / p.shape[-1] ** 0.5  # fan_in: the last dim (also of stacked expert weights)
             p.add_(torch.randn(p.shape, dtype=p.dtype) * std)
     return model.eval()
 
@@ -370,6 +391,8 @@ def main():
         ("tiny-falcon", falcon_config(new_decoder=True), 1400),
         ("tiny-falcon-mq", falcon_config(new_decoder=False), 1500),
         ("tiny-gemma2", gemma2_config(), 1400),
+        ("tiny-olmo2", olmo2_config(), 1600),
+        ("tiny-mixtral", mixtral_config(), 1700),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:

@@ -20,6 +20,8 @@ const ArchSpec& arch_spec(Arch arch) {
     case Arch::GptJ: return kGptJArch;
     case Arch::Falcon: return kFalconArch;
     case Arch::Gemma2: return kGemma2Arch;
+    case Arch::Olmo2: return kOlmo2Arch;
+    case Arch::Mixtral: return kMixtralArch;
   }
   throw Error("unknown architecture value " + std::to_string(static_cast<int>(arch)), "this is a bug: add it to model/arch/registry.cpp");
 }
@@ -29,7 +31,7 @@ namespace {
 /// Every Arch value, in the order error messages list them.
 constexpr Arch kAll[] = {Arch::GptNeoX, Arch::Llama,  Arch::Mistral, Arch::Qwen2,
                          Arch::InternLM2, Arch::GptNeo, Arch::Phi3,    Arch::Qwen3, Arch::Starcoder2, Arch::GptJ,
-                         Arch::Falcon, Arch::Gemma2};
+                         Arch::Falcon, Arch::Gemma2, Arch::Olmo2, Arch::Mixtral};
 
 }  // namespace
 

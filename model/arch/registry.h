@@ -56,5 +56,7 @@ extern const ArchSpec kStarcoder2Arch;
 extern const ArchSpec kGptJArch;
 extern const ArchSpec kFalconArch;
 extern const ArchSpec kGemma2Arch;
+extern const ArchSpec kOlmo2Arch;
+extern const ArchSpec kMixtralArch;
 
 }  // namespace tpshard

@@ -4,7 +4,12 @@
 // GPT-NeoX parallel or sequential residual; final norm -> vocab-parallel logits -> all_gather.
 // Gemma 2 (modeling_gemma2.py): embeddings scaled, RMSNorm x (1 + w), the attention and MLP outputs
 // normalized before their residual adds (post_norms), attention scores and final logits soft-capped.
-// References: transformers' modeling_gpt_neox.py, modeling_llama.py, modeling_gpt_neo.py and modeling_gemma2.py.
+// OLMo 2 (modeling_olmo2.py): no pre-norms (pre_norms false), post_norms, and q/k RMSNorms over the whole
+// projection (qk_norm_across_heads: each token's sum of squares all_reduced over the tp ranks). Mixtral
+// (modeling_mixtral.py): the MLP is a mixture of experts (num_local_experts): the replicated router picks
+// each token's experts; each expert runs once over its tokens on the rank's mlp_columns; one all_reduce.
+// References: transformers' modeling_gpt_neox.py, modeling_llama.py, modeling_gpt_neo.py, modeling_gemma2.py,
+// modeling_olmo2.py and modeling_mixtral.py.
 // kv_cache: a global layer keeps max_seq_len positions per slot, a local (windowed) layer a ring of
 // kv_cache_positions() (model/kv_ring.h; chunks longer than one step allows run in rounds,
 // runtime/chunk_rounds.h); a chunk with a shared prefix reads the prefix's positions from the prefix's
@@ -46,7 +51,8 @@ class CpuRunner final : public ModelRunner {
         micro_batches_(o.micro_batches > 0 ? o.micro_batches : 2 * layout_.pp_size),
         max_batch_(o.max_batch),
         max_seq_len_(o.max_seq_len),
-        inv_freq_(rope_inv_freq(c)) {
+        inv_freq_(rope_inv_freq(c)),
+    owned_kv_(layout_.owned_kv_heads(comm.rank())) {
     TPS_CHECK(max_batch_ >= 1, "cpu runner: max_batch " + std::to_string(max_batch_) + " must be >= 1",
               "pass --max-batch 1 or more");
     TPS_CHECK(max_seq_len_ >= 1, "cpu runner: max_seq_len " + std::to_string(max_seq_len_) + " must be >= 1",
@@ -102,6 +108,12 @@ class CpuRunner final : public ModelRunner {
   void embed(const std::vector<TokenInfo>& toks, float* x);
   void attention_block(int layer, const std::vector<TokenInfo>& toks, const float* h, float* out);
   void mlp_block(int layer, const float* h, float* out, int64_t n_tokens);
+  /// The mixture-of-experts MLP (num_local_experts > 0) of h [n, hidden] into out [n, hidden], before the
+  /// all_reduce: the rank's mlp_columns of every routed expert, weighted by the routing weights.
+  void moe_block(int layer, const float* h, float* out, int64_t n_tokens);
+  /// qk_norm_across_heads: RMSNorm of each token's whole Q and whole K (all ranks' heads) in qkv [n,
+  /// qkv_cols] (the rank's Q heads, then its K heads), in place.
+  void qk_norm_across_heads(int layer, float* qkv, int64_t n, int64_t qkv_cols);
   /// Index of position pos in layer's cache rows (pos itself, or pos % capacity on a ring).
   size_t cache_row(int layer, int slot, int64_t kvh, int pos) const {
     const int n = cache_positions_[static_cast<size_t>(layer)];
@@ -142,6 +154,7 @@ class CpuRunner final : public ModelRunner {
   double forward_s_ = 0, wait_s_ = 0;  ///< pipeline: time in forward(), and in it waiting for other stages
   int max_batch_, max_seq_len_;
   std::vector<float> inv_freq_;
+  Range owned_kv_;  ///< the KV heads this rank counts in sums over ranks (ParallelLayout::owned_kv_heads)
   int64_t kv_heads_ = 0, first_kv_head_ = 0;
   size_t cache_floats_ = 0;            ///< floats of this stage's K (or V) caches, all layers
   int64_t max_step_positions_ = 0;     ///< model/kv_ring.h: longest piece of a chunk one step takes
@@ -208,7 +221,9 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
   std::vector<float> qkv(n * qkv_cols);
   linear(pool_, h, lw.attn_qkv_weight.data(), opt(lw.attn_qkv_bias), qkv.data(), n, H, qkv_cols);
 
-  // (Qwen3) RMSNorm of each Q and K head, then rotary on them, then append K/V to the kv_cache.
+  // (Qwen3) RMSNorm of each Q and K head, (OLMo 2) of the whole Q and K, then rotary on them, then
+  // append K/V to the kv_cache.
+  if (config_.qk_norm_across_heads) qk_norm_across_heads(layer, qkv.data(), n, qkv_cols);
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_cols;
     if (config_.qk_norm) {  // each head is a row of head_dim: Q heads, then K heads
@@ -259,9 +274,80 @@ void CpuRunner::attention_block(int layer, const std::vector<TokenInfo>& toks, c
       for (int64_t i = 0; i < H; ++i) out[t * H + i] += lw.attn_output_bias[i];
 }
 
+void CpuRunner::qk_norm_across_heads(int layer, float* qkv, int64_t n, int64_t qkv_cols) {
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t hd = config_.head_dim, hpr = mine_.heads.size();
+  // Per token: sum of squares of the rank's Q values and of its owned K heads' values; summed over ranks
+  // they are the whole projection's (each KV head counted once).
+  std::vector<float> sums(2 * n);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = qkv + t * qkv_cols;
+    float sq = 0.0f, sk = 0.0f;
+    for (int64_t i = 0; i < hpr * hd; ++i) sq += row[i] * row[i];
+    const float* k_owned = row + (hpr + owned_kv_.begin - first_kv_head_) * hd;
+    for (int64_t i = 0; i < owned_kv_.size() * hd; ++i) sk += k_owned[i] * k_owned[i];
+    sums[2 * t] = sq;
+    sums[2 * t + 1] = sk;
+  }
+  comm_.all_reduce_sum(sums.data(), sums.size(), DType::F32);
+  const float eps = static_cast<float>(config_.norm_eps);
+  const float q_n = static_cast<float>(config_.num_attention_heads * hd), k_n = static_cast<float>(config_.num_key_value_heads * hd);
+  const float* wq = lw.attn_q_norm_weight.data() + mine_.heads.begin * hd;  // the rank's part of the whole weight
+  const float* wk = lw.attn_k_norm_weight.data() + first_kv_head_ * hd;
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = qkv + t * qkv_cols;
+    const float rq = 1.0f / std::sqrt(sums[2 * t] / q_n + eps), rk = 1.0f / std::sqrt(sums[2 * t + 1] / k_n + eps);
+    for (int64_t i = 0; i < hpr * hd; ++i) row[i] = wq[i] * (row[i] * rq);
+    for (int64_t i = 0; i < kv_heads_ * hd; ++i) row[hpr * hd + i] = wk[i] * (row[hpr * hd + i] * rk);
+  }
+}
+
+void CpuRunner::moe_block(int layer, const float* h, float* out, int64_t n) {
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t H = config_.hidden_size, ipr = mine_.mlp_columns.size();
+  const int64_t E = config_.num_local_experts, K = config_.num_experts_per_tok;
+  // Router (replicated: every rank routes alike), then each token's top-k experts and weights.
+  std::vector<float> router(n * E);
+  linear(pool_, h, lw.ffn_router_weight.data(), nullptr, router.data(), n, H, E);
+  std::vector<int32_t> ids(n * K);
+  std::vector<float> weights(n * K);
+  for (int64_t t = 0; t < n; ++t) route_top_k(router.data() + t * E, E, K, ids.data() + t * K, weights.data() + t * K);
+  std::fill(out, out + n * H, 0.0f);
+  // Each expert once over the tokens routed to it (rows gathered), its output added with the weights.
+  std::vector<float> x, gate_up, act, y;
+  std::vector<int64_t> rows;
+  std::vector<float> row_w;
+  for (int64_t e = 0; e < E; ++e) {
+    rows.clear();
+    row_w.clear();
+    for (int64_t i = 0; i < n * K; ++i)
+      if (ids[i] == e) {
+        rows.push_back(i / K);
+        row_w.push_back(weights[i]);
+      }
+    const int64_t m = static_cast<int64_t>(rows.size());
+    if (m == 0) continue;
+    x.resize(m * H);
+    gate_up.resize(m * 2 * ipr);
+    act.resize(m * ipr);
+    y.resize(m * H);
+    for (int64_t r = 0; r < m; ++r) std::memcpy(x.data() + r * H, h + rows[r] * H, H * sizeof(float));
+    linear(pool_, x.data(), lw.ffn_experts_gate_up_weight.data() + e * 2 * ipr * H, nullptr, gate_up.data(), m, H, 2 * ipr);
+    gated_activation(config_.hidden_act, gate_up.data(), act.data(), m, ipr);
+    linear(pool_, act.data(), lw.ffn_experts_down_weight.data() + e * H * ipr, nullptr, y.data(), m, ipr, H);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t i = 0; i < H; ++i) out[rows[r] * H + i] += row_w[r] * y[r * H + i];
+  }
+}
+
 void CpuRunner::mlp_block(int layer, const float* h, float* out, int64_t n) {
   const LayerWeights& lw = w_.layers[layer];
   const int64_t H = config_.hidden_size, ipr = mine_.mlp_columns.size();
+  if (config_.num_local_experts > 0) {  // Mixtral: experts summed on the rank, then one all_reduce
+    moe_block(layer, h, out, n);
+    comm_.all_reduce_sum(out, n * H, DType::F32);
+    return;
+  }
   std::vector<float> act(n * ipr);
   if (config_.gated_mlp) {
     std::vector<float> gate_up(n * 2 * ipr);
@@ -296,19 +382,28 @@ void CpuRunner::run_layers(const std::vector<TokenInfo>& toks, std::vector<float
   std::vector<float> h(n * H), attn_out(n * H), mlp_out(n * H);
   for (int layer = static_cast<int>(stage_.begin); layer < static_cast<int>(stage_.end); ++layer) {
     const LayerWeights& lw = w_.layers[layer];
-    norm(lw.attn_norm_weight, lw.attn_norm_bias, x.data(), h.data(), n);
-    attention_block(layer, toks, h.data(), attn_out.data());
+    // OLMo 2 (no pre_norms): the blocks read the residual stream itself
+    const float* attn_in = x.data();
+    if (config_.pre_norms) {
+      norm(lw.attn_norm_weight, lw.attn_norm_bias, x.data(), h.data(), n);
+      attn_in = h.data();
+    }
+    attention_block(layer, toks, attn_in, attn_out.data());
     if (config_.use_parallel_residual) {
       // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
       norm(lw.ffn_norm_weight, lw.ffn_norm_bias, x.data(), h.data(), n);
       mlp_block(layer, h.data(), mlp_out.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] = mlp_out[i] + attn_out[i] + x[i];
     } else {
-      // Gemma 2 (post_norms): x + post_attention_norm(attn), then x + post_feedforward_norm(mlp)
+      // Gemma 2, OLMo 2 (post_norms): x + post_attention_norm(attn), then x + post_feedforward_norm(mlp)
       if (config_.post_norms) norm(lw.attn_post_norm_weight, {}, attn_out.data(), attn_out.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += attn_out[i];
-      norm(lw.ffn_norm_weight, lw.ffn_norm_bias, x.data(), h.data(), n);
-      mlp_block(layer, h.data(), mlp_out.data(), n);
+      const float* mlp_in = x.data();
+      if (config_.pre_norms) {
+        norm(lw.ffn_norm_weight, lw.ffn_norm_bias, x.data(), h.data(), n);
+        mlp_in = h.data();
+      }
+      mlp_block(layer, mlp_in, mlp_out.data(), n);
       if (config_.post_norms) norm(lw.ffn_post_norm_weight, {}, mlp_out.data(), mlp_out.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += mlp_out[i];
     }

@@ -275,6 +275,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool CustomAllReduce::add_norm_eligible(const AddNormParams& a) const {
   if (region_ == nullptr || a.n <= 0 || a.hidden <= 0 || !a.add0 || !a.residual || !a.weight0 || !a.out0) return false;
   if (a.add0_weight || a.weight_offset != 0.f) return false;  // Gemma 2's norms: all_reduce_sum + add_norm
+  if (!a.normalize0) return false;                            // OLMo 2's un-normalized block input: likewise
   if (a.dtype != DType::F32 && a.dtype != DType::F16 && a.dtype != DType::BF16) return false;
   const size_t row_bytes = static_cast<size_t>(a.hidden) * dtype_size(a.dtype);
   if (row_bytes % 16 != 0 || a.hidden % 4 != 0) return false;

@@ -226,6 +226,16 @@ TEST_CASE("Gemma 2: scaled embedding, RMSNorm x (1 + w), post-attention / post-f
   check_against_hf("tiny-gemma2", {1, 2, 3, 4});
 }
 
+TEST_CASE("OLMo 2: no pre-norms, post-attention / post-feedforward norms, q/k RMSNorm over the whole projection (sums of "
+          "squares all_reduced), GQA 8/2 (KV groups split at tp 3, replicated at 4), untied: vs transformers at tp 1, 2, 3 (uneven), 4") {
+  check_against_hf("tiny-olmo2", {1, 2, 3, 4});
+}
+
+TEST_CASE("Mixtral: 8 experts, top 2 renormalized, each expert's MLP split over the ranks, sliding_window 6, GQA 8/2: vs "
+          "transformers at tp 1, 2, 3 (uneven heads), 4") {
+  check_against_hf("tiny-mixtral", {1, 2, 3, 4});
+}
+
 TEST_CASE("Gemma 2's soft-caps bite at the fixture's scale: every last logit within the final cap, the largest near it") {
   const nlohmann::json ref = reference("tiny-gemma2");
   const nlohmann::json config = nlohmann::json::parse(std::ifstream(std::string(TPSHARD_FIXTURES_DIR) + "/tiny-gemma2/config.json"));

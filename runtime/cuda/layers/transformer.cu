@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "format/error.h"
 #include "kernels/activation.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/bias_add.cuh"
@@ -12,6 +13,7 @@
 #include "kernels/kv_cache.cuh"
 #include "kernels/linear.cuh"
 #include "kernels/norm.cuh"
+#include "kernels/qk_norm.cuh"
 #include "kernels/rotary.cuh"
 #include "kernels/softcap.cuh"
 #include "model/activation_plan.h"
@@ -56,6 +58,10 @@ Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int
       max_seq_len_(max_seq_len),
       kv_(stage_kv_positions(c, stage_, max_seq_len), kv_slots, static_cast<int>(mine_.kv_heads.size()),
           static_cast<int>(c.head_dim), w.dtype) {
+  TPS_CHECK(c.num_local_experts == 0,
+            "the CUDA backend does not run mixture-of-experts models yet (" + c.architecture + ": " +
+                std::to_string(c.num_local_experts) + " experts per layer)",
+            "run it with --device cpu");
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
   // Every buffer's size comes from the plan `tpshard plan` adds up (model/activation_plan.h).
@@ -86,6 +92,7 @@ Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int
   max_splits_ = kAttentionMaxSplits;
   alloc(partial_, ap.attention_partial, total);
   alloc(split_counters_, ap.attention_counters, total);
+  alloc(qk_sums_, ap.qk_sums, total);
   TPS_CUDA_CHECK(cudaMemset(split_counters_, 0, ap.attention_counters));
   alloc(cascade_partial_, ap.cascade_partial, total);
 }
@@ -94,7 +101,7 @@ Transformer::~Transformer() {
   for (void* p : {static_cast<void*>(inv_freq_), static_cast<void*>(meta_dev_), static_cast<void*>(residual_), h1_, h2_,
                   qkv_, attn_, ffn_, act_, out_, last_, static_cast<void*>(logits_), static_cast<void*>(argmax_),
                   static_cast<void*>(partial_), static_cast<void*>(split_counters_), static_cast<void*>(cascade_partial_),
-                  static_cast<void*>(argmax_partial_), static_cast<void*>(argmax_counters_)})
+                  static_cast<void*>(argmax_partial_), static_cast<void*>(argmax_counters_), static_cast<void*>(qk_sums_)})
     cudaFree(p);
   cudaFreeHost(meta_host_);
 }
@@ -249,6 +256,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   nrm.weight0 = lw.attn_norm_weight;
   nrm.bias0 = lw.attn_norm_bias;
   nrm.out0 = h1_;
+  nrm.normalize0 = c_.pre_norms;  // OLMo 2: the attention reads the residual stream itself
   if (c_.use_parallel_residual) {
     nrm.weight1 = lw.ffn_norm_weight;
     nrm.bias1 = lw.ffn_norm_bias;
@@ -300,6 +308,7 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.weight0 = lw.ffn_norm_weight;
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
+  n2.normalize0 = c_.pre_norms;
   const GemvArgs up = up_args(i, m, h2_);
   reduce_add_norm(n2, /*reduce=*/true);
   linear(up, ffn_);
@@ -355,6 +364,30 @@ void Transformer::attention_core(int i, const StepMeta& m) {
     hn.head_dim = hd;
     hn.eps = static_cast<float>(c_.norm_eps);
     head_rms_norm(hn, stream_);
+  }
+  if (c_.qk_norm_across_heads) {  // OLMo 2: RMSNorm of the whole Q and K: sums of squares over all ranks
+    const Range owned = layout_.owned_kv_heads(tp_rank_);
+    QkNormParams qn;
+    qn.qkv = qkv_;
+    qn.row_stride = qkv_rows;
+    qn.sums = qk_sums_;
+    qn.q_weight = w_.layers[i].attn_q_norm_weight;
+    qn.k_weight = w_.layers[i].attn_k_norm_weight;
+    qn.dtype = w_.dtype;
+    qn.n = m.n;
+    qn.num_heads = heads;
+    qn.num_kv_heads = kvh;
+    qn.head_dim = hd;
+    qn.q_offset = static_cast<int>(mine_.heads.begin);
+    qn.k_offset = static_cast<int>(mine_.kv_heads.begin);
+    qn.k_count_begin = static_cast<int>(owned.begin - mine_.kv_heads.begin);
+    qn.k_count_end = static_cast<int>(owned.end - mine_.kv_heads.begin);
+    qn.q_total = static_cast<int>(c_.num_attention_heads * hd);
+    qn.k_total = static_cast<int>(c_.num_key_value_heads * hd);
+    qn.eps = static_cast<float>(c_.norm_eps);
+    qk_sum_squares(qn, stream_);
+    all_reduce(qk_sums_, 2 * static_cast<size_t>(m.n), DType::F32);
+    qk_norm_apply(qn, stream_);
   }
   AttentionParams a;
   a.q = qkv_;

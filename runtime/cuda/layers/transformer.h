@@ -4,7 +4,9 @@
 // attention and MLP partial sums share one all_reduce); final norm; vocab-parallel logits and argmax.
 // Gemma 2 (ModelConfig fields, no architecture switch): embedding scale, RMSNorm weight offset, the
 // attention / MLP outputs normalized inside the next add_norm (post_norms), attention-score and final
-// logit soft-caps.
+// logit soft-caps. OLMo 2: blocks without pre-norms (AddNormParams::normalize0 false) and q/k RMSNorms over
+// the whole projection (kernels/qk_norm.cuh, an all_reduce of per-token sums of squares between its two
+// kernels). Mixture-of-experts models are refused (CPU backend only).
 // Activations are in the weights' dtype; the residual stream is fp32 (documented in docs/KERNELS.md).
 // Everything is enqueued on one stream, with no host synchronization, so it can be captured in a CUDA graph.
 #pragma once
@@ -152,6 +154,7 @@ class Transformer {
   float* partial_ = nullptr;    // attention split-K workspace
   float* cascade_partial_ = nullptr;  // [max_rows, heads_pr, kCascadeMaxSplits, head_dim + 2] prefix partials
   int32_t* split_counters_ = nullptr;  // [max_rows, heads_pr] zero: attention merges splits in-kernel
+  float* qk_sums_ = nullptr;    // [max_tokens, 2] qk_norm_across_heads: sums of squares of the whole Q, K
   size_t workspace_bytes_ = 0;
 };
 
