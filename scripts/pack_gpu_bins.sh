@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pack_gpu_bins.sh BUILD_DIR DEST [BINARY...]: the binaries a GPU run needs, stripped and xz-compressed (xz is on the GPU machines, zstd is not),
-# with the shared libraries the GPU machine lacks (libsentencepiece, libcpp-httplib and its brotli), into DEST (a folder ignored by git that
+# with the shared libraries the GPU machine lacks (libsentencepiece, libcpp-httplib and its brotli, libgloo and its
+# hiredis / ibverbs / libnl), into DEST (a folder ignored by git that
 # the device call carries). unpack_gpu_bins.sh reverses it there. Default binaries: tpshard tprun
 # test_gpu_runtime test_kernels.
 set -euo pipefail
@@ -14,7 +15,8 @@ for b in "${BINS[@]}"; do
   strip -o "$DEST/$b" "$BUILD/bin/$b"
   xz -6 -T0 "$DEST/$b"
 done
-for lib in libsentencepiece.so.0 libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1; do
+for lib in libsentencepiece.so.0 libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 \
+           libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libnl-route-3.so.200 libnl-3.so.200; do
   src=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
   [ -n "$src" ] && xz -6 -c "$(readlink -f "$src")" > "$DEST/$lib.xz"
 done
