@@ -567,4 +567,27 @@ TEST_CASE("tpshard convert / plan ORG/NAME[@REVISION]: the snapshot of the local
   CHECK(run("convert other/model -o " + (d / "out3")) == 1);
   CHECK(read_text(log).find("other/model: not a local directory, and not in the Hugging Face cache") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "out3"));
+  // a snapshot with config.json only (`hf download org/config-only config.json`): plan works, convert names the
+  // missing weights and the download command, writing nothing
+  const fs::path partial = fs::path(d / "hub") / "models--org--config-only";
+  fs::create_directories(partial / "refs");
+  fs::create_directories(partial / "snapshots" / commit);
+  fs::copy_file(d / "hf/config.json", partial / "snapshots" / commit / "config.json");
+  write_text((partial / "refs" / "v1").string(), commit);
+  CHECK(run("plan org/config-only@v1 --tp 2 --batch 2 --max-seq 16") == 0);
+  CHECK(run("convert org/config-only@v1 -o " + (d / "out3")) == 1);
+  CHECK(read_text(log).find("error: org/config-only@v1: the Hugging Face cache holds " +
+                            (partial / "snapshots" / commit).string() + " without the weights (no model.safetensors") !=
+        std::string::npos);
+  CHECK(read_text(log).find("hint: download the whole repository: `hf download org/config-only --revision v1` "
+                            "(huggingface_hub)\n") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "out3"));
+  // paths that are not there are reported as paths, never looked up as repo ids ("./x" is no ORG/NAME)
+  for (const std::string path : {"./missing", "../missing", "/missing", "org/", ".hidden/model", "org/-name"}) {
+    INFO(path);
+    CHECK(run("convert " + path + " -o " + (d / "out3")) == 1);
+    CHECK(read_text(log) == "error: " + path + ": cannot open (No such file or directory)\nhint: give the Hugging Face "
+                                "model directory (it holds config.json and *.safetensors)\n");
+  }
+  CHECK_FALSE(fs::exists(d / "out3"));
 }

@@ -54,14 +54,29 @@ void check_hf_dir(const std::string& hf_dir) {
   if (!std::filesystem::is_directory(st)) throw Error(hf_dir + ": not a directory", hint);
 }
 
+/// A snapshot of the hub cache holding only some files (`hf download ORG/NAME config.json`, or a download
+/// cut short): Error naming the repo id and the command that downloads the rest. The weight files
+/// are Checkpoint's four forms (format/checkpoint.h).
+void check_cached_weights(const std::string& repo_id, const std::string& snapshot) {
+  std::error_code ec;
+  for (const char* f : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"})
+    if (std::filesystem::exists(std::filesystem::path(snapshot) / f, ec)) return;
+  throw Error(repo_id + ": the Hugging Face cache holds " + snapshot +
+                  " without the weights (no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                  "pytorch_model.bin.index.json)",
+              "download the whole repository: " + hub_download_command(repo_id) + " (huggingface_hub)");
+}
+
 }  // namespace
 
 int run_convert(const ConvertOptions& options) {
   ConvertOptions opt = options;
   opt.hf_dir = resolve_model_source(options.hf_dir);  // a repo id: its snapshot in the hub cache
-  if (opt.hf_dir != options.hf_dir)
+  const bool from_cache = opt.hf_dir != options.hf_dir;
+  if (from_cache)
     std::fprintf(stderr, "tpshard convert: %s is %s (Hugging Face cache)\n", options.hf_dir.c_str(), opt.hf_dir.c_str());
   check_hf_dir(opt.hf_dir);
+  if (from_cache) check_cached_weights(options.hf_dir, opt.hf_dir);
   TPS_CHECK(!opt.out_dir.empty(), "convert --out: empty path", "give the directory to write, e.g. -o models/NAME");
   // The tokenizer files are copied as they are: load them first, so a corrupt one fails before any work.
   check_tokenizer_loads(opt.hf_dir, "the checkpoint's tokenizer is corrupt or unsupported; restore it from the "
