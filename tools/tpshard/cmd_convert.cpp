@@ -108,13 +108,22 @@ int run_convert(const ConvertOptions& options) {
     }
   }
   if (!r.skipped_line.empty()) std::fprintf(stderr, "tpshard convert: %s\n", r.skipped_line.c_str());
-  const std::string tps = manifest_layouts_text(r.manifest);
+  // --add-tp: the layouts written now, and all that OUT holds (the byte counts below are the new shards')
+  std::string tps = manifest_layouts_text(r.manifest);
+  if (opt.add_layouts) {
+    Manifest added;
+    for (const auto& s : r.shards) {
+      if (s.pp_size == 1) added.shards[s.tp_size];
+      else added.pp_shards[{s.pp_size, s.tp_size}];
+    }
+    tps = "added " + manifest_layouts_text(added) + " (now " + tps + ")";
+  }
   uint64_t on_disk = 0, raw = 0;  // with --compress the files are smaller than the tensors they hold
   for (const auto& s : r.shards) {
     on_disk += s.file_bytes;
     raw += s.raw_bytes;
   }
-  const std::string shards = human_bytes(on_disk) + " of shards on disk" +
+  const std::string shards = human_bytes(on_disk) + (opt.add_layouts ? " of new shards on disk" : " of shards on disk") +
                              (on_disk < raw ? " (" + human_bytes(raw) + " of tensors, compressed)" : std::string());
   std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, %s: %s source -> %s in %.1fs (convert %.1fs, %.2f GB/s)\n",
                opt.hf_dir.c_str(), opt.out_dir.c_str(), r.manifest.model.architecture.c_str(), dtype_name(r.manifest.dtype),
