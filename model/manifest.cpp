@@ -374,14 +374,16 @@ const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, con
     if (it != m.shards.end()) return it->second;
     throw Error(model_dir + "/manifest.json: no shards for tp_size " + std::to_string(tp_size) + " (it has " +
                     manifest_layouts_text(m) + ")",
-                "run with one of those tp sizes, or re-run tpshard convert with --tp " + std::to_string(tp_size));
+                "run with one of those tp sizes, or add it: `tpshard convert HF_DIR -o " + model_dir + " --add-tp " +
+                    std::to_string(tp_size) + "` (the layouts there, and results of resumable jobs, stay valid)");
   }
   auto it = m.pp_shards.find({pp_size, tp_size});
   if (it != m.pp_shards.end()) return it->second;
   throw Error(model_dir + "/manifest.json: no shards for pp_size " + std::to_string(pp_size) + " x tp_size " +
                   std::to_string(tp_size) + " (it has " + manifest_layouts_text(m) + ")",
-              "run with one of those layouts, or re-run tpshard convert with --tp " + std::to_string(tp_size) + " --pp " +
-                  std::to_string(pp_size));
+              "run with one of those layouts, or add it: `tpshard convert HF_DIR -o " + model_dir + " --add-tp " +
+                  std::to_string(tp_size) + " --pp " + std::to_string(pp_size) +
+                  "` (the layouts there, and results of resumable jobs, stay valid)");
 }
 
 void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, const std::string& model_dir) {

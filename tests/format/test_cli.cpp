@@ -57,7 +57,8 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   // A tp size or rank the model does not have: the error alone, no half report before it.
   CHECK(run_tpshard("inspect " + (d / "out") + " --tp 8", log) == 1);
   CHECK(read_text(log) == "error: " + (d / "out/manifest.json") + ": no shards for tp_size 8 (it has tp 1, 2, 4)\n"
-                          "hint: run with one of those tp sizes, or re-run tpshard convert with --tp 8\n");
+                          "hint: run with one of those tp sizes, or add it: `tpshard convert HF_DIR -o " + (d / "out") +
+                          " --add-tp 8` (the layouts there, and results of resumable jobs, stay valid)\n");
   CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --tensors --rank 2", log) == 1);
   CHECK(read_text(log) == "error: inspect --rank 2: tp_size 2 has tp_rank 0..1\nhint: pass --rank 0..1\n");
   CHECK(run_tpshard("inspect " + (d / "out") + " --tensors --rank 1", log) == 1);  // tp 1 has rank 0 only
