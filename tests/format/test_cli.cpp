@@ -22,6 +22,7 @@
 #include "format/error.h"
 #include "model/manifest.h"
 #include "model/memory_plan.h"
+#include "model/model_config.h"
 #include "format/shard_file.h"
 #include "tiny_checkpoint.h"
 
@@ -529,6 +530,47 @@ TEST_CASE("tpshard plan from a Hugging Face directory or a bare config.json, at 
   CHECK(read_text(log).find("neither a converted model (manifest.json) nor a Hugging Face directory") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 100000 --max-seq 64 --gpu-mem 0.5", log) == 1);
   CHECK(read_text(log).find("hint: use --batch ") != std::string::npos);
+  CHECK(read_text(log).find("does not fit in 0.5 GiB\n") != std::string::npos);  // --gpu-mem as given, not 0.500000
+
+  // the inverse questions: the largest batch (no --batch) or max_seq (no --max-seq) that fits in --gpu-mem,
+  // against the plan computed here: plan(answer) fits, plan(answer + 1) does not
+  const ModelConfig c = load_hf_config(d / "hf");
+  const double gib = 0.2504;  // 256 MiB of workspace + about 430 KB
+  const uint64_t cap = static_cast<uint64_t>(gib * 1073741824.0);
+  auto total = [&](int64_t batch, int64_t seq) {
+    return plan_memory_for_config(c, DType::BF16, 3, 2, batch, seq).total_bytes();
+  };
+  int64_t batch = 1;
+  while (total(batch + 1, 32) <= cap) ++batch;
+  REQUIRE(batch > 1);
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 3 --pp 2 --dp 4 --max-seq 32 --gpu-mem 0.2504", log) == 0);
+  out = read_text(log);
+  CHECK_MESSAGE(out.find("per-GPU memory plan: tp 3 x pp 2 x dp 4, batch " + std::to_string(batch) + ", max_seq 32,") !=
+                    std::string::npos,
+                out);
+  CHECK(out.find("  batch " + std::to_string(batch) + " is the largest that fits in 0.2504 GiB at max_seq 32\n") !=
+        std::string::npos);
+  CHECK(out.find(" 24  (4 replicas of tp 3 x pp 2;") != std::string::npos);  // the GPU count: tp x pp x dp
+  int64_t seq = 1;  // at that batch: at least 32, less than the model's 64
+  while (seq < 64 && total(batch, seq + 1) <= cap) ++seq;
+  REQUIRE(seq >= 32);
+  REQUIRE(seq < 64);
+  const std::string b = std::to_string(batch);
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 3 --pp 2 --batch " + b + " --gpu-mem 0.2504", log) == 0);
+  out = read_text(log);
+  CHECK_MESSAGE(out.find("max_seq " + std::to_string(seq) + " is the largest that fits in 0.2504 GiB at batch " + b + "\n") !=
+                    std::string::npos,
+                out);
+  CHECK(out.find("largest max_seq that fits at batch " + b + ": " + std::to_string(seq) + "\n") != std::string::npos);
+  // without --max-seq and --gpu-mem: tprun's default, min(max_position_embeddings 64, 2048)
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 2", log) == 0);
+  CHECK(read_text(log).find("batch 2, max_seq 64, dtype bf16\n") != std::string::npos);
+  // nothing to solve for, or nothing fits
+  CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1", log) == 1);
+  CHECK(read_text(log) == "error: plan: --batch is needed without --gpu-mem\nhint: pass --batch B, or --gpu-mem GIB for "
+                          "the largest batch that fits\n");
+  CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --gpu-mem 0.1", log) == 1);
+  CHECK(read_text(log).find("error: plan: even batch 1 at max_seq 64 does not fit in 0.1 GiB") != std::string::npos);
 }
 
 TEST_CASE("tpshard convert / plan ORG/NAME[@REVISION]: the snapshot of the local Hugging Face cache, symlinks to blobs as "

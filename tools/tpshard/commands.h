@@ -13,8 +13,11 @@ int run_convert(const ConvertOptions& opt);
 int run_inspect(const std::string& model_dir, int tp_size, bool list_tensors, int rank);
 /// Recompute every tensor hash and file hash; Error naming the first bad tensor/file.
 int run_verify(const std::string& model_dir, int tp_size);
-int run_plan(const std::string& model_dir, int tp_size, int pp_size, int64_t batch, int64_t max_seq, double gpu_gib,
-             const std::string& dtype);
+/// The per-GPU memory plan of the tp x pp (x dp replicas) layout. batch / max_seq 0: not given; with
+/// gpu_gib > 0 the largest batch at max_seq (or, batch given, the largest max_seq) that fits is planned.
+/// Error when the plan does not fit in gpu_gib (> 0).
+int run_plan(const std::string& model_dir, int tp_size, int pp_size, int dp_size, int64_t batch, int64_t max_seq,
+             double gpu_gib, const std::string& dtype);
 
 /// "none" | "zstd[:level]" | "zstd-planes[:level]" -> codec and level. Error on anything else.
 void parse_compress(const std::string& s, Codec* codec, int* level);
