@@ -5,8 +5,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 
+#include "common/log.h"
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
@@ -51,7 +54,7 @@ int main(int argc, char** argv) {
   convert->add_flag("--allow-nonfinite", copt.allow_nonfinite, "convert tensors holding NaN/inf (refused by default: a corrupt checkpoint)");
   bool no_source_hash = false, quiet = false;
   convert->add_flag("--no-source-hash", no_source_hash, "do not fingerprint the source files (manifest gets 0)");
-  convert->add_flag("-q,--quiet", quiet, "no progress line and no summary table");
+  convert->add_flag("-q,--quiet", quiet, "no progress line and no summary table (also TPSHARD_LOG_LEVEL=quiet)");
 
   std::string model_dir;
   int tp = 0, rank = 0;
@@ -122,6 +125,15 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   try {
+    // -q, else TPSHARD_LOG_LEVEL as in tprun (docs/TUNING.md): quiet drops convert's progress and table
+    if (const char* level = std::getenv("TPSHARD_LOG_LEVEL"); !quiet && level && *level) {
+      const std::optional<LogLevel> l = parse_log_level(level);
+      if (!l)
+        throw Error("environment variable TPSHARD_LOG_LEVEL='" + std::string(level) +
+                        "' is not legal (legal: quiet, info or verbose)",
+                    "fix or unset TPSHARD_LOG_LEVEL (docs/TUNING.md lists every variable)");
+      quiet = *l == LogLevel::Quiet;
+    }
     if (*convert) {
       if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
       if (!add_tp_lists.empty()) {
