@@ -121,8 +121,16 @@ Manifest load_manifest(const std::string& model_dir) {
       throw Error(model_dir + ": is a file, not a model directory",
                   "pass the directory that holds manifest.json" + (parent.empty() ? std::string() : " (" + parent + ")"));
     }
-    throw Error(path + ": cannot open" + (err ? std::string(" (") + std::strerror(err) + ")" : std::string()),
-                "point at a directory written by `tpshard convert` (it holds manifest.json)");
+    // a checkpoint not converted yet (a Hugging Face or llama2.c directory): say how to convert it
+    std::string hint = "point at a directory written by `tpshard convert` (it holds manifest.json)";
+    if (err == ENOENT && std::filesystem::is_directory(model_dir, ec)) {
+      if (std::filesystem::exists(std::filesystem::path(model_dir) / "config.json", ec))
+        hint = model_dir + " is a Hugging Face checkpoint, not converted yet: `tpshard convert " + model_dir +
+               " -o OUT --tp N`, then run OUT";
+      else if (const std::string h = missing_config_hint(model_dir); h.rfind("check that", 0) != 0)
+        hint = h;  // llama2.c or GGUF
+    }
+    throw Error(path + ": cannot open" + (err ? std::string(" (") + std::strerror(err) + ")" : std::string()), hint);
   }
   json j;
   try {

@@ -121,6 +121,27 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
                           "hint: pass the directory that holds manifest.json (" + (d / "out") + ")\n");
 }
 
+TEST_CASE("a model directory that is a checkpoint not converted yet (Hugging Face, llama2.c): the hint says how to convert") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  CHECK(run_tpshard("inspect " + (d / "hf"), log) == 1);
+  CHECK(read_text(log) == "error: " + (d / "hf/manifest.json") + ": cannot open (No such file or directory)\nhint: " +
+                              (d / "hf") + " is a Hugging Face checkpoint, not converted yet: `tpshard convert " +
+                              (d / "hf") + " -o OUT --tp N`, then run OUT\n");
+  fs::create_directories(d / "l2c");
+  std::ofstream(d / "l2c/stories260K.bin") << "x";
+  std::ofstream(d / "l2c/tok512.bin") << "x";
+  CHECK(run_tpshard("verify " + (d / "l2c"), log) == 1);
+  CHECK(read_text(log).find("hint: this looks like a llama2.c checkpoint: import it first with `python3 "
+                            "scripts/llama2c_to_hf.py " + (d / "l2c") + " HF_OUT`") != std::string::npos);
+  fs::create_directories(d / "empty");
+  CHECK(run_tpshard("inspect " + (d / "empty"), log) == 1);
+  CHECK(read_text(log).find("hint: point at a directory written by `tpshard convert` (it holds manifest.json)\n") !=
+        std::string::npos);
+}
+
 TEST_CASE("tpshard convert of a directory without config.json says what it holds instead") {
   ScratchDir d;
   const std::string log = d / "log.txt";
