@@ -6,10 +6,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
-#include <optional>
 
 #include "common/log.h"
+#include "runtime/tuning.h"
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
@@ -125,14 +126,13 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   try {
-    // -q, else TPSHARD_LOG_LEVEL as in tprun (docs/TUNING.md): quiet drops convert's progress and table
-    if (const char* level = std::getenv("TPSHARD_LOG_LEVEL"); !quiet && level && *level) {
-      const std::optional<LogLevel> l = parse_log_level(level);
-      if (!l)
-        throw Error("environment variable TPSHARD_LOG_LEVEL='" + std::string(level) +
-                        "' is not legal (legal: quiet, info or verbose)",
-                    "fix or unset TPSHARD_LOG_LEVEL (docs/TUNING.md lists every variable)");
-      quiet = *l == LogLevel::Quiet;
+    // -q, else TPSHARD_LOG_LEVEL as in tprun (docs/TUNING.md): quiet drops convert's progress and table.
+    // Parsed by runtime/tuning.cpp, the one reader of the variables; tpshard uses only this one.
+    if (!quiet) {
+      const Tuning t = parse_tuning([](const char* name) -> const char* {
+        return std::strcmp(name, "TPSHARD_LOG_LEVEL") == 0 ? std::getenv(name) : nullptr;
+      });
+      quiet = t.log_level == LogLevel::Quiet;
     }
     if (*convert) {
       if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
