@@ -2,7 +2,7 @@
 // the results only (what a script parses); Info (default): the status lines (backend, choices made,
 // closing stats, progress); Verbose: also the details behind them (resolved options, per-rank load times).
 // Errors and warnings are printed whatever the level (they do not go through here). tprun sets the level
-// from -q / -v, else TPSHARD_LOG_LEVEL (runtime/tuning.h); tpshard from -q.
+// from -q / -v, else TPSHARD_LOG_LEVEL (runtime/tuning.h); tpshard convert from -q, else TPSHARD_LOG_LEVEL.
 #pragma once
 #include <optional>
 #include <string>

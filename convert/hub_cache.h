@@ -13,4 +13,8 @@ namespace tpshard {
 /// and the download command when the repo or revision is not cached.
 std::string resolve_model_source(const std::string& source);
 
+/// The huggingface_hub command that downloads repo id `source` ("ORG/NAME[@REVISION]"), in backquotes:
+/// "`hf download ORG/NAME --revision REVISION`" (no --revision for main).
+std::string hub_download_command(const std::string& source);
+
 }  // namespace tpshard

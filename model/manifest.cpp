@@ -121,8 +121,16 @@ Manifest load_manifest(const std::string& model_dir) {
       throw Error(model_dir + ": is a file, not a model directory",
                   "pass the directory that holds manifest.json" + (parent.empty() ? std::string() : " (" + parent + ")"));
     }
-    throw Error(path + ": cannot open" + (err ? std::string(" (") + std::strerror(err) + ")" : std::string()),
-                "point at a directory written by `tpshard convert` (it holds manifest.json)");
+    // a checkpoint not converted yet (a Hugging Face or llama2.c directory): say how to convert it
+    std::string hint = "point at a directory written by `tpshard convert` (it holds manifest.json)";
+    if (err == ENOENT && std::filesystem::is_directory(model_dir, ec)) {
+      if (std::filesystem::exists(std::filesystem::path(model_dir) / "config.json", ec))
+        hint = model_dir + " is a Hugging Face checkpoint, not converted yet: `tpshard convert " + model_dir +
+               " -o OUT --tp N`, then run OUT";
+      else if (const std::string h = missing_config_hint(model_dir); h.rfind("check that", 0) != 0)
+        hint = h;  // llama2.c or GGUF
+    }
+    throw Error(path + ": cannot open" + (err ? std::string(" (") + std::strerror(err) + ")" : std::string()), hint);
   }
   json j;
   try {
@@ -374,14 +382,16 @@ const std::vector<ManifestShard>& shards_for(const Manifest& m, int tp_size, con
     if (it != m.shards.end()) return it->second;
     throw Error(model_dir + "/manifest.json: no shards for tp_size " + std::to_string(tp_size) + " (it has " +
                     manifest_layouts_text(m) + ")",
-                "run with one of those tp sizes, or re-run tpshard convert with --tp " + std::to_string(tp_size));
+                "run with one of those tp sizes, or add it: `tpshard convert HF_DIR -o " + model_dir + " --add-tp " +
+                    std::to_string(tp_size) + "` (the layouts there, and results of resumable jobs, stay valid)");
   }
   auto it = m.pp_shards.find({pp_size, tp_size});
   if (it != m.pp_shards.end()) return it->second;
   throw Error(model_dir + "/manifest.json: no shards for pp_size " + std::to_string(pp_size) + " x tp_size " +
                   std::to_string(tp_size) + " (it has " + manifest_layouts_text(m) + ")",
-              "run with one of those layouts, or re-run tpshard convert with --tp " + std::to_string(tp_size) + " --pp " +
-                  std::to_string(pp_size));
+              "run with one of those layouts, or add it: `tpshard convert HF_DIR -o " + model_dir + " --add-tp " +
+                  std::to_string(tp_size) + " --pp " + std::to_string(pp_size) +
+                  "` (the layouts there, and results of resumable jobs, stay valid)");
 }
 
 void check_shard_belongs(const ShardReader& shard, const ManifestShard& entry, const std::string& model_dir) {

@@ -85,6 +85,19 @@ int64_t largest_batch_that_fits(const std::function<MemoryPlan(int64_t batch)>& 
   return lo;
 }
 
+int64_t largest_max_seq_that_fits(const std::function<MemoryPlan(int64_t max_seq)>& plan, uint64_t capacity_bytes,
+                                  int64_t limit) {
+  if (limit < 1 || plan(1).total_bytes() > capacity_bytes) return 0;
+  if (plan(limit).total_bytes() <= capacity_bytes) return limit;
+  int64_t lo = 1, hi = limit;  // plan(lo) fits, plan(hi) does not
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (plan(mid).total_bytes() <= capacity_bytes) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
 MemoryPlan plan_memory(const Manifest& m, int tp_size, int64_t batch, int64_t max_seq, const std::string& model_dir,
                        size_t kv_dtype_bytes, int pp_size) {
   if (batch < 1 || max_seq < 1) throw Error("plan: batch and max_seq must be positive", "pass --batch B --max-seq S with B, S >= 1");

@@ -67,4 +67,9 @@ MemoryPlan plan_memory_for_config(const ModelConfig& c, DType dtype, int tp_size
 /// does not. plan must grow with the batch.
 int64_t largest_batch_that_fits(const std::function<MemoryPlan(int64_t batch)>& plan, uint64_t capacity_bytes);
 
+/// The largest max_seq in 1..limit whose plan(max_seq).total_bytes() fits in capacity_bytes; 0 when
+/// max_seq 1 does not. plan must grow with max_seq.
+int64_t largest_max_seq_that_fits(const std::function<MemoryPlan(int64_t max_seq)>& plan, uint64_t capacity_bytes,
+                                  int64_t limit);
+
 }  // namespace tpshard

@@ -150,6 +150,10 @@ ModelConfig parse_hf_config(const nlohmann::json& config, const std::string& pat
 ModelConfig load_hf_config(const std::string& hf_dir);
 /// One config.json file by its path (any name; generation_config.json is not read). Errors as load_hf_config.
 ModelConfig load_hf_config_file(const std::string& path);
+/// What a directory without config.json holds instead, as a hint: a llama2.c checkpoint (a *.bin next to
+/// a tok*.bin tokenizer) names the import script, GGUF files say they are not a source tpshard converts;
+/// otherwise a general "check that the directory is a Hugging Face model directory".
+std::string missing_config_hint(const std::string& hf_dir);
 
 /// The normalized config as stored in manifest.json under "model" (HF field names, plus "arch").
 nlohmann::json model_config_to_json(const ModelConfig& c);

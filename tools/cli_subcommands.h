@@ -2,7 +2,8 @@
 // subcommand and for an unknown one such as `tpshard frobnicate`) into a tpshard::Error that names the
 // word that was not understood, the command level it was given to, and the valid choices.
 // Also explains CLI11's "The following arguments were not expected" for options: a global option
-// given after the subcommand (tprun MODEL generate --tp 2) and a mistyped option (--promt).
+// given after the subcommand (tprun MODEL generate --tp 2), a mistyped option (--promt), and an unquoted
+// text split into words (chat --prompt Hi there).
 // Every other CLI11 parse error keeps its message and gets a hint naming the --help to read
 // (explain_parse_error). Owns only that explanation; parsing stays with CLI11 and printing with each
 // tool's main.
@@ -101,6 +102,43 @@ inline std::vector<const CLI::App*> parsed_levels(const CLI::App& app) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Leftover words that are not options, right after an option's value (`chat --prompt Hi there`: the
+/// shell split an unquoted text): "'there' is not an option value: --prompt takes one word", hint: the
+/// command line with the words quoted together. nullopt when the first leftover word follows no option value.
+inline std::optional<Error> unquoted_value_words(const std::vector<const CLI::App*>& chain, const std::string& program,
+                                                 const std::vector<std::string>& args) {
+  std::size_t first = args.size();
+  for (const CLI::App* level : chain)
+    for (const std::string& word : level->remaining()) {
+      const auto at = std::find(args.begin(), args.end(), word);
+      first = std::min(first, static_cast<std::size_t>(at - args.begin()));
+    }
+  if (first < 2 || first >= args.size()) return std::nullopt;
+  const std::string& option = args[first - 2];
+  if (option.size() < 3 || option.compare(0, 2, "--") != 0 || option.find('=') != std::string::npos) return std::nullopt;
+  bool takes_value = false;
+  for (const CLI::App* level : chain)
+    if (const CLI::Option* opt = level->get_option_no_throw(option); opt != nullptr && opt->get_type_size_max() > 0)
+      takes_value = true;
+  if (!takes_value) return std::nullopt;
+  std::size_t end = first;  // the leftover words up to the next option
+  while (end < args.size() && !(args[end].size() > 1 && args[end][0] == '-')) ++end;
+  std::string joined = args[first - 1];
+  for (std::size_t i = first; i < end; ++i) joined += " " + args[i];
+  std::string line = program;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (i == first - 1) line += " " + shell_word(joined);
+    else if (i < first || i >= end) line += " " + shell_word(args[i]);
+  }
+  return Error("'" + args[first] + "' is not an option or a value: " + option + " takes one value ('" + args[first - 1] +
+                   "'); a text with spaces needs quotes",
+               "`" + line + "`");
+}
+
+}  // namespace detail
+
 /// Call after app.parse threw `e`, with the command line's words after the program name (`args`).
 /// When `e` is CLI11's ExtrasError and a word left over at some parsed command level is an option:
 ///  - an option of an enclosing level (tprun's --tp after `generate`): "--tp is a tprun option: put it
@@ -108,7 +146,8 @@ inline std::vector<const CLI::App*> parsed_levels(const CLI::App& app) {
 ///  - otherwise: "USAGE generate: unknown option --promt", hint: the closest option name of that level
 ///    (edit distance <= 3 and less than the word's length) and where --help lists them.
 /// `program` is the tool's name ("tprun"), `usage` how the top level is typed ("tprun MODEL_DIR").
-/// Returns nullopt for other errors and for leftover words that are not options.
+/// A leftover word that is not an option, right after an option's value: unquoted_value_words.
+/// Returns nullopt for other errors and for other leftover words that are not options.
 inline std::optional<Error> explain_unexpected_option(const CLI::App& app, const CLI::ParseError& e,
                                                       const std::string& program, const std::string& usage,
                                                       const std::vector<std::string>& args) {
@@ -126,7 +165,7 @@ inline std::optional<Error> explain_unexpected_option(const CLI::App& app, const
       if (pos < best_pos) best_pos = pos, best_level = l;
     }
   }
-  if (best_pos == args.size()) return std::nullopt;
+  if (best_pos == args.size()) return detail::unquoted_value_words(chain, program, args);
   const std::string word = args[best_pos];
   const std::string name = word.substr(0, word.find('='));
   std::string path = usage;

@@ -22,6 +22,7 @@
 #include "format/error.h"
 #include "model/manifest.h"
 #include "model/memory_plan.h"
+#include "model/model_config.h"
 #include "format/shard_file.h"
 #include "tiny_checkpoint.h"
 
@@ -57,7 +58,8 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   // A tp size or rank the model does not have: the error alone, no half report before it.
   CHECK(run_tpshard("inspect " + (d / "out") + " --tp 8", log) == 1);
   CHECK(read_text(log) == "error: " + (d / "out/manifest.json") + ": no shards for tp_size 8 (it has tp 1, 2, 4)\n"
-                          "hint: run with one of those tp sizes, or re-run tpshard convert with --tp 8\n");
+                          "hint: run with one of those tp sizes, or add it: `tpshard convert HF_DIR -o " + (d / "out") +
+                          " --add-tp 8` (the layouts there, and results of resumable jobs, stay valid)\n");
   CHECK(run_tpshard("inspect " + (d / "out") + " --tp 2 --tensors --rank 2", log) == 1);
   CHECK(read_text(log) == "error: inspect --rank 2: tp_size 2 has tp_rank 0..1\nhint: pass --rank 0..1\n");
   CHECK(run_tpshard("inspect " + (d / "out") + " --tensors --rank 1", log) == 1);  // tp 1 has rank 0 only
@@ -117,6 +119,27 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(run_tpshard("verify " + (d / "out/manifest.json"), log) == 1);
   CHECK(read_text(log) == "error: " + (d / "out/manifest.json") + ": is a file, not a model directory\n"
                           "hint: pass the directory that holds manifest.json (" + (d / "out") + ")\n");
+}
+
+TEST_CASE("a model directory that is a checkpoint not converted yet (Hugging Face, llama2.c): the hint says how to convert") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  CHECK(run_tpshard("inspect " + (d / "hf"), log) == 1);
+  CHECK(read_text(log) == "error: " + (d / "hf/manifest.json") + ": cannot open (No such file or directory)\nhint: " +
+                              (d / "hf") + " is a Hugging Face checkpoint, not converted yet: `tpshard convert " +
+                              (d / "hf") + " -o OUT --tp N`, then run OUT\n");
+  fs::create_directories(d / "l2c");
+  std::ofstream(d / "l2c/stories260K.bin") << "x";
+  std::ofstream(d / "l2c/tok512.bin") << "x";
+  CHECK(run_tpshard("verify " + (d / "l2c"), log) == 1);
+  CHECK(read_text(log).find("hint: this looks like a llama2.c checkpoint: import it first with `python3 "
+                            "scripts/llama2c_to_hf.py " + (d / "l2c") + " HF_OUT`") != std::string::npos);
+  fs::create_directories(d / "empty");
+  CHECK(run_tpshard("inspect " + (d / "empty"), log) == 1);
+  CHECK(read_text(log).find("hint: point at a directory written by `tpshard convert` (it holds manifest.json)\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("tpshard convert of a directory without config.json says what it holds instead") {
@@ -529,6 +552,48 @@ TEST_CASE("tpshard plan from a Hugging Face directory or a bare config.json, at 
   CHECK(read_text(log).find("neither a converted model (manifest.json) nor a Hugging Face directory") != std::string::npos);
   CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 100000 --max-seq 64 --gpu-mem 0.5", log) == 1);
   CHECK(read_text(log).find("hint: use --batch ") != std::string::npos);
+  CHECK(read_text(log).find("does not fit in 0.5 GiB\n") != std::string::npos);  // --gpu-mem as given, not 0.500000
+
+  // the inverse questions: the largest batch (no --batch) or max_seq (no --max-seq) that fits in --gpu-mem,
+  // against the plan computed here: plan(answer) fits, plan(answer + 1) does not
+  const ModelConfig c = load_hf_config(d / "hf");
+  const double gib = 0.2504;  // 256 MiB of workspace + about 430 KB
+  const uint64_t cap = static_cast<uint64_t>(gib * 1073741824.0);
+  auto total = [&](int64_t batch, int64_t seq) {
+    return plan_memory_for_config(c, DType::BF16, 3, 2, batch, seq).total_bytes();
+  };
+  int64_t batch = 1;
+  while (total(batch + 1, 32) <= cap) ++batch;
+  REQUIRE(batch > 1);
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 3 --pp 2 --dp 4 --max-seq 32 --gpu-mem 0.2504", log) == 0);
+  out = read_text(log);
+  CHECK_MESSAGE(out.find("per-GPU memory plan: tp 3 x pp 2 x dp 4, batch " + std::to_string(batch) + ", max_seq 32,") !=
+                    std::string::npos,
+                out);
+  CHECK(out.find("  batch " + std::to_string(batch) + " is the largest that fits in 0.2504 GiB at max_seq 32\n") !=
+        std::string::npos);
+  CHECK(out.find(" 24  (4 replicas of tp 3 x pp 2;") != std::string::npos);  // the GPU count: tp x pp x dp
+  int64_t seq = 1;  // at that batch: at least 32, less than the model's 64
+  while (seq < 64 && total(batch, seq + 1) <= cap) ++seq;
+  REQUIRE(seq >= 32);
+  REQUIRE(seq < 64);
+  const std::string b = std::to_string(batch);
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 3 --pp 2 --batch " + b + " --gpu-mem 0.2504", log) == 0);
+  out = read_text(log);
+  CHECK_MESSAGE(out.find("max_seq " + std::to_string(seq) + " is the largest that fits in 0.2504 GiB at batch " + b + "\n") !=
+                    std::string::npos,
+                out);
+  CHECK(out.find("largest max_seq that fits at batch " + b + ": " + std::to_string(seq) + "\n") != std::string::npos);
+  // without --max-seq and --gpu-mem: tprun's default, min(max_position_embeddings 64, 2048)
+  REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 1 --batch 2", log) == 0);
+  CHECK(read_text(log).find("batch 2, max_seq 64, dtype bf16\n") != std::string::npos);
+  // nothing to solve for, or nothing fits
+  CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1", log) == 1);
+  CHECK(read_text(log) == "error: plan: --batch is needed without --gpu-mem\nhint: pass --batch B, or --gpu-mem GIB for "
+                          "the largest batch that fits\n");
+  CHECK(run_tpshard("plan " + (d / "hf") + " --tp 1 --gpu-mem 0.1", log) == 1);
+  CHECK(read_text(log).find("error: plan: even batch 1 at max_seq 64 does not fit in 0.1 GiB") != std::string::npos);
+
   // --shared-prefix: planned as the runtime runs it, the prefix in one more slot (batch 4 + 1 sequences)
   auto kv_line = [&](const std::string& args) {
     REQUIRE(run_tpshard("plan " + (d / "hf") + " --tp 1 --max-seq 64 " + args, log) == 0);
@@ -584,5 +649,28 @@ TEST_CASE("tpshard convert / plan ORG/NAME[@REVISION]: the snapshot of the local
                               "org/tiny-llama --revision v9` (huggingface_hub), or pass the model's local directory\n");
   CHECK(run("convert other/model -o " + (d / "out3")) == 1);
   CHECK(read_text(log).find("other/model: not a local directory, and not in the Hugging Face cache") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "out3"));
+  // a snapshot with config.json only (`hf download org/config-only config.json`): plan works, convert names the
+  // missing weights and the download command, writing nothing
+  const fs::path partial = fs::path(d / "hub") / "models--org--config-only";
+  fs::create_directories(partial / "refs");
+  fs::create_directories(partial / "snapshots" / commit);
+  fs::copy_file(d / "hf/config.json", partial / "snapshots" / commit / "config.json");
+  write_text((partial / "refs" / "v1").string(), commit);
+  CHECK(run("plan org/config-only@v1 --tp 2 --batch 2 --max-seq 16") == 0);
+  CHECK(run("convert org/config-only@v1 -o " + (d / "out3")) == 1);
+  CHECK(read_text(log).find("error: org/config-only@v1: the Hugging Face cache holds " +
+                            (partial / "snapshots" / commit).string() + " without the weights (no model.safetensors") !=
+        std::string::npos);
+  CHECK(read_text(log).find("hint: download the whole repository: `hf download org/config-only --revision v1` "
+                            "(huggingface_hub)\n") != std::string::npos);
+  CHECK_FALSE(fs::exists(d / "out3"));
+  // paths that are not there are reported as paths, never looked up as repo ids ("./x" is no ORG/NAME)
+  for (const std::string path : {"./missing", "../missing", "/missing", "org/", ".hidden/model", "org/-name"}) {
+    INFO(path);
+    CHECK(run("convert " + path + " -o " + (d / "out3")) == 1);
+    CHECK(read_text(log) == "error: " + path + ": cannot open (No such file or directory)\nhint: give the Hugging Face "
+                                "model directory (it holds config.json and *.safetensors)\n");
+  }
   CHECK_FALSE(fs::exists(d / "out3"));
 }

@@ -1,5 +1,6 @@
 // test_cli_ux.cpp: tpshard CLI fixes from a new-user test, on the binary: a mistyped option names the
-// closest one; `--tp 2,,4` is refused; `inspect` fails on a truncated or misplaced shard naming the file.
+// closest one; `--tp 2,,4` is refused; `inspect` fails on a truncated or misplaced shard naming the file;
+// TPSHARD_LOG_LEVEL=quiet quiets convert as -q does.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -84,4 +85,23 @@ TEST_CASE("tpshard inspect: a truncated or misplaced shard file fails naming it,
                       std::to_string(size) + (rank0_size < size ? " (truncated)" : "") + "\nhint: run `tpshard verify " +
                       out + "` for the full check, and re-run tpshard convert\n");
   }
+}
+
+TEST_CASE("tpshard convert: TPSHARD_LOG_LEVEL=quiet drops progress and table as -q; a bad value is refused, nothing written") {
+  ScratchDir d;
+  LlamaSpec s;
+  make_llama(s).save(d / "hf");
+  const std::string log = d / "log.txt";
+  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "info") + " --tp 1,2", log) == 0);
+  CHECK(read_text(log).find("tp2/rank1.tps") != std::string::npos);  // the table
+  REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "quiet") + " --tp 1,2", log, "TPSHARD_LOG_LEVEL=quiet ") == 0);
+  const std::string quiet = read_text(log);
+  CHECK_MESSAGE(quiet.find("tp2/rank1.tps") == std::string::npos, quiet);
+  CHECK(quiet.find("converting:") == std::string::npos);
+  CHECK(quiet.find("tpshard convert: " + (d / "hf") + " -> " + (d / "quiet")) != std::string::npos);  // the result line
+  CHECK(load_manifest(d / "quiet").shards.count(2) == 1);
+  CHECK(run_tpshard("convert " + (d / "hf") + " -o " + (d / "bad"), log, "TPSHARD_LOG_LEVEL=loud ") == 1);
+  CHECK(read_text(log) == "error: environment variable TPSHARD_LOG_LEVEL='loud' is not legal (legal: quiet, info or "
+                          "verbose)\nhint: fix or unset TPSHARD_LOG_LEVEL (docs/TUNING.md lists every variable)\n");
+  CHECK_FALSE(fs::exists(d / "bad"));
 }

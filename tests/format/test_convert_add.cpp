@@ -41,6 +41,12 @@ TEST_CASE("convert --add-tp: added layouts equal a fresh conversion's; OUT's oth
   const auto tp1_before = file_bytes(d / "out/tp1/rank0.tps");
 
   REQUIRE(run_tpshard("convert " + (d / "hf") + " -o " + (d / "out") + " --add-tp 1,2,3 --pp 1,2", log) == 0);
+  // the summary names what was added and what OUT now holds; its byte count is the added shards'
+  const std::string summary = read_text(log);
+  CHECK_MESSAGE(summary.find("LlamaForCausalLM bf16, added tp 2, 3, pp 2 x tp 1, pp 2 x tp 2, pp 2 x tp 3 (now tp 1, 2, 3, "
+                             "pp 2 x tp 1, pp 2 x tp 2, pp 2 x tp 3): ") != std::string::npos,
+                summary);
+  CHECK_MESSAGE(summary.find(" of new shards on disk") != std::string::npos, summary);
   const Manifest after = load_manifest(d / "out");
   CHECK(manifest_layouts_text(after) == manifest_layouts_text(load_manifest(d / "fresh")));
   // Every shard file equals the fresh conversion's, and tp 1 was not rewritten.

@@ -82,8 +82,9 @@ inline StEntry random_entry(std::mt19937& rng, DType dt, std::vector<int64_t> sh
 inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 /// Run `tpshard ARGS` (stdout/stderr to `log`); returns the exit status.
-inline int run_tpshard(const std::string& args, const std::string& log) {
-  const std::string cmd = std::string(TPSHARD_BIN) + " " + args + " >" + log + " 2>&1";
+/// Runs tpshard ARGS with stdout and stderr in `log`; env: "NAME=VALUE " assignments put before it.
+inline int run_tpshard(const std::string& args, const std::string& log, const std::string& env = "") {
+  const std::string cmd = env + std::string(TPSHARD_BIN) + " " + args + " >" + log + " 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

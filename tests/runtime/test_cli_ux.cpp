@@ -2,7 +2,8 @@
 // the subcommand is named with the corrected command line; a mistyped option names the closest one;
 // `--stop ""`, `eval --limit 0` and a JSONL line's negative "seed" or empty "stop" are refused;
 // `--device cuda` with no usable GPU (a CUDA build under CUDA_VISIBLE_DEVICES="") says so; usage errors
-// exit 2 in tprun and tpshard alike, tprun's own (a missing or conflicting option) too; --version exits 0.
+// exit 2 in tprun and tpshard alike, tprun's own (a missing or conflicting option) too; --version exits 0;
+// chat takes one --prompt, and an unquoted text after --prompt is named with the quoted command line.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -145,6 +146,19 @@ TEST_CASE("tprun: its own usage errors (a missing or conflicting option) exit 2,
       {m + " logits", "error: logits: pass --ids or --text\n", 2},
       {m + " tokenize", "error: tokenize: pass --text or --file\n", 2},
       {m + " chat", "error: chat: pass --prompt TEXT or --messages FILE\n", 2},
+      // chat answers one message; a text split by the shell is named with the quoted command line
+      {m + " chat --prompt a --prompt b",
+       "error: chat: --prompt given 2 times; chat answers one user message\nhint: for a conversation, pass --messages FILE "
+       "(a JSON list of {\"role\", \"content\"}); for independent prompts, `tprun MODEL generate --prompt A --prompt B`\n",
+       2},
+      {m + " chat --prompt Hi there",
+       "error: 'there' is not an option or a value: --prompt takes one value ('Hi'); a text with spaces needs quotes\n"
+       "hint: `tprun " + m + " chat --prompt 'Hi there'`\n",
+       2},
+      {m + " generate --prompt Once upon a --max-new-tokens 3",
+       "error: 'upon' is not an option or a value: --prompt takes one value ('Once'); a text with spaces needs quotes\n"
+       "hint: `tprun " + m + " generate --prompt 'Once upon a' --max-new-tokens 3`\n",
+       2},
       {m + " chat --messages " + dir + "/missing.json", "error: chat --messages: cannot open " + dir + "/missing.json\n", 1},
       // what an input holds (or a missing file): 1
       {m + " generate --input " + dir + "/missing.jsonl --output " + out,
@@ -370,6 +384,45 @@ TEST_CASE("tprun SUBCOMMAND --help without a model directory prints that subcomm
     CHECK(r.out.find("\nUsage: tprun MODEL_DIR " + sub + " [OPTIONS]") != std::string::npos);
     CHECK(r.out.find("MODEL_DIR TEXT REQUIRED") == std::string::npos);  // not the top-level help
   }
+  if (has_eval()) {  // a nested subcommand: its own help, not its parent's
+    const UxRun r = run_tprun("eval triviaqa --data x.jsonl --help");
+    CHECK(r.code == 0);
+    CHECK_MESSAGE(r.out.find("\nUsage: tprun MODEL_DIR eval triviaqa [OPTIONS]") != std::string::npos, r.out);
+    CHECK(r.out.find("--shots") != std::string::npos);
+  }
+}
+
+TEST_CASE("tprun --help of generate, chat and eval states the defaults of --max-new-tokens and --seed") {
+  const UxRun gen = run_tprun("generate --help");
+  CHECK(gen.out.find("tokens to generate at most (default 128, or generation_config.json's max_new_tokens)") !=
+        std::string::npos);
+  CHECK(gen.out.find("sampling seed (default 0, so runs repeat exactly;") != std::string::npos);
+  CHECK(gen.out.find("--progress-interval") != std::string::npos);
+  CHECK(run_tprun("chat --help").out.find("sampling seed (default 0, so runs repeat exactly;") != std::string::npos);
+  if (has_eval())
+    CHECK(run_tprun("eval triviaqa --help").out.find("sampling seed (default 0, so runs repeat exactly)") != std::string::npos);
+}
+
+TEST_CASE("tprun generate --input --progress-interval: the period of the progress lines in a log") {
+  const std::string model = ux_model_dir();
+  const std::string dir = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-ux-progress";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/in.jsonl") << "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n";
+  const std::string job = model + " --device cpu generate --input " + dir + "/in.jsonl --batch-size 1 --max-new-tokens 2";
+  // default 10 s: the final line only; a tiny period: a line per prompt
+  const UxRun slow = run_tprun(job + " --output " + dir + "/slow.jsonl");
+  REQUIRE(slow.code == 0);
+  CHECK(slow.err.find("generate: 1/3") == std::string::npos);
+  CHECK(slow.err.find("generate: 3/3") != std::string::npos);
+  const UxRun fast = run_tprun(job + " --output " + dir + "/fast.jsonl --progress-interval 0.000001");
+  REQUIRE(fast.code == 0);
+  CHECK_MESSAGE(fast.err.find("generate: 1/3") != std::string::npos, fast.err);
+  CHECK(fast.err.find("generate: 2/3") != std::string::npos);
+  const UxRun zero = run_tprun(job + " --output " + dir + "/zero.jsonl --progress-interval 0");
+  CHECK(zero.code == 2);
+  CHECK(zero.err.rfind("error: --progress-interval: must be > 0", 0) == 0);
+  CHECK_FALSE(std::filesystem::exists(dir + "/zero.jsonl"));
 }
 
 TEST_CASE("tprun generate --json: the closing stats as one JSON object on stderr; refused for a JSONL job") {

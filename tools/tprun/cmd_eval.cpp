@@ -103,7 +103,7 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
   tqa->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = off)")
       ->check(tpshard::cli::non_negative_for(o->sampling.top_k));
   tqa->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass (1 = off)")->check(tpshard::cli::fraction(false));
-  tqa->add_option("--seed", o->sampling.seed, "sampling seed")->check(tpshard::cli::uint64_value());
+  tqa->add_option("--seed", o->sampling.seed, "sampling seed (default 0, so runs repeat exactly)")->check(tpshard::cli::uint64_value());
   tqa->add_option("--on-bad-record", *bad, "malformed record: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
   tqa->add_option("--progress-interval", o->progress_interval_s,

@@ -39,9 +39,11 @@ struct GenerateOptions {
   int batch_size = 0;
   std::string on_bad_record = "stop";  // JSONL only: stop | skip
   std::string system;  // chat only
-  std::string chat_prompt, messages_file;  // chat only: one user message, or a conversation file
+  std::vector<std::string> chat_prompt;  // chat only: one user message (a second --prompt is refused by name)
+  std::string messages_file;             // chat only: a conversation file
   std::string generation_config = "auto";  // auto | none (generation_defaults.h)
   bool json_stats = false;  // --json: the closing stats as one JSON object
+  double progress_interval_s = 10;  // JSONL: the period of the progress lines in logs
   std::string chat_template_file;  // chat, and generate --input "messages" records: replaces the model's template
 };
 
@@ -51,7 +53,9 @@ void add_sampling_options(CLI::App* sub, SamplingParams& p, std::string& generat
                   "(as vLLM); none: ignore the file")
       ->check(CLI::IsMember({"auto", "none"}))
       ->default_str("auto");
-  sub->add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most")
+  sub->add_option("--max-new-tokens", p.max_new_tokens,
+                  "tokens to generate at most (default " + std::to_string(SamplingParams{}.max_new_tokens) +
+                      ", or generation_config.json's max_new_tokens)")
       ->check(tpshard::cli::non_negative_for(p.max_new_tokens));
   sub->add_option("--min-new-tokens", p.min_new_tokens, "EOS is suppressed until this many tokens")
       ->check(tpshard::cli::non_negative_for(p.min_new_tokens));
@@ -290,6 +294,7 @@ void run_generate(GlobalOptions& g, const GenerateOptions& o) {
       jo.on_bad_record = eval::parse_bad_record_policy(o.on_bad_record);
       jo.warn_skipped = false;  // check_generate_requests reported them before loading
       jo.chat_template_file = o.chat_template_file;
+      jo.progress_interval_s = o.progress_interval_s;
       eval::run_generate_jsonl(ctx, o.input, o.output, o.params,
                                o.batch_size > 0 ? o.batch_size : ctx.runner->max_batch(), jo);
       return;
@@ -331,7 +336,7 @@ void run_chat(GlobalOptions& g, const GenerateOptions& o) {
   if (!o.messages_file.empty()) {
     for (ChatMessage& m : read_messages(o.messages_file)) messages.push_back(std::move(m));
   } else {
-    messages.push_back({"user", o.chat_prompt});
+    messages.push_back({"user", o.chat_prompt.at(0)});
   }
   const std::string rendered = render_chat(load_chat_template(g.session.model_dir, o.chat_template_file), messages, true);
   run_on_ranks(g.session, [&](RankContext& ctx) {
@@ -346,7 +351,8 @@ void run_chat(GlobalOptions& g, const GenerateOptions& o) {
 void add_generate_command(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* gen = app.add_subcommand("generate", "generate text for prompts (batched, continuous batching)");
-  gen->add_option("--prompt", o->prompts, "prompt text (repeatable; \"\" = BOS only)");
+  gen->add_option("--prompt", o->prompts, "prompt text (repeat --prompt for several, run as one batch; \"\" = BOS only)")
+      ->allow_extra_args(false);  // one text per --prompt: `--prompt Once upon` is refused, not two prompts
   gen->add_option("--input", o->input, "JSONL file of {\"id\", \"prompt\", optional sampling overrides}");
   gen->add_option("--output", o->output, "JSONL results (resumable: ids already there are skipped)");
   gen->add_option("--batch-size", o->batch_size, "JSONL: requests per batch (default --max-batch)")
@@ -355,6 +361,9 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
                   "Jinja chat template file for --input records with \"messages\" (default: the model's own)");
   gen->add_option("--on-bad-record", o->on_bad_record, "JSONL: malformed input line: stop (default) or skip with a warning")
       ->check(CLI::IsMember({"stop", "skip"}));
+  gen->add_option("--progress-interval", o->progress_interval_s,
+                  "JSONL: seconds between progress lines when stderr is not a terminal (default 10)")
+      ->check(tpshard::cli::positive_for(o->progress_interval_s));
   add_sampling_options(gen, o->params, o->generation_config);
   gen->add_flag("--json", o->json_stats, "--prompt: the closing stats line as one JSON object on stderr (machine-readable)");
   gen->callback([&g, o] { run_generate(g, *o); });
@@ -368,7 +377,8 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
 
   auto c = std::make_shared<GenerateOptions>();
   CLI::App* chat = app.add_subcommand("chat", "answer a user message (or a conversation) through the model's chat template");
-  auto* chat_prompt = chat->add_option("--prompt", c->chat_prompt, "the user message (one; --messages for a conversation)");
+  auto* chat_prompt = chat->add_option("--prompt", c->chat_prompt, "the user message (one; --messages for a conversation)")
+                          ->allow_extra_args(false);  // one value per --prompt, as a string option
   auto* messages = chat->add_option("--messages", c->messages_file,
                                     "JSON file: a list of {\"role\", \"content\"} (OpenAI messages); the reply continues it");
   chat_prompt->excludes(messages);
@@ -380,7 +390,11 @@ void add_generate_command(CLI::App& app, GlobalOptions& g) {
   chat->callback([&g, c] { run_chat(g, *c); });
   g.preflight.push_back([chat, c, chat_prompt, messages, &g] {
     if (!chat->parsed()) return;
-    check_usage(chat_prompt->count() + messages->count() == 1, "chat: pass --prompt TEXT or --messages FILE",
+    check_usage(c->chat_prompt.size() <= 1,
+                "chat: --prompt given " + std::to_string(c->chat_prompt.size()) + " times; chat answers one user message",
+                "for a conversation, pass --messages FILE (a JSON list of {\"role\", \"content\"}); for independent "
+                "prompts, `tprun MODEL generate --prompt A --prompt B`");
+    check_usage(chat_prompt->count() + messages->count() >= 1, "chat: pass --prompt TEXT or --messages FILE",
                 "tprun MODEL chat --prompt \"...\"");
     if (messages->count()) (void)read_messages(c->messages_file);  // a bad file is named before any weight loads
     apply_model_generation_defaults(g, chat, c->generation_config, c->params);

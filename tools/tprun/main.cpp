@@ -197,16 +197,28 @@ int main(int argc, char** argv) {
     }
   });
 
-  // `tprun SUBCOMMAND --help` (no model directory yet): the subcommand's help, not the top-level one
-  // (CLI11 would take the subcommand's name as MODEL_DIR).
+  // `tprun SUBCOMMAND [SUBCOMMAND...] --help` (no model directory yet): the help of the deepest subcommand
+  // named (`eval triviaqa --help`: triviaqa's), not the top-level one (CLI11 would take the subcommand's
+  // name as MODEL_DIR).
   if (argc >= 3) {
-    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      if (sub->get_name() != argv[1]) continue;
-      for (int i = 2; i < argc; ++i)
-        if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-          std::printf("%s", sub->help("tprun MODEL_DIR").c_str());
-          return 0;
-        }
+    CLI::App* level = &app;
+    std::string path = "tprun MODEL_DIR";
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (word == "--help" || word == "-h") {
+        if (level == &app) break;
+        std::printf("%s", level->help(path.substr(0, path.rfind(' '))).c_str());
+        return 0;
+      }
+      CLI::App* sub = nullptr;
+      for (CLI::App* s : level->get_subcommands([](CLI::App*) { return true; }))
+        if (s->get_name() == word) sub = s;
+      if (sub != nullptr) {
+        level = sub;
+        path += " " + word;
+      } else if (level == &app) {
+        break;  // the first word is not a subcommand: MODEL_DIR, parsed below
+      }
     }
   }
   try {

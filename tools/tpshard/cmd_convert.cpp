@@ -54,14 +54,29 @@ void check_hf_dir(const std::string& hf_dir) {
   if (!std::filesystem::is_directory(st)) throw Error(hf_dir + ": not a directory", hint);
 }
 
+/// A snapshot of the hub cache holding only some files (`hf download ORG/NAME config.json`, or a download
+/// cut short): Error naming the repo id and the command that downloads the rest. The weight files
+/// are Checkpoint's four forms (format/checkpoint.h).
+void check_cached_weights(const std::string& repo_id, const std::string& snapshot) {
+  std::error_code ec;
+  for (const char* f : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"})
+    if (std::filesystem::exists(std::filesystem::path(snapshot) / f, ec)) return;
+  throw Error(repo_id + ": the Hugging Face cache holds " + snapshot +
+                  " without the weights (no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+                  "pytorch_model.bin.index.json)",
+              "download the whole repository: " + hub_download_command(repo_id) + " (huggingface_hub)");
+}
+
 }  // namespace
 
 int run_convert(const ConvertOptions& options) {
   ConvertOptions opt = options;
   opt.hf_dir = resolve_model_source(options.hf_dir);  // a repo id: its snapshot in the hub cache
-  if (opt.hf_dir != options.hf_dir)
+  const bool from_cache = opt.hf_dir != options.hf_dir;
+  if (from_cache)
     std::fprintf(stderr, "tpshard convert: %s is %s (Hugging Face cache)\n", options.hf_dir.c_str(), opt.hf_dir.c_str());
   check_hf_dir(opt.hf_dir);
+  if (from_cache) check_cached_weights(options.hf_dir, opt.hf_dir);
   TPS_CHECK(!opt.out_dir.empty(), "convert --out: empty path", "give the directory to write, e.g. -o models/NAME");
   // The tokenizer files are copied as they are: load them first, so a corrupt one fails before any work.
   check_tokenizer_loads(opt.hf_dir, "the checkpoint's tokenizer is corrupt or unsupported; restore it from the "
@@ -93,13 +108,22 @@ int run_convert(const ConvertOptions& options) {
     }
   }
   if (!r.skipped_line.empty()) std::fprintf(stderr, "tpshard convert: %s\n", r.skipped_line.c_str());
-  const std::string tps = manifest_layouts_text(r.manifest);
+  // --add-tp: the layouts written now, and all that OUT holds (the byte counts below are the new shards')
+  std::string tps = manifest_layouts_text(r.manifest);
+  if (opt.add_layouts) {
+    Manifest added;
+    for (const auto& s : r.shards) {
+      if (s.pp_size == 1) added.shards[s.tp_size];
+      else added.pp_shards[{s.pp_size, s.tp_size}];
+    }
+    tps = "added " + manifest_layouts_text(added) + " (now " + tps + ")";
+  }
   uint64_t on_disk = 0, raw = 0;  // with --compress the files are smaller than the tensors they hold
   for (const auto& s : r.shards) {
     on_disk += s.file_bytes;
     raw += s.raw_bytes;
   }
-  const std::string shards = human_bytes(on_disk) + " of shards on disk" +
+  const std::string shards = human_bytes(on_disk) + (opt.add_layouts ? " of new shards on disk" : " of shards on disk") +
                              (on_disk < raw ? " (" + human_bytes(raw) + " of tensors, compressed)" : std::string());
   std::fprintf(stderr, "tpshard convert: %s -> %s: %s %s, %s: %s source -> %s in %.1fs (convert %.1fs, %.2f GB/s)\n",
                opt.hf_dir.c_str(), opt.out_dir.c_str(), r.manifest.model.architecture.c_str(), dtype_name(r.manifest.dtype),

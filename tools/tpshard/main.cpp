@@ -5,8 +5,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
+#include "common/log.h"
+#include "runtime/tuning.h"
 #include "tools/cli_subcommands.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
@@ -51,7 +55,7 @@ int main(int argc, char** argv) {
   convert->add_flag("--allow-nonfinite", copt.allow_nonfinite, "convert tensors holding NaN/inf (refused by default: a corrupt checkpoint)");
   bool no_source_hash = false, quiet = false;
   convert->add_flag("--no-source-hash", no_source_hash, "do not fingerprint the source files (manifest gets 0)");
-  convert->add_flag("-q,--quiet", quiet, "no progress line and no summary table");
+  convert->add_flag("-q,--quiet", quiet, "no progress line and no summary table (also TPSHARD_LOG_LEVEL=quiet)");
 
   std::string model_dir;
   int tp = 0, rank = 0;
@@ -68,11 +72,12 @@ int main(int argc, char** argv) {
   verify->add_option("MODEL_DIR", model_dir, "directory written by tpshard convert")->required();
   verify->add_option("--tp", tp, "only this tp size (default: all)")->check(tpshard::cli::positive_for(tp));
 
-  int64_t batch = 1, max_seq = 2048, shared_prefix = 0;
+  int64_t batch = 0, max_seq = 0, shared_prefix = 0;  // batch / max_seq 0: not given (plan answers the largest that fits in --gpu-mem)
   double gpu_gib = 0;
-  int pp = 1;
+  int pp = 1, dp = 1;
   std::string plan_dtype;
-  auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace");
+  auto* plan = app.add_subcommand("plan", "per-GPU memory plan: weights, kv_cache, activations, workspace; the largest "
+                                          "batch or max_seq that fits in --gpu-mem");
   plan->add_option("MODEL_DIR", model_dir,
                    "directory written by tpshard convert, or (before converting) a Hugging Face directory, its repo id "
                    "ORG/NAME[@REVISION] in the local hub cache, or a config.json")
@@ -80,19 +85,22 @@ int main(int argc, char** argv) {
   plan->add_option("--tp", tp, "tp size")->required()->check(tpshard::cli::positive_for(tp));
   plan->add_option("--pp", pp, "pipeline stages (a converted directory: a layout it holds)")
       ->check(tpshard::cli::positive_for(pp));
+  plan->add_option("--dp", dp, "data-parallel replicas (the per-GPU plan is the same; the GPU count is tp x pp x dp)")
+      ->check(tpshard::cli::positive_for(dp));
   plan->add_option("--dtype", plan_dtype, "stored dtype to plan for (Hugging Face directory or config.json; default its torch_dtype)")
       ->check(CLI::IsMember({"keep", "fp16", "f16", "float16", "bf16", "bfloat16", "fp32", "f32", "float32"}));
-  plan->add_option("--batch", batch, "sequences per batch")
-      ->required()
+  plan->add_option("--batch", batch,
+                   "sequences per batch (required without --gpu-mem; with it, default: the largest that fits at --max-seq)")
       ->check(tpshard::cli::positive_for(batch));
-  plan->add_option("--max-seq", max_seq, "max tokens per sequence (prompt + generated)")
-      ->required()
+  plan->add_option("--max-seq", max_seq,
+                   "max tokens per sequence, prompt + generated (default: tprun's, min(max_position_embeddings, 2048); "
+                   "with --batch and --gpu-mem: the largest that fits)")
       ->check(tpshard::cli::positive_for(max_seq));
   plan->add_option("--shared-prefix", shared_prefix,
                    "tokens every sequence of the batch shares (few-shot examples, a system prompt): prefilled once, "
                    "held in one more kv_cache slot")
       ->check(CLI::NonNegativeNumber);
-  plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H200: 139)")
+  plan->add_option("--gpu-mem", gpu_gib, "GPU memory in GiB to check the plan against (H100: 80, H200: 139)")
       ->check(tpshard::cli::positive_for(gpu_gib));
 
   try {
@@ -122,6 +130,14 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   try {
+    // -q, else TPSHARD_LOG_LEVEL as in tprun (docs/TUNING.md): quiet drops convert's progress and table.
+    // Parsed by runtime/tuning.cpp, the one reader of the variables; tpshard uses only this one.
+    if (!quiet) {
+      const Tuning t = parse_tuning([](const char* name) -> const char* {
+        return std::strcmp(name, "TPSHARD_LOG_LEVEL") == 0 ? std::getenv(name) : nullptr;
+      });
+      quiet = t.log_level == LogLevel::Quiet;
+    }
     if (*convert) {
       if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
       if (!add_tp_lists.empty()) {
@@ -137,7 +153,7 @@ int main(int argc, char** argv) {
     } else if (*verify) {
       rc = cli::run_verify(model_dir, tp);
     } else if (*plan) {
-      rc = cli::run_plan(model_dir, tp, pp, batch, max_seq, shared_prefix, gpu_gib, plan_dtype);
+      rc = cli::run_plan(model_dir, tp, pp, dp, batch, max_seq, shared_prefix, gpu_gib, plan_dtype);
     }
   } catch (const Error& e) {
     report(e);
