@@ -70,6 +70,22 @@ void parse_qwen_sliding_window(const nlohmann::json& j, ModelConfig& c, const st
 
 std::vector<OutputTensor> plan(const ModelConfig& c) { return plan_block(c, Projections::Separate); }
 
+void add_qkv_projections(std::vector<OutputTensor>& v, const ModelConfig& c, int l, const std::string& attn) {
+  const int64_t H = c.hidden_size, q_rows = c.num_attention_heads * c.head_dim, kv_rows = c.num_key_value_heads * c.head_dim;
+  add_tensor(v, TensorRole::AttnQkvWeight, l, {attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"},
+             {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, Transform::LlamaQkv);
+  if (c.attention_bias)
+    add_tensor(v, TensorRole::AttnQkvBias, l, {attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"},
+               {{q_rows}, {kv_rows}, {kv_rows}}, Transform::LlamaQkv);
+}
+
+void add_output_projection(std::vector<OutputTensor>& v, const ModelConfig& c, int l, const std::string& attn) {
+  const int64_t H = c.hidden_size, q_rows = c.num_attention_heads * c.head_dim;
+  add_tensor(v, TensorRole::AttnOutputWeight, l, {attn + "o_proj.weight"}, {{H, q_rows}}, Transform::ColsSplit);
+  if (c.attention_out_bias)
+    add_tensor(v, TensorRole::AttnOutputBias, l, {attn + "o_proj.bias"}, {{H}}, Transform::Replicate);
+}
+
 std::vector<OutputTensor> plan_block(const ModelConfig& c, Projections projections) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim;
   const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
@@ -84,19 +100,17 @@ std::vector<OutputTensor> plan_block(const ModelConfig& c, Projections projectio
     add_tensor(v, R::AttnNormWeight, l, {p + "input_layernorm.weight"}, {{H}}, T::Replicate);
     if (fused) {
       add_tensor(v, R::AttnQkvWeight, l, {a + "qkv_proj.weight"}, {{q_rows + 2 * kv_rows, H}}, T::PackedQkv);
+      if (c.attention_bias)
+        add_tensor(v, R::AttnQkvBias, l, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
+                   {{q_rows}, {kv_rows}, {kv_rows}}, T::LlamaQkv);
     } else {
-      add_tensor(v, R::AttnQkvWeight, l, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-                 {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, T::LlamaQkv);
+      add_qkv_projections(v, c, l, a);
     }
-    if (c.attention_bias)
-      add_tensor(v, R::AttnQkvBias, l, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
-                 {{q_rows}, {kv_rows}, {kv_rows}}, T::LlamaQkv);
     if (c.qk_norm) {
       add_tensor(v, R::AttnQNormWeight, l, {a + "q_norm.weight"}, {{hd}}, T::Replicate);
       add_tensor(v, R::AttnKNormWeight, l, {a + "k_norm.weight"}, {{hd}}, T::Replicate);
     }
-    add_tensor(v, R::AttnOutputWeight, l, {a + "o_proj.weight"}, {{H, q_rows}}, T::ColsSplit);
-    if (c.attention_out_bias) add_tensor(v, R::AttnOutputBias, l, {a + "o_proj.bias"}, {{H}}, T::Replicate);
+    add_output_projection(v, c, l, a);
     add_tensor(v, R::FfnNormWeight, l, {p + "post_attention_layernorm.weight"}, {{H}}, T::Replicate);
     if (fused) {
       add_tensor(v, R::FfnGateUpWeight, l, {m + "gate_up_proj.weight"}, {{2 * I, H}}, T::PackedGateUp);

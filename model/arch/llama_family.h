@@ -43,6 +43,15 @@ enum class Projections {
   Fused,     ///< qkv_proj [q | k | v]; gate_up_proj [gate | up] (Phi-3), no biases
 };
 
+/// Layer l's q_proj / k_proj / v_proj under `attn` (e.g. "model.layers.3.self_attn."): one AttnQkvWeight
+/// (Transform::LlamaQkv: q [heads x head_dim, hidden], k and v [kv_heads x head_dim, hidden]) and, when
+/// c.attention_bias, the AttnQkvBias of the three biases.
+void add_qkv_projections(std::vector<OutputTensor>& v, const ModelConfig& c, int l, const std::string& attn);
+
+/// Layer l's o_proj under `attn`: AttnOutputWeight [hidden, heads x head_dim] (row parallel: ColsSplit)
+/// and, when c.attention_out_bias, its AttnOutputBias [hidden] (replicated).
+void add_output_projection(std::vector<OutputTensor>& v, const ModelConfig& c, int l, const std::string& attn);
+
 /// Tensors under model.* and lm_head.weight (HF LlamaForCausalLM names, projections stored as given).
 std::vector<OutputTensor> plan_block(const ModelConfig& c, Projections projections);
 

@@ -46,8 +46,7 @@ double parse(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
 }
 
 std::vector<OutputTensor> plan(const ModelConfig& c) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim, E = c.num_local_experts;
-  const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, E = c.num_local_experts;
   using R = TensorRole;
   using T = Transform;
   std::vector<OutputTensor> v;
@@ -56,9 +55,8 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.", m = p + "block_sparse_moe.";
     add_tensor(v, R::AttnNormWeight, l, {p + "input_layernorm.weight"}, {{H}}, T::Replicate);
-    add_tensor(v, R::AttnQkvWeight, l, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-               {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, T::LlamaQkv);
-    add_tensor(v, R::AttnOutputWeight, l, {a + "o_proj.weight"}, {{H, q_rows}}, T::ColsSplit);
+    llama_family::add_qkv_projections(v, c, l, a);
+    llama_family::add_output_projection(v, c, l, a);
     add_tensor(v, R::FfnNormWeight, l, {p + "post_attention_layernorm.weight"}, {{H}}, T::Replicate);
     add_tensor(v, R::FfnRouterWeight, l, {m + "gate.weight"}, {{E, H}}, T::Replicate);
     std::vector<std::string> gate_up, down;

@@ -42,16 +42,11 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.", m = p + "mlp.";
-    add_tensor(v, R::AttnQkvWeight, l, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-               {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, T::LlamaQkv);
-    if (c.attention_bias)
-      add_tensor(v, R::AttnQkvBias, l, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
-                 {{q_rows}, {kv_rows}, {kv_rows}}, T::LlamaQkv);
+    llama_family::add_qkv_projections(v, c, l, a);
     // Whole-projection norms, replicated (a rank reads its heads' part: qk_norm_across_heads)
     add_tensor(v, R::AttnQNormWeight, l, {a + "q_norm.weight"}, {{q_rows}}, T::Replicate);
     add_tensor(v, R::AttnKNormWeight, l, {a + "k_norm.weight"}, {{kv_rows}}, T::Replicate);
-    add_tensor(v, R::AttnOutputWeight, l, {a + "o_proj.weight"}, {{H, q_rows}}, T::ColsSplit);
-    if (c.attention_out_bias) add_tensor(v, R::AttnOutputBias, l, {a + "o_proj.bias"}, {{H}}, T::Replicate);
+    llama_family::add_output_projection(v, c, l, a);
     add_tensor(v, R::AttnPostNormWeight, l, {p + "post_attention_layernorm.weight"}, {{H}}, T::Replicate);
     add_tensor(v, R::FfnGateUpWeight, l, {m + "gate_proj.weight", m + "up_proj.weight"}, {{I, H}, {I, H}}, T::GateUp);
     add_tensor(v, R::FfnDownWeight, l, {m + "down_proj.weight"}, {{H, I}}, T::ColsSplit);

@@ -32,8 +32,7 @@ double parse(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
 }
 
 std::vector<OutputTensor> plan(const ModelConfig& c) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim;
-  const int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   using R = TensorRole;
   using T = Transform;
   std::vector<OutputTensor> v;
@@ -43,13 +42,8 @@ std::vector<OutputTensor> plan(const ModelConfig& c) {
     const std::string a = p + "self_attn.", m = p + "mlp.";
     add_tensor(v, R::AttnNormWeight, l, {p + "input_layernorm.weight"}, {{H}}, T::Replicate);
     add_tensor(v, R::AttnNormBias, l, {p + "input_layernorm.bias"}, {{H}}, T::Replicate);
-    add_tensor(v, R::AttnQkvWeight, l, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-               {{q_rows, H}, {kv_rows, H}, {kv_rows, H}}, T::LlamaQkv);
-    if (c.attention_bias)
-      add_tensor(v, R::AttnQkvBias, l, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
-                 {{q_rows}, {kv_rows}, {kv_rows}}, T::LlamaQkv);
-    add_tensor(v, R::AttnOutputWeight, l, {a + "o_proj.weight"}, {{H, q_rows}}, T::ColsSplit);
-    if (c.attention_out_bias) add_tensor(v, R::AttnOutputBias, l, {a + "o_proj.bias"}, {{H}}, T::Replicate);
+    llama_family::add_qkv_projections(v, c, l, a);
+    llama_family::add_output_projection(v, c, l, a);
     add_tensor(v, R::FfnNormWeight, l, {p + "post_attention_layernorm.weight"}, {{H}}, T::Replicate);
     add_tensor(v, R::FfnNormBias, l, {p + "post_attention_layernorm.bias"}, {{H}}, T::Replicate);
     add_tensor(v, R::FfnUpWeight, l, {m + "c_fc.weight"}, {{I, H}}, T::RowsSplit);
