@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -218,9 +219,18 @@ void Server::start_http() {
   });
   http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
   http_.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
+  // cpp-httplib (the Debian build) listens with a backlog of 5: a burst of clients overflows the accept
+  // queue, and a connection dropped there is reset about a minute later. The listening socket is the
+  // first that the socket-options hook sees; listen() again with the system's maximum raises the backlog.
+  int listen_fd = -1;
+  http_.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    if (listen_fd < 0) listen_fd = static_cast<int>(sock);
+  });
   TPS_CHECK(http_.bind_to_port(opts_.host.c_str(), opts_.port),
             "serve: cannot listen on " + opts_.host + ":" + std::to_string(opts_.port),
             "choose a free --port, or a --host address of this machine");
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   http_thread_ = std::thread([this] { http_.listen_after_bind(); });
   std::fprintf(stderr, "tprun: serving %s on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions)\n",
                model_name_.c_str(), opts_.host.c_str(), opts_.port);
