@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # diag_rss.sh BUILD_DIR: on the GPU machine, measure tprun bench-load's host peak RSS at tp 1 in several
 # modes, to find why the single-process tp 1 run keeps about the shard's size in host memory (see
-# docs/SEED_SCENARIOS.md). Builds nothing; writes $OUT/diag_rss.log.
+# docs/WORKLOADS.md). Builds nothing; writes $OUT/diag_rss.log.
 set -uo pipefail
 BUILD=$(cd "$1" && pwd); REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$PWD}; export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH="$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

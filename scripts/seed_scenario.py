@@ -4,14 +4,14 @@
 # CPUs or a small GPU box.
 # Owns: making a random-weight HF checkpoint of the shape, converting it, building 48 TriviaQA-shaped
 # 5-shot prompts, running `tprun generate` per tp size, and printing ONE table with the checks.
-# Does not own: any C++ (it only calls the `tpshard` and `tprun` binaries). See docs/SEED_SCENARIOS.md.
+# Does not own: any C++ (it only calls the `tpshard` and `tprun` binaries). See docs/WORKLOADS.md (scripts/workloads.sh runs its rows).
 """Run a seed scenario and print one table.
 
 Example (CPU, scaled):
   python3 scripts/seed_scenario.py --shape neox20b --scale-layers 2 --scale-width 12
       --tp 1,2,4,8 --device cpu --batch 48 --new-tokens 10 --workdir /tmp/seed-neox
       --tpshard build-rt/bin/tpshard --tprun build-rt/bin/tprun
-(one command line; docs/SEED_SCENARIOS.md has the runs and their tables)
+(one command line; docs/WORKLOADS.md has the runs and their tables)
 
 Measures per tp size: weight bytes per rank (manifest), kv_cache bytes per rank and prefill/decode
 rates (tprun's summary line), peak RSS (tprun's summary line, VmHWM; on the CPU backend ranks are threads of one
