@@ -3,6 +3,8 @@
 // stage pair, exchanges for the replica groups -> shard -> runner -> fn(ctx).
 #include "runtime/cpu/cpu_worker.h"
 
+#include <csignal>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -100,6 +102,9 @@ void run_cpu_worker(const SessionOptions& opts, const std::function<void(RankCon
   TPS_CHECK(gloo_available(), "the CPU backend with one process per rank needs gloo, and this tprun was built without it",
             "install libgloo-dev (scripts/install_deps.sh does) and reconfigure, or run the CPU ranks as threads of "
             "one process (no --cpu-processes / --nnodes, no cluster launcher)");
+  // gloo's TCP transport writes without MSG_NOSIGNAL: a dead peer would kill this rank with SIGPIPE before
+  // it can say which rank went away. Ignored, the write fails with EPIPE and the communicator reports it.
+  ::signal(SIGPIPE, SIG_IGN);
   WorkerEnv env = read_worker_env();
   if (!env.found) env.world_size = env.local_world_size = 1;
   RankGrid grid;
