@@ -17,7 +17,7 @@ constexpr const char* kNcclTimeout = "TPRUN_NCCL_TIMEOUT";
 constexpr const char* kNoCudaGraphs = "TPSHARD_NO_CUDA_GRAPHS";
 constexpr const char* kNoLookahead = "TPSHARD_NO_LOOKAHEAD";
 constexpr const char* kNoSharedPrefix = "TPSHARD_NO_SHARED_PREFIX";
-constexpr const char* kNoCascadeAttention = "TPSHARD_NO_CASCADE_ATTENTION";
+constexpr const char* kCascadeAttention = "TPSHARD_CASCADE_ATTENTION";
 constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
 constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
 constexpr const char* kShareGpus = "TPSHARD_TEST_SHARE_GPUS";
@@ -93,7 +93,7 @@ Tuning parse_tuning(const EnvLookup& lookup) {
   t.cuda_graphs = !flag(lookup, kNoCudaGraphs);
   t.lookahead = !flag(lookup, kNoLookahead);
   t.shared_prefix = !flag(lookup, kNoSharedPrefix);
-  t.cascade_attention = !flag(lookup, kNoCascadeAttention);
+  t.cascade_attention = flag(lookup, kCascadeAttention);
   t.pdl = !flag(lookup, kNoPdl);
   t.sync_check = flag(lookup, kSyncCheck);
   t.share_gpus = flag(lookup, kShareGpus);

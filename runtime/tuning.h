@@ -27,8 +27,9 @@ struct Tuning {
   bool lookahead = true;            ///< TPSHARD_NO_LOOKAHEAD=1: false (no greedy decode lookahead)
   bool pdl = true;                  ///< TPSHARD_NO_PDL=1: false (ordinary launches instead of PDL)
   bool shared_prefix = true;        ///< TPSHARD_NO_SHARED_PREFIX=1: false (every prompt prefilled whole; A/B)
-  /// TPSHARD_NO_CASCADE_ATTENTION=1: false (CUDA decode: each row reads its shared prefix itself; A/B)
-  bool cascade_attention = true;
+  /// TPSHARD_CASCADE_ATTENTION=1: true (CUDA decode: rows sharing a prefix read it once per block in the
+  /// cascade prefix pass; off by default: slower than each row reading it, measured in docs/RUNTIME.md)
+  bool cascade_attention = false;
   bool sync_check = false;          ///< TPSHARD_SYNC_CHECK=1: synchronize after every checked kernel launch
   /// TPSHARD_TEST_SHARE_GPUS=1 (tests only): rank with local rank L uses GPU L % visible GPUs, so several
   /// ranks share one GPU over the peer communicator (CUDA IPC within one device). Correct, not fast.

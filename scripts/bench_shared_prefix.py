@@ -15,8 +15,8 @@ shape (pythia-1.4b: GPT-NeoX fp16, the gpt-neox-20b tokenizer; llama-7b: Llama-2
 tokenizer; random weights drawn with scripts/bench_load.py's make_checkpoint), converts at tp 1 and
 runs TriviaQA 5-shot with fixed shots: the 32 sample questions repeated to --repeat x 32 (960), the
 shots from a separate file (the first 5 records), --batch-size 48, 10 new tokens, in one run:
-  tprun --device cuda eval (default: shared prefix + cascade decode attention);
-  the same with TPSHARD_NO_CASCADE_ATTENTION=1 (shared prefill, each row reads the prefix in decode);
+  tprun --device cuda eval (default: shared prefill, each row reads the prefix in decode);
+  the same with TPSHARD_CASCADE_ATTENTION=1 (the prefix read once per block of rows in decode);
   the same with TPSHARD_NO_SHARED_PREFIX=1 (every prompt prefilled whole);
   transformers generate on the same token ids (batches of 48 in tprun's order, left-padded, greedy,
   max_new_tokens 10, no stop string), prefill time = until the first token.
@@ -247,8 +247,9 @@ def gpu_main(args):
         if kind not in TOKENIZERS:
             sys.exit(f"bench_shared_prefix: unknown model shape {kind} (pythia-1.4b, llama-7b)")
         hf, model = prepare_model(args, kind)
-        runs = [("shared prefix + cascade decode attention (default)", {}, "cascade"),
-                ("shared prefix, TPSHARD_NO_CASCADE_ATTENTION=1", {"TPSHARD_NO_CASCADE_ATTENTION": "1"}, "nocascade"),
+        runs = [("shared prefix (default)", {}, "nocascade"),
+                ("shared prefix + cascade decode attention, TPSHARD_CASCADE_ATTENTION=1", {"TPSHARD_CASCADE_ATTENTION": "1"},
+                 "cascade"),
                 ("each prompt whole, TPSHARD_NO_SHARED_PREFIX=1", {"TPSHARD_NO_SHARED_PREFIX": "1"}, "unshared")]
         res = [(label, tprun_eval(args, model, data, shots, env, tag)) for label, env, tag in runs]
         hf_res = None if args.no_hf else hf_generate(args, hf, prompts, kind)

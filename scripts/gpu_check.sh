@@ -403,14 +403,14 @@ else
       fi
     done
   done
-  # the same with cascade decode attention off (3 members per prefix read it in the one-pass decode kernel)
+  # the same with cascade decode attention on (3 members per prefix read it once in the cascade prefix pass)
   for m in tiny-llama3-rope tiny-gpt-neo_bf16; do
     [ -d "$WORK/k_$m" ] || continue
-    if run_logged "shared prefix $m no cascade" env TPSHARD_NO_CASCADE_ATTENTION=1 timeout 120 "$BG" "$WORK/k_$m" --tp 1 --check-shared-prefix --atol 1e-5 &&
+    if run_logged "shared prefix $m cascade" env TPSHARD_CASCADE_ATTENTION=1 timeout 120 "$BG" "$WORK/k_$m" --tp 1 --check-shared-prefix --atol 1e-5 &&
        [ "$(grep -c '^PASS' "$WORK/out.txt")" -eq 3 ]; then
-      k_result PASS "shared prefix $m tp 1, TPSHARD_NO_CASCADE_ATTENTION=1: logits and greedy ids of the unshared path" "$(grep -m1 'max |diff|' "$WORK/out.txt" | sed 's/.*max |diff|/max |diff|/')"
+      k_result PASS "shared prefix $m tp 1, TPSHARD_CASCADE_ATTENTION=1: logits and greedy ids of the unshared path" "$(grep -m1 'max |diff|' "$WORK/out.txt" | sed 's/.*max |diff|/max |diff|/')"
     else
-      k_result FAIL "shared prefix $m no cascade" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
+      k_result FAIL "shared prefix $m cascade" "$(grep -m2 FAIL "$WORK/out.txt" | tr '\n' ' ')$(tail -1 "$WORK/err.txt")"
     fi
   done
 fi

@@ -25,9 +25,10 @@ struct CudaRunnerOptions {
   /// it when it is built). Off with TPSHARD_NO_PDL=1 (runtime/tuning.h; A/B timing, debugging).
   bool pdl = true;
   /// Cascade decode attention (kernels/attention_cascade.cuh): decode steps whose rows share a prefix
-  /// slot read the prefix once per block of those rows. Off with TPSHARD_NO_CASCADE_ATTENTION=1
-  /// (runtime/tuning.h; A/B timing): each row then reads its prefix itself. Results agree within fp32 rounding.
-  bool cascade_attention = true;
+  /// slot read the prefix once per block of those rows. On with TPSHARD_CASCADE_ATTENTION=1
+  /// (runtime/tuning.h; off by default: slower than each row reading its prefix itself, measured). Results
+  /// agree within fp32 rounding.
+  bool cascade_attention = false;
   /// Pipeline parallelism: this runner is stage `link->pp_stage()` of `link->pp_size()` (the weights hold
   /// that stage's tensors); nullptr = one stage. Must outlive the runner. With several stages decode runs
   /// eagerly (no CUDA graphs, no lookahead): every step passes through the link.
