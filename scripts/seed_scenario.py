@@ -303,16 +303,23 @@ class GpuMemSampler:
 SUMMARY_RE = re.compile(
     r"prefill (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| decode (\d+) tok ([\d.]+) s \(([\d.]+) tok/s\) \| per rank "
     r"\(tp (\d+), (\w+)\): weights ([\d.]+|n/a) ?(?:MiB)?, kv_cache ([\d.]+|n/a) ?(?:MiB)? \| peak RSS ([\d.]+) MiB")
-STATUS_RE = re.compile(r"^tprun: pp_stage \d+ .*\n?", re.M)
-BLOCK_RE = re.compile(r"^--- \[(\d+)\] ---\n(.*?)\n--- \[\1\] (\w+), (\d+) tokens ---$", re.M | re.S)
 
 
-def parse_outputs(out, n):
-    """tprun generate, for several prompts, writes each text to stdout between two labels on stderr:
-    '--- [i] ---' and '--- [i] FINISH, N tokens ---'; `out` is both streams through one pipe."""
-    # tprun's status lines (pipeline stage reports) may land inside a block: they are not output text
-    texts = {int(m.group(1)): STATUS_RE.sub("", m.group(2)) for m in BLOCK_RE.finditer(out)}
-    return [texts.get(i) for i in range(n)]
+def split_texts(stdout, n):
+    """tprun generate, for several prompts, writes each text to stdout followed by a newline (the labels
+    go to stderr). The n texts when that splits into exactly n lines; None when a text holds a newline
+    (then only the whole stdout is compared)."""
+    lines = stdout.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines if len(lines) == n else None
+
+
+def count_same(a, b, n, a_stdout=None, b_stdout=None):
+    """Prompts whose texts are equal in two runs; with a run's texts unknown, n or 0 by whole-stdout equality."""
+    if a is not None and b is not None:
+        return sum(x == y for x, y in zip(a, b))
+    return n if a_stdout is not None and a_stdout == b_stdout else 0
 
 
 def run_tp(args, model: Path, tp, prompts, max_seq):
@@ -330,19 +337,23 @@ def run_tp(args, model: Path, tp, prompts, max_seq):
     log(f"tp {tp}: {' '.join(cmd[:cmd.index('generate') + 5])} ... ({len(prompts)} prompts)")
     sampler = GpuMemSampler() if args.device == "cuda" and shutil.which("nvidia-smi") else None
     t0 = time.time()
-    # stdout (texts) and stderr (labels, summary) through one pipe, so the labels stay next to their texts
+    # stdout (the texts, each followed by a newline) and stderr (labels, summary) apart: with worker
+    # processes (CUDA, tp > 1) the launcher forwards the two streams separately, so their order in one pipe
+    # is not the order they were written in
     if sampler:
         with sampler:
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            r = subprocess.run(cmd, capture_output=True, text=True)
     else:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
     (args.workdir / f"tp{tp}.out.txt").write_text(r.stdout)
+    (args.workdir / f"tp{tp}.err.txt").write_text(r.stderr)
     if r.returncode != 0:
-        log(f"tp {tp}: tprun failed (exit {r.returncode}); last output lines:\n" + "\n".join(r.stdout.splitlines()[-8:]))
+        log(f"tp {tp}: tprun failed (exit {r.returncode}); last output lines:\n" + "\n".join(r.stderr.splitlines()[-8:]))
         return {"tp": tp, "failed": True, "wall_s": wall}
-    m = SUMMARY_RE.search(r.stdout)
-    res = {"tp": tp, "failed": m is None, "wall_s": wall, "texts": parse_outputs(r.stdout, len(prompts))}
+    m = SUMMARY_RE.search(r.stderr)
+    res = {"tp": tp, "failed": m is None, "wall_s": wall, "texts": split_texts(r.stdout, len(prompts)),
+           "stdout": r.stdout}
     res["peak_rss"] = float(m.group(11)) * MIB if m else None
     if m:
         g = m.groups()
@@ -495,7 +506,7 @@ def main():
         same = "-"
         if ref is not None and r is not ref:
             # A prompt whose output block is missing (None) never counts as the same.
-            n_same = sum(a is not None and a == b for a, b in zip(r["texts"], ref["texts"]))
+            n_same = count_same(r["texts"], ref["texts"], len(prompts), r["stdout"], ref["stdout"])
             same = f"{n_same}/{len(prompts)}"
             checks.append((f"tp {tp}: greedy outputs identical to tp {ref['tp']} ({same})", n_same == len(prompts)))
         gpu = "-"
@@ -544,7 +555,8 @@ def main():
             steps = max(1, args.new_tokens - 1)  # decode steps after the first token (which prefill gives)
             same = "-"
             if ref is not None:  # informative: 16-bit kernels of the two may round differently
-                same = f"{sum(a is not None and a == b for a, b in zip(peer['texts'], ref['texts']))}/{len(prompts)}"
+                peer_stdout = "".join(t + "\n" for t in peer["texts"])
+                same = f"{count_same(peer['texts'], ref['texts'], len(prompts), peer_stdout, ref['stdout'])}/{len(prompts)}"
             gpu = "/".join(f"{p / MIB:.0f}" for p in peer.get("gpu_peak", [])) or "-"
             rows.append(["HF", "-", "-", "-", fmt_mib(peer["host_peak_rss_bytes"]), gpu, f"{peer['load_s']:.2f}",
                          f"{peer['prompt_tokens'] / peer['prefill_s']:.1f}",
@@ -559,7 +571,7 @@ def main():
     for text, ok in checks:
         print(f"  [{'PASS' if ok else 'FAIL'}] {text}")
     if ref is not None:
-        print(f"\nsample output (tp {ref['tp']}, prompt 0): {ref['texts'][0]!r}")
+        print(f"\nsample output (tp {ref['tp']}): {ref['stdout'].splitlines()[0] if ref['stdout'] else ''!r}")
     return 0 if all(ok for _, ok in checks) else 1
 
 
