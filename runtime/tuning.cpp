@@ -69,7 +69,7 @@ const std::vector<TuningVariable>& tuning_variables() {
       {kNoLookahead, "0, 1", "0"},
       {kNoPdl, "0, 1", "0"},
       {kNoSharedPrefix, "0, 1", "0"},
-      {kNoCascadeAttention, "0, 1", "0"},
+      {kCascadeAttention, "0, 1", "0"},
       {kSyncCheck, "0, 1", "0"},
       {kShareGpus, "0, 1", "0"},
       {kLogLevel, "quiet, info, verbose", "info"},
