@@ -14,7 +14,7 @@ every distinct request once with `tprun generate` / `tprun chat` (greedy), start
      cancelled while it ran or waited, not run to its end), and the server still answers correctly;
   4. SIGTERM during load: the requests in flight complete with the reference text (streams end with [DONE]),
      new ones and /health get 503 with an OpenAI error object, and the server exits 0 saying it drained;
-  5. a second server with one slot, --max-queued 4 and --drain-timeout 0.5: 2 of 6 requests get 429; after
+  5. a second server with one slot, --max-queued 4 and --drain-timeout 0.1: 2 of 6 requests get 429; after
      SIGTERM the accepted ones still running at the timeout end with finish_reason "abort" (streams with
      [DONE]) and the server exits 0.
 
@@ -360,15 +360,16 @@ async def main_async(args, f):
 
 
 async def queue_and_drain_timeout(args, f, tprun, model):
-    """5. One slot, --max-queued 4, --drain-timeout 0.5: of 6 long requests sent at once, 2 get 429; at SIGTERM
-    the 4 accepted ones run 0.5 s, then the rest are cancelled (finish_reason "abort", streams still end
+    """5. One slot, --max-queued 4, --drain-timeout 0.1: of 6 long requests sent at once, 2 get 429; at SIGTERM
+    the 4 accepted ones (4 x 400 tokens through one slot: far more than 0.1 s on any machine) run 0.1 s, then
+    the rest are cancelled (finish_reason "abort", streams still end
     with [DONE]) and the server exits 0."""
     port = free_port()
     log_path = os.path.join(args.work_dir, "serve_drain_timeout.log")
     with open(log_path, "w") as log:
         proc = subprocess.Popen([tprun, model, "--tp", str(args.tp), "--device", args.device] +
                                 (["--threads", "1"] if args.device == "cpu" else []) +
-                                ["--max-batch", "1", "serve", "--port", str(port), "--max-queued", "4", "--drain-timeout", "0.5"],
+                                ["--max-batch", "1", "serve", "--port", str(port), "--max-queued", "4", "--drain-timeout", "0.1"],
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
             await wait_health(port, proc)
@@ -385,7 +386,7 @@ async def queue_and_drain_timeout(args, f, tprun, model):
             served = [r for r in res if r[0]]
             aborted = [r for r in served if r[2] == "abort"]
             f.check(len(served) == 4 and aborted and all(r[3] for r in served),
-                    f"--drain-timeout 0.5: {len(aborted)} of the 4 accepted requests ended with finish_reason abort, "
+                    f"--drain-timeout 0.1: {len(aborted)} of the 4 accepted requests ended with finish_reason abort, "
                     f"the rest length; every stream ended with [DONE]: {[(r[2], len(r[1])) for r in served]}")
             rc = proc.wait(timeout=30)
         finally:
@@ -394,7 +395,7 @@ async def queue_and_drain_timeout(args, f, tprun, model):
                 proc.wait()
     with open(log_path) as lf:
         text = lf.read()
-    f.check(rc == 0 and "drain timeout (0.5 s)" in text and re.search(r"drained \(4 requests in flight at the signal, [1-4] cancelled\)", text),
+    f.check(rc == 0 and "drain timeout (0.1 s)" in text and re.search(r"drained \(4 requests in flight at the signal, [1-4] cancelled\)", text),
             f"exit {rc} after the drain timeout: {re.findall(r'tprun: dr.*', text)}")
 
 
