@@ -31,3 +31,7 @@ PY_PKGS="numpy safetensors gguf ml_dtypes"
 python3 -c "import numpy, safetensors, ml_dtypes, gguf; gguf.ReaderField.contents" 2>/dev/null || \
   python3 -m pip install -q -U $PY_PKGS 2>/dev/null || \
   python3 -m pip install -q -U --break-system-packages $PY_PKGS
+# Test-only: the openai client for ctest openai_client (skipped when it cannot be installed).
+python3 -c "import openai" 2>/dev/null || python3 -m pip install -q openai 2>/dev/null || \
+  python3 -m pip install -q --break-system-packages openai 2>/dev/null || \
+  echo "install_deps: the openai package is not installed; ctest openai_client will be skipped" >&2
