@@ -162,6 +162,18 @@ std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items,
   return keys;
 }
 
+bool finish_if_complete(const std::vector<BatchItem>& items, const BatchJobOptions& opts, const Manifest* manifest,
+                        const std::string& model_dir) {
+  JsonlContents existing;
+  const std::vector<std::string> keys = check_batch_output(items, opts, manifest, model_dir, &existing);
+  const std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
+  for (const std::string& k : keys)
+    if (done.count(k) == 0) return false;
+  ResumableJsonlWriter writer(opts.output_path);  // the lock, and a torn tail cut
+  rewrite_jsonl_in_order(opts.output_path, keys);
+  return true;
+}
+
 void check_output_not_locked(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;  // not there yet (or unreadable: the job's own open reports that)

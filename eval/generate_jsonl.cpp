@@ -194,6 +194,11 @@ void check_generate_output(const JsonlRequests& requests, const std::string& out
   (void)check_batch_output(requests.items, job, &manifest, model_dir);
 }
 
+bool finish_generate_if_complete(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
+                                 const std::string& model_dir) {
+  return finish_if_complete(requests.items, generate_job(output_path), &manifest, model_dir);
+}
+
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
                         const SamplingParams& defaults, int batch_size) {
   run_generate_jsonl(ctx, input_path, output_path, defaults, batch_size, GenerateJsonlOptions{});

@@ -68,6 +68,11 @@ JsonlChat load_jsonl_chat(const std::string& model_dir, const std::string& templ
 void check_generate_output(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
                            const std::string& model_dir);
 
+/// tprun's preflight, after check_generate_output: when output_path already holds every request's result,
+/// puts it in input order (finish_if_complete) and returns true, so that tprun stops without loading.
+bool finish_generate_if_complete(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
+                                 const std::string& model_dir);
+
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
                         const SamplingParams& defaults, int batch_size);
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,

@@ -8,6 +8,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -165,6 +166,34 @@ TEST_CASE("tprun generate --input --on-bad-record skip: bad lines reported once,
   int lines = 0;
   for (std::string line; std::getline(f, line);) lines += !line.empty();
   CHECK(lines == 2);
+}
+
+TEST_CASE("tprun generate --input on a finished output: nothing loads, exit 0, the file stays the same") {
+  const std::string m = pf_model_dir();
+  const std::string tmp = pf_fresh_dir("cli-preflight-finished");
+  pf_write(tmp + "/in.jsonl", "{\"id\": 1, \"prompt\": \"Once\"}\n{\"id\": 2, \"prompt\": \"Lily\"}\n");
+  const std::string cmd = m + " --tp 2 --device cpu generate --input in.jsonl --output out.jsonl --max-new-tokens 4";
+  const PfRun first = pf_tprun(cmd, tmp);
+  REQUIRE(first.code == 0);
+  std::stringstream before;
+  before << std::ifstream(tmp + "/out.jsonl").rdbuf();
+  const PfRun again = pf_tprun(cmd, tmp);
+  INFO("stderr: " << again.err);
+  CHECK(again.code == 0);
+  CHECK(again.err.find("generate: out.jsonl already holds the results of all 2 prompts of in.jsonl: nothing to generate") !=
+        std::string::npos);
+  CHECK(again.err.find("backend") == std::string::npos);  // no weight loaded
+  std::stringstream after;
+  after << std::ifstream(tmp + "/out.jsonl").rdbuf();
+  const std::string text = after.str();
+  CHECK(text == before.str());
+  CHECK(std::count(text.begin(), text.end(), '\n') == 2);
+  // one more prompt: the job runs (and loads) again, and only for it
+  pf_write(tmp + "/in.jsonl", "{\"id\": 1, \"prompt\": \"Once\"}\n{\"id\": 2, \"prompt\": \"Lily\"}\n"
+                              "{\"id\": 3, \"prompt\": \"Tom\"}\n");
+  const PfRun more = pf_tprun(cmd, tmp);
+  CHECK(more.code == 0);
+  CHECK(more.err.find("(2 done before, 0 skipped as bad)") != std::string::npos);
 }
 
 TEST_CASE("tprun generate --input with nothing to run (an empty file, or every record skipped) fails before loading") {

@@ -22,6 +22,7 @@
 #include "runtime/chat_template.h"
 #include "runtime/generate.h"
 #include "runtime/generation_defaults.h"
+#include "runtime/launcher.h"
 #include "runtime/process_memory.h"
 #include "tools/cli_validators.h"
 #include "tools/stdout_status.h"
@@ -273,6 +274,13 @@ void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
               req.skipped > 0 ? "fix the records, or drop --on-bad-record skip to stop at the first bad one"
                               : "give one JSON object per line, e.g. {\"prompt\": \"Once upon a time\"}");
     eval::check_generate_output(req, o.output, m.manifest, g.session.model_dir);
+    // Only in the process the user started (alone or as tprun's launcher): ranks started by mpirun / srun /
+    // torchrun each run this check, and one of them stopping alone would leave the others waiting.
+    if (!read_worker_env().found && eval::finish_generate_if_complete(req, o.output, m.manifest, g.session.model_dir)) {
+      log_line(LogLevel::Info, "generate: %s already holds the results of all %zu prompts of %s: nothing to generate (no "
+               "weights loaded; the file is in input order)\n", o.output.c_str(), req.items.size(), o.input.c_str());
+      throw JobAlreadyDone{};
+    }
     return;
   }
   for (size_t i = 0; i < o.prompts.size(); ++i) {

@@ -46,6 +46,10 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g);  // cmd_bench_load
 /// --min-new-tokens above --max-new-tokens). main prints it as any Error and exits 2, as for CLI11's
 /// usage errors. Errors about what an input holds (a missing file, a bad JSONL line, a too-long
 /// prompt) are plain Errors: exit 1.
+/// Thrown by a preflight check that found the job already complete (every result in its output file):
+/// tprun exits 0 without loading.
+struct JobAlreadyDone {};
+
 class UsageError : public Error {
  public:
   using Error::Error;

@@ -234,6 +234,8 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ExitNow& e) {
     return e.code;
+  } catch (const JobAlreadyDone&) {
+    return 0;
   } catch (const tpshard::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "hint: %s\n", e.hint().c_str());
