@@ -471,7 +471,7 @@ def main():
     shape = f"{args.shape} L{s['layers']} h{s['hidden']} H{s['heads']} KV{s['kv_heads']} I{s['intermediate']} V{s['vocab']}"
     print(f"\nshape: {shape} ({s['dtype']}), device {args.device}, batch {args.batch}, "
           f"new tokens {args.new_tokens} (greedy, --ignore-eos), max_seq_len {max_seq}")
-    cols = ["tp", "weights/rank MiB", "max |rank - total/tp| %", "kv_cache/rank MiB", "peak RSS MiB", "gpu peak MiB",
+    cols = ["tp", "weights/rank MiB", "rank deviation %", "kv_cache/rank MiB", "peak RSS MiB", "gpu peak MiB",
             "load s", "prefill tok/s", "decode tok/s", "ms/decode step"]
     rows, checks = [], []
     ref = next((r for r in results if not r["failed"]), None)
