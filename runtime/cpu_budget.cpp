@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 
+#include "runtime/tuning.h"
+
 namespace tpshard {
 namespace {
 
@@ -50,15 +52,13 @@ int usable_cpus() {
   return std::max(1, n);
 }
 
-int threads_per_rank(int ranks) {
+int threads_per_rank(int ranks, int omp_hint) {
   const int cpus = usable_cpus();
-  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
-    char* end = nullptr;
-    const long v = std::strtol(omp, &end, 10);  // "4,2" (nested levels): the first level
-    if (end != omp && v > 0) return static_cast<int>(std::min<long>(v, cpus));
-  }
+  if (omp_hint > 0) return std::min(omp_hint, cpus);
   return std::max(1, cpus / std::max(1, ranks));
 }
+
+int threads_per_rank(int ranks) { return threads_per_rank(ranks, tuning().omp_num_threads); }
 
 std::string affinity_mask_string() {
   cpu_set_t set;

@@ -14,8 +14,10 @@ int usable_cpus();
 
 /// Matmul threads of one rank when `ranks` ranks share this process's CPUs (threads of one process, or
 /// processes of one node with the same affinity mask): OMP_NUM_THREADS when it is a positive integer
-/// (a hint, capped at usable_cpus()), else max(1, usable_cpus() / ranks).
+/// (a hint, capped at usable_cpus()), else max(1, usable_cpus() / ranks). The hint is tuning()'s
+/// omp_num_threads (runtime/tuning.h); the two-argument form takes it as given (0: none).
 int threads_per_rank(int ranks);
+int threads_per_rank(int ranks, int omp_hint);
 
 /// This thread's affinity mask as a list of CPU numbers ("0-3,8"), "" when it cannot be read: ranks
 /// compare it to count the ranks that share their CPUs.

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 
 #include "format/error.h"
 
@@ -22,6 +23,9 @@ constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
 constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
 constexpr const char* kShareGpus = "TPSHARD_TEST_SHARE_GPUS";
 constexpr const char* kLogLevel = "TPSHARD_LOG_LEVEL";
+// Other programs' variables that tprun honours (read leniently: a value tprun cannot use is ignored).
+constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
 
 [[noreturn]] void illegal(const char* name, const std::string& value, const std::string& legal) {
   throw Error("environment variable " + std::string(name) + "='" + value + "' is not legal (legal: " + legal + ")",
@@ -73,6 +77,8 @@ const std::vector<TuningVariable>& tuning_variables() {
       {kSyncCheck, "0, 1", "0"},
       {kShareGpus, "0, 1", "0"},
       {kLogLevel, "quiet, info, verbose", "info"},
+      {kOmpNumThreads, "a positive integer (of a nested list, the first)", "unset"},
+      {kGlooSocketIfname, "a network interface name", "unset"},
   };
   return vars;
 }
@@ -101,7 +107,19 @@ Tuning parse_tuning(const EnvLookup& lookup) {
     t.log_level = parse_log_level(v);
     if (!t.log_level) illegal(kLogLevel, v, "quiet, info or verbose");
   }
+  if (const char* v = value_of(lookup, kOmpNumThreads)) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);  // "4,2" (nested levels): the first level
+    if (end != v && n > 0) t.omp_num_threads = static_cast<int>(std::min<long>(n, 1 << 20));
+  }
+  if (const char* v = value_of(lookup, kGlooSocketIfname)) t.gloo_socket_ifname = v;
   return t;
+}
+
+std::optional<LogLevel> log_level_from_environment() {
+  return parse_tuning([](const char* name) -> const char* {
+           return std::strcmp(name, kLogLevel) == 0 ? std::getenv(name) : nullptr;
+         }).log_level;
 }
 
 const Tuning& tuning() {

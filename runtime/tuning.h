@@ -37,6 +37,12 @@ struct Tuning {
   /// TPSHARD_LOG_LEVEL=quiet|info|verbose: the log level of the tools when -q / -v are not given
   /// (common/log.h); nullopt when unset.
   std::optional<LogLevel> log_level;
+  /// OMP_NUM_THREADS (other programs' convention, honoured as a hint): the CPU backend's threads per rank
+  /// when --threads is not given, capped at the usable CPUs (runtime/cpu_budget.h); 0 when unset or unusable.
+  int omp_num_threads = 0;
+  /// GLOO_SOCKET_IFNAME (gloo's convention): the network interface the CPU backend's processes bind
+  /// across hosts (runtime/cpu/gloo_comm.cpp); empty: the host name's address.
+  std::string gloo_socket_ifname;
 };
 
 /// One variable of Tuning: its name, legal values, default and effect (docs/TUNING.md has the same rows).
@@ -54,6 +60,10 @@ using EnvLookup = std::function<const char*(const char* name)>;
 
 /// Parses every variable of tuning_variables() through `lookup`. Throws Error on the first illegal value.
 Tuning parse_tuning(const EnvLookup& lookup);
+
+/// TPSHARD_LOG_LEVEL alone (tpshard, which reads no other variable: another one's bad value must not
+/// stop a conversion). Throws Error when its value is illegal.
+std::optional<LogLevel> log_level_from_environment();
 
 /// The process environment parsed once (the first call; thread-safe); later calls return the same values.
 /// Throws Error (every call) when a value is illegal.

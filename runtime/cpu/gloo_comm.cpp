@@ -12,6 +12,7 @@
 
 #include "format/error.h"
 #include "runtime/cpu/rank_order_sum.h"
+#include "runtime/tuning.h"
 
 #if TPSHARD_HAVE_GLOO
 #include <gloo/barrier.h>
@@ -95,10 +96,10 @@ GlooComm::GlooComm(HostExchange& exchange, const std::string& name, double conne
   bool one_host = true;
   for (const std::string& h : hosts) one_host = one_host && h == hosts[static_cast<size_t>(rank_)];
   gloo::transport::tcp::attr attr;
-  const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
+  const std::string& iface = tuning().gloo_socket_ifname;  // GLOO_SOCKET_IFNAME
   if (one_host) {
     attr.hostname = "127.0.0.1";
-  } else if (iface && *iface) {
+  } else if (!iface.empty()) {
     attr.iface = iface;
   } else {
     attr.hostname = host_name();
@@ -111,8 +112,7 @@ GlooComm::GlooComm(HostExchange& exchange, const std::string& name, double conne
     throw;
   } catch (const std::exception& e) {
     throw Error("the " + name_ + " could not connect over gloo (" +
-                    (one_host ? std::string("127.0.0.1") : iface && *iface ? "interface " + std::string(iface)
-                                                                           : "host " + host_name()) +
+                    (one_host ? std::string("127.0.0.1") : !iface.empty() ? "interface " + iface : "host " + host_name()) +
                     "): " + e.what(),
                 "on several hosts, each host's name must resolve to an address the others reach, or set "
                 "GLOO_SOCKET_IFNAME to the interface to use (e.g. eth0)");

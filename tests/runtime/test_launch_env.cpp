@@ -12,6 +12,7 @@
 #include "runtime/cluster_env.h"
 #include "runtime/cpu_budget.h"
 #include "runtime/launcher.h"
+#include "runtime/tuning.h"
 
 using namespace tpshard;
 
@@ -147,13 +148,20 @@ TEST_CASE("one tprun per node under srun / mpirun is a node launcher, not a rank
 TEST_CASE("threads per rank: OMP_NUM_THREADS as a hint capped at the usable CPUs, else an even share") {
   LauncherEnv e;
   const int cpus = usable_cpus();
-  CHECK(threads_per_rank(1) == cpus);
-  CHECK(threads_per_rank(cpus + 1) == 1);
-  e.set("OMP_NUM_THREADS", "1");
-  CHECK(threads_per_rank(1) == 1);
-  e.set("OMP_NUM_THREADS", "100000");
-  CHECK(threads_per_rank(1) == cpus);
-  e.set("OMP_NUM_THREADS", "junk");
-  CHECK(threads_per_rank(1) == cpus);
+  CHECK(threads_per_rank(1, 0) == cpus);
+  CHECK(threads_per_rank(cpus + 1, 0) == 1);
+  CHECK(threads_per_rank(1, 1) == 1);
+  CHECK(threads_per_rank(1, 100000) == cpus);
+  // OMP_NUM_THREADS as runtime/tuning.cpp reads it: the first level of a nested list; junk is ignored
+  auto omp = [](const char* value) {
+    return parse_tuning([value](const char* name) -> const char* {
+             return std::string(name) == "OMP_NUM_THREADS" ? value : nullptr;
+           }).omp_num_threads;
+  };
+  CHECK(omp("1") == 1);
+  CHECK(omp("4,2") == 4);
+  CHECK(omp("junk") == 0);
+  CHECK(omp("-3") == 0);
+  CHECK(omp(nullptr) == 0);
   CHECK_FALSE(affinity_mask_string().empty());
 }

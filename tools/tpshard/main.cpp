@@ -132,12 +132,7 @@ int main(int argc, char** argv) {
   try {
     // -q, else TPSHARD_LOG_LEVEL as in tprun (docs/TUNING.md): quiet drops convert's progress and table.
     // Parsed by runtime/tuning.cpp, the one reader of the variables; tpshard uses only this one.
-    if (!quiet) {
-      const Tuning t = parse_tuning([](const char* name) -> const char* {
-        return std::strcmp(name, "TPSHARD_LOG_LEVEL") == 0 ? std::getenv(name) : nullptr;
-      });
-      quiet = t.log_level == LogLevel::Quiet;
-    }
+    if (!quiet) quiet = log_level_from_environment() == LogLevel::Quiet;
     if (*convert) {
       if (!tp_lists.empty()) copt.tp_sizes = cli::int_list_values(tp_lists);
       if (!add_tp_lists.empty()) {
