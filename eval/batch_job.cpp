@@ -162,16 +162,14 @@ std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items,
   return keys;
 }
 
-bool finish_if_complete(const std::vector<BatchItem>& items, const BatchJobOptions& opts, const Manifest* manifest,
-                        const std::string& model_dir) {
-  JsonlContents existing;
-  const std::vector<std::string> keys = check_batch_output(items, opts, manifest, model_dir, &existing);
+bool all_results_present(const std::vector<std::string>& keys, const JsonlContents& existing) {
   const std::unordered_set<std::string> done(existing.keys.begin(), existing.keys.end());
-  for (const std::string& k : keys)
-    if (done.count(k) == 0) return false;
-  ResumableJsonlWriter writer(opts.output_path);  // the lock, and a torn tail cut
-  rewrite_jsonl_in_order(opts.output_path, keys);
-  return true;
+  return std::all_of(keys.begin(), keys.end(), [&done](const std::string& k) { return done.count(k) > 0; });
+}
+
+void put_in_input_order(const std::string& path, const std::vector<std::string>& keys) {
+  ResumableJsonlWriter writer(path);  // the lock, and a torn tail cut
+  rewrite_jsonl_in_order(path, keys);
 }
 
 void check_output_not_locked(const std::string& path) {

@@ -83,12 +83,13 @@ std::vector<std::string> check_batch_output(const std::vector<BatchItem>& items,
                                             const Manifest* manifest, const std::string& model_dir,
                                             JsonlContents* contents = nullptr);
 
-/// When the output already holds a result for every item (after check_batch_output's checks, which throw
-/// as there): takes the output's lock, cuts a torn last line, puts the file in input order as the end of
-/// run_batch_job does, and returns true: the job is complete and no weight needs to load. Returns false,
-/// writing nothing, when an item has no result yet.
-bool finish_if_complete(const std::vector<BatchItem>& items, const BatchJobOptions& opts, const Manifest* manifest,
-                        const std::string& model_dir);
+/// True when `existing` (the contents check_batch_output read) holds a result for each of `keys` (its
+/// return value): the job is complete and needs no model.
+bool all_results_present(const std::vector<std::string>& keys, const JsonlContents& existing);
+
+/// A complete job's last step without a model: takes path's output lock, cuts a torn last line and puts
+/// the file in the order of `keys`, as the end of run_batch_job does. Throws Error naming the file.
+void put_in_input_order(const std::string& path, const std::vector<std::string>& keys);
 
 /// Throws Error when another process holds path's output lock (a job writing it, ResumableJsonlWriter);
 /// nothing when the file does not exist. A probe: it takes and drops the lock at once, so call it only

@@ -187,16 +187,14 @@ JsonlChat load_jsonl_chat(const std::string& model_dir, const std::string& templ
   return chat;
 }
 
-void check_generate_output(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
-                           const std::string& model_dir) {
+std::vector<std::string> check_generate_output(const JsonlRequests& requests, const std::string& output_path,
+                                               const Manifest& manifest, const std::string& model_dir) {
   const BatchJobOptions job = generate_job(output_path);
   check_output_not_locked(output_path);
-  (void)check_batch_output(requests.items, job, &manifest, model_dir);
-}
-
-bool finish_generate_if_complete(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
-                                 const std::string& model_dir) {
-  return finish_if_complete(requests.items, generate_job(output_path), &manifest, model_dir);
+  JsonlContents existing;
+  std::vector<std::string> keys = check_batch_output(requests.items, job, &manifest, model_dir, &existing);
+  if (!all_results_present(keys, existing)) keys.clear();
+  return keys;
 }
 
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,

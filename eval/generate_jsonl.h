@@ -64,14 +64,10 @@ JsonlChat load_jsonl_chat(const std::string& model_dir, const std::string& templ
 /// Throws Error naming FILE:LINE for a malformed line (policy Stop) or a duplicate id.
 /// tprun's preflight, before any weight loads: an existing output_path must not be being written by
 /// another job and must be resumable by this one (check_batch_output: this model, these requests).
-/// Throws Error naming the file.
-void check_generate_output(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
-                           const std::string& model_dir);
-
-/// tprun's preflight, after check_generate_output: when output_path already holds every request's result,
-/// puts it in input order (finish_if_complete) and returns true, so that tprun stops without loading.
-bool finish_generate_if_complete(const JsonlRequests& requests, const std::string& output_path, const Manifest& manifest,
-                                 const std::string& model_dir);
+/// Throws Error naming the file. Returns the ids' keys (input order) when output_path already holds every
+/// request's result (the job is complete: finish it with put_in_input_order, no model needed), else {}.
+std::vector<std::string> check_generate_output(const JsonlRequests& requests, const std::string& output_path,
+                                               const Manifest& manifest, const std::string& model_dir);
 
 void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const std::string& output_path,
                         const SamplingParams& defaults, int batch_size);

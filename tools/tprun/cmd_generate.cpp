@@ -273,10 +273,11 @@ void check_generate_requests(const GlobalOptions& g, const GenerateOptions& o) {
                                    : std::string("the file has no records")),
               req.skipped > 0 ? "fix the records, or drop --on-bad-record skip to stop at the first bad one"
                               : "give one JSON object per line, e.g. {\"prompt\": \"Once upon a time\"}");
-    eval::check_generate_output(req, o.output, m.manifest, g.session.model_dir);
+    const std::vector<std::string> complete = eval::check_generate_output(req, o.output, m.manifest, g.session.model_dir);
     // Only in the process the user started (alone or as tprun's launcher): ranks started by mpirun / srun /
     // torchrun each run this check, and one of them stopping alone would leave the others waiting.
-    if (!read_worker_env().found && eval::finish_generate_if_complete(req, o.output, m.manifest, g.session.model_dir)) {
+    if (!complete.empty() && !read_worker_env().found) {
+      eval::put_in_input_order(o.output, complete);
       log_line(LogLevel::Info, "generate: %s already holds the results of all %zu prompts of %s: nothing to generate (no "
                "weights loaded; the file is in input order)\n", o.output.c_str(), req.items.size(), o.input.c_str());
       throw JobAlreadyDone{};
