@@ -20,6 +20,7 @@ constexpr const char* kNoLookahead = "TPSHARD_NO_LOOKAHEAD";
 constexpr const char* kNoSharedPrefix = "TPSHARD_NO_SHARED_PREFIX";
 constexpr const char* kCascadeAttention = "TPSHARD_CASCADE_ATTENTION";
 constexpr const char* kNoPdl = "TPSHARD_NO_PDL";
+constexpr const char* kLoadDirectIo = "TPSHARD_LOAD_DIRECT_IO";
 constexpr const char* kSyncCheck = "TPSHARD_SYNC_CHECK";
 constexpr const char* kShareGpus = "TPSHARD_TEST_SHARE_GPUS";
 constexpr const char* kLogLevel = "TPSHARD_LOG_LEVEL";
@@ -74,6 +75,7 @@ const std::vector<TuningVariable>& tuning_variables() {
       {kNoPdl, "0, 1", "0"},
       {kNoSharedPrefix, "0, 1", "0"},
       {kCascadeAttention, "0, 1", "0"},
+      {kLoadDirectIo, "0, 1", "0"},
       {kSyncCheck, "0, 1", "0"},
       {kShareGpus, "0, 1", "0"},
       {kLogLevel, "quiet, info, verbose", "info"},
@@ -101,6 +103,7 @@ Tuning parse_tuning(const EnvLookup& lookup) {
   t.shared_prefix = !flag(lookup, kNoSharedPrefix);
   t.cascade_attention = flag(lookup, kCascadeAttention);
   t.pdl = !flag(lookup, kNoPdl);
+  t.load_direct_io = flag(lookup, kLoadDirectIo);
   t.sync_check = flag(lookup, kSyncCheck);
   t.share_gpus = flag(lookup, kShareGpus);
   if (const char* v = value_of(lookup, kLogLevel)) {

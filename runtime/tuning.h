@@ -30,6 +30,9 @@ struct Tuning {
   /// TPSHARD_CASCADE_ATTENTION=1: true (CUDA decode: rows sharing a prefix read it once per block in the
   /// cascade prefix pass; off by default: slower than each row reading it, measured in docs/RUNTIME.md)
   bool cascade_attention = false;
+  /// TPSHARD_LOAD_DIRECT_IO=1: weights are read with O_DIRECT through io_uring (a cold page cache: the
+  /// disk's queue kept full; runtime/load/chunk_reader.h); default: page-cache reads by pread
+  bool load_direct_io = false;
   bool sync_check = false;          ///< TPSHARD_SYNC_CHECK=1: synchronize after every checked kernel launch
   /// TPSHARD_TEST_SHARE_GPUS=1 (tests only): rank with local rank L uses GPU L % visible GPUs, so several
   /// ranks share one GPU over the peer communicator (CUDA IPC within one device). Correct, not fast.

@@ -6,7 +6,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake pkg-config python3 python3-pip libcli11-dev libzstd-dev libxxhash-dev \
 doctest-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev libcpp-httplib-dev \
-libgloo-dev"
+libgloo-dev liburing-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

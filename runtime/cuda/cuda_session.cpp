@@ -305,6 +305,7 @@ void run_cuda_worker(const SessionOptions& opts, const std::function<void(RankCo
     LoadOptions lo;
     lo.verify_hashes = opts.verify_hashes;
     lo.reader_threads = default_reader_threads(worker.env().local_world_size);  // the ranks of this host share its cores
+    lo.direct_io = tuning().load_direct_io;
     WeightArena arena(*shard, lo);
     std::unique_ptr<DeviceStageLink> link;
     if (grid.pp_size > 1)

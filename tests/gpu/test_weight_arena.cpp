@@ -1,5 +1,5 @@
-// test_weight_arena.cpp: WeightArena (runtime/cuda/weight_arena.h) on the GPU. Shards are written here
-// with ShardWriter from known, position-dependent bytes; the arena is copied back and compared byte for
+// test_weight_arena.cpp: WeightArena (runtime/cuda/weight_arena.h) on the GPU. Shards are written
+// (tests/load/shard_fixtures.h) with ShardWriter from known, position-dependent bytes; the arena is copied back and compared byte for
 // byte: against the file's data section (uncompressed), against the written tensors (every codec), and
 // across ring sizes / reader counts. Corrupted and truncated shards must be refused with the tensor named.
 #include <doctest/doctest.h>
@@ -19,6 +19,7 @@
 #include "format/shard_file.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/weight_arena.h"
+#include "tests/load/shard_fixtures.h"
 
 using namespace tpshard;
 using tpshard::cuda::LoadOptions;
@@ -27,79 +28,16 @@ using tpshard::cuda::WeightArena;
 
 namespace {
 
-std::string temp_dir() {
-  auto d = std::filesystem::temp_directory_path() / ("tpshard_gpu_test_" + std::to_string(getpid()));
-  std::filesystem::create_directories(d);
-  return d.string();
-}
-
-struct TestTensor {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-/// Tensors of awkward sizes (not multiples of 4096 or of the ring chunk), one larger than the small ring
-/// buffers used below, bf16 data that compresses (repeating) and data that does not (pseudo-random).
-std::vector<TestTensor> make_tensors() {
-  std::vector<TestTensor> ts;
-  auto add = [&](const std::string& name, DType dt, std::vector<int64_t> shape, int pattern) {
-    TestTensor t{name, dt, shape, {}};
-    size_t n = dtype_size(dt);
-    for (auto d : shape) n *= size_t(d);
-    t.bytes.resize(n);
-    uint32_t x = 12345u + uint32_t(pattern);
-    for (size_t i = 0; i < n; ++i) {
-      if (pattern % 2 == 0) {
-        x = x * 1664525u + 1013904223u;  // LCG: incompressible
-        t.bytes[i] = uint8_t(x >> 24);
-      } else {
-        t.bytes[i] = uint8_t((i * 7 + size_t(pattern)) % 251 & (i % 2 ? 0x0f : 0xff));  // compressible
-      }
-    }
-    ts.push_back(std::move(t));
-  };
-  add("token_embd.weight", DType::BF16, {1000, 300}, 1);           // 600000 bytes: > ring buffer below
-  add("blk.0.attn_norm.weight", DType::F32, {300}, 2);            // 1200 bytes
-  add("blk.0.attn_qkv.weight", DType::F16, {900, 300}, 3);         // 540000
-  add("blk.0.attn_output.weight", DType::F16, {300, 301}, 4);      // odd element count
-  add("blk.0.ffn_up.bias", DType::F32, {1}, 5);                    // 4 bytes
-  add("output.weight", DType::BF16, {1000, 300}, 6);               // incompressible, large
-  return ts;
-}
-
-std::string write_shard(const std::string& path, const std::vector<TestTensor>& ts, Codec codec) {
-  ShardWriter w(path, 0, 1);
-  std::vector<TensorRecord> recs;
-  for (const auto& t : ts) {
-    TensorRecord r;
-    r.name = t.name;
-    r.dtype = t.dtype;
-    r.global_shape = t.shape;
-    r.local_shape = t.shape;
-    r.codec = codec;
-    recs.push_back(r);
-  }
-  w.declare(recs);
-  for (size_t i = 0; i < ts.size(); ++i) w.write(i, ts[i].bytes.data(), ts[i].bytes.size());
-  w.finish();
-  return path;
-}
+using test::make_tensors;
+using test::read_file_range;
+using test::TestTensor;
+using test::write_shard;
+std::string temp_dir() { return test::shard_temp_dir(); }
 
 std::vector<uint8_t> arena_to_host(const WeightArena& a) {
   std::vector<uint8_t> h(a.bytes());
   TPS_CUDA_CHECK(cudaMemcpy(h.data(), a.base(), a.bytes(), cudaMemcpyDeviceToHost));
   return h;
-}
-
-std::vector<uint8_t> read_file_range(const std::string& path, uint64_t off, uint64_t n) {
-  std::vector<uint8_t> v(n);
-  std::ifstream f(path, std::ios::binary);
-  f.seekg(std::streamoff(off));
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n));
-  REQUIRE(uint64_t(f.gcount()) == n);
-  return v;
 }
 
 void check_tensors(const WeightArena& a, const std::vector<uint8_t>& host, const std::vector<TestTensor>& ts) {
@@ -192,15 +130,7 @@ TEST_CASE("a corrupted shard is refused, naming the tensor; without verification
       at = s.header().data_offset + r.file_offset + r.stored_bytes / 2;
       victim = r.name;
     }
-    {
-      int fd = open(path.c_str(), O_RDWR);
-      REQUIRE(fd >= 0);
-      uint8_t b = 0;
-      REQUIRE(pread(fd, &b, 1, off_t(at)) == 1);
-      b ^= 0x40;
-      REQUIRE(pwrite(fd, &b, 1, off_t(at)) == 1);
-      close(fd);
-    }
+    test::flip_byte(path, at);
     ShardReader s(path);
     std::string msg;
     try {

@@ -28,6 +28,7 @@
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/weight_arena.h"
+#include "runtime/load/load_options.h"
 #include "runtime/cuda/worker.h"
 #include "tools/cli_validators.h"
 #include "tools/tprun/commands.h"
@@ -43,6 +44,8 @@ struct BenchLoadOptions {
   int readers = 0;          ///< 0: default_reader_threads(local ranks)
   bool no_verify = false;
   bool direct_io = false;
+  std::string io = "auto";  ///< read path: auto (io_uring for O_DIRECT), pread, uring
+  int queue_depth = 0;      ///< io_uring reads in flight per reader (0: the loader's default)
   bool no_runner = false;
   int repeat = 1;
   bool json = false;
@@ -82,6 +85,8 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     set_xxh3_implementation(o.hash_impl);
     lo.register_ring = o.pin == "register";
     lo.direct_io = o.direct_io;
+    lo.io = load::parse_io_engine(o.io, "bench-load --io");
+    lo.queue_depth = o.queue_depth;
 
     RankStats s{};
     s.rss_before_mib = current_rss_mib();
@@ -89,6 +94,8 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     TPS_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
     LoadReport best;
     best.seconds = 1e30;
+    std::string read_path;  // what the loader used (the same on every rank)
+    int depth = 1;
     std::unique_ptr<WeightArena> arena;
     std::atomic<uint64_t> anon_max{0}, file_max{0};
     for (int i = 0; i < std::max(1, o.repeat); ++i) {
@@ -113,6 +120,8 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
       loading = false;
       sampler.join();
       if (rep.seconds < best.seconds) best = rep;
+      read_path = rep.io;
+      depth = rep.queue_depth;
     }
     s.rss_anon_load_mib = mib(double(anon_max.load()));
     s.rss_file_load_mib = mib(double(file_max.load()));
@@ -167,18 +176,19 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
             "\"rss_after_load_mib\": %.1f, "
             "\"weights_mib\": %.1f, \"kv_cache_mib\": %s, \"workspace_mib\": %s, \"context_mib\": %.1f, "
             "\"comm_mib\": %.1f, \"comm\": \"%s\", \"device_total_mib\": %.1f, \"verify\": %s, \"pinned_mib\": %.1f, \"readers\": %d, "
-            "\"rss_anon_load_mib\": %.1f, \"rss_file_load_mib\": %.1f}\n",
+            "\"rss_anon_load_mib\": %.1f, \"rss_file_load_mib\": %.1f, \"io\": \"%s\", \"queue_depth\": %d}\n",
             r, worker.tp_size(), x.load_s, x.gbps, x.read_s, x.hash_s, x.zstd_s, x.setup_s, x.file_mib,
             x.rss_before_mib, x.rss_peak_mib, x.rss_after_load_mib, x.weights_mib, cell(x.kv_cache_mib) == "n/a" ? "null" : cell(x.kv_cache_mib).c_str(),
             cell(x.workspace_mib) == "n/a" ? "null" : cell(x.workspace_mib).c_str(), x.context_mib, x.comm_mib,
             worker.comm().name(), x.total_mib, lo.verify_hashes ? "true" : "false", x.pinned_mib, int(x.readers),
-            x.rss_anon_load_mib, x.rss_file_load_mib);
+            x.rss_anon_load_mib, x.rss_file_load_mib, read_path.c_str(), depth);
       }
     }
-    std::printf("bench-load %s tp %d: ring %.0f MiB pinned by %s (%zu MiB buffers), %d readers, hashes %s (XXH3 %s)%s, best of %d\n",
+    std::printf("bench-load %s tp %d: ring %.0f MiB pinned by %s (%zu MiB buffers), %d readers, reads by %s (depth %d), "
+                "hashes %s (XXH3 %s), best of %d\n",
                 g.session.model_dir.c_str(), worker.tp_size(), st[0].pinned_mib,
                 lo.register_ring ? "cudaHostRegister" : "cudaHostAlloc", o.ring_mib, int(st[0].readers),
-                lo.verify_hashes ? "verified" : "not verified", xxh3_implementation(), o.direct_io ? ", O_DIRECT" : "",
+                read_path.c_str(), depth, lo.verify_hashes ? "verified" : "not verified", xxh3_implementation(),
                 std::max(1, o.repeat));
     std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s %8s %8s\n", "rank", "load_s", "GB/s", "read_s",
                 "hash_s", "file_MiB", "RSS_MiB", "peakRSS", "weights", "kv_cache", "workspace", "ctx", "comm",
@@ -341,7 +351,7 @@ void run_comm_test(const GlobalOptions& g, const CommTestOptions& o) {
 void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<BenchLoadOptions>();
   CLI::App* sub = app.add_subcommand("bench-load", "Load this rank's shard onto its GPU and report time, GB/s and memory");
-  sub->add_option("--ring-buffers", o->ring_buffers, "pinned host buffers in the ring (0: 2 per reader thread)")
+  sub->add_option("--ring-buffers", o->ring_buffers, "pinned host buffers in the ring (0: queue depth + 1 per reader thread)")
       ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 1024));
   sub->add_option("--ring-mib", o->ring_mib, "MiB per ring buffer")->capture_default_str()
       ->check(tpshard::cli::integer_in_range(1, 65536));
@@ -349,6 +359,11 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
       ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 256));
   sub->add_flag("--no-verify", o->no_verify, "skip the XXH3 check while streaming (to measure its cost)");
   sub->add_flag("--direct-io", o->direct_io, "read with O_DIRECT (bypasses the page cache)");
+  sub->add_option("--io", o->io, "read path: auto (io_uring for O_DIRECT reads, pread otherwise), pread, uring")
+      ->check(CLI::IsMember({"auto", "pread", "uring"}))
+      ->capture_default_str();
+  sub->add_option("--queue-depth", o->queue_depth, "io_uring reads in flight per reader thread (0: 4)")
+      ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 64));
   sub->add_option("--pin", o->pin, "how the ring is pinned: register (cudaHostRegister of aligned_alloc memory) or alloc (cudaHostAlloc)")
       ->check(CLI::IsMember({"register", "alloc"}))
       ->capture_default_str();
