@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
-"""bench_load.py: how fast weights reach the GPU: tprun bench-load vs safetensors vs transformers.
+"""bench_load.py: how fast weights reach the GPU: tprun bench-load vs the safetensors loaders.
 
-Runs ON the GPU machine (torch, transformers, safetensors installed; tpshard/tprun built elsewhere).
+Runs ON the GPU machine (torch, transformers, safetensors installed; tpshard/tprun built elsewhere;
+the peer loaders instanttensor, fastsafetensors and runai-model-streamer when importable, e.g. from
+wheels carried to the machine).
   1. Writes random-weight Hugging Face checkpoints of real shapes: Pythia-1.4B (GPT-NeoX, fp16) and
-     Llama-2-7B (bf16) with --llama-layers layers (default 8 of 32, to stay within a few minutes; the
-     per-layer tensors have the real 7B shapes).
-  2. Converts each with `tpshard convert --tp 1,2`.
+     Llama-2-7B (bf16) with --llama-layers layers (default 8 of 32; the per-layer tensors have the real
+     7B shapes).
+  2. Converts each with `tpshard convert --tp` the sizes of --tp (default 1,2 where two GPUs exist, else 1).
   3. Warm page cache (every file read once first), best of --repeat loads, all in this one run:
-       tprun MODEL --tp N bench-load --no-runner   (per-rank load into one arena; tp 2: slowest rank)
+       tprun MODEL --tp N bench-load --no-runner   (per-rank load into one arena; tp > 1: slowest rank)
        tprun ... --no-verify                        (the cost of the XXH3 check)
-       safetensors.torch.load_file(f, device="cuda")
-       transformers AutoModelForCausalLM.from_pretrained(dir, device_map="cuda")
-     Cold cache (drop_caches) only when /proc/sys/vm/drop_caches is writable; the table says which.
-  4. Prints ONE markdown table. Times are of the load itself (CUDA context already up, as in
-     bench-load, which starts its clock after the context and NCCL exist); "wall" columns include
-     process start, context creation and (tp 2) NCCL init.
-Usage: python3 scripts/bench_load.py --bin BUILD/bin [--work /tmp/tpshard_bench] [--repeat 3]
+       safetensors.torch.load_file(f, device="cuda"), instanttensor.safe_open, fastsafetensors
+       (fastsafe_open, nogds), runai_model_streamer.SafetensorsStreamer (device="cuda"), transformers
+       AutoModelForCausalLM.from_pretrained(dir, device_map="cuda")
+     tp sizes above the GPU count run their ranks on the GPUs in turn (TPSHARD_TEST_SHARE_GPUS=1): the
+     host side (page cache reads, hashing, pinned copies) is then what is measured.
+     Cold cache (drop_caches) only when /proc/sys/vm/drop_caches is writable; the table says which. The
+     disk reference of the cold rows: dd of the shard file with O_DIRECT (8 MiB blocks) after drop_caches.
+  4. Prints ONE markdown table, with the ratio of tprun's best verified load to the best peer of the
+     same model and cache state. Times are of the load itself (CUDA context already up, as in
+     bench-load, which starts its clock after the context and the communicator exist); "wall" columns
+     include process start, context creation and (tp > 1) communicator init.
+Usage: python3 scripts/bench_load.py --bin BUILD/bin [--work /tmp/tpshard_bench] [--repeat 3] [--tp 1,2,4]
 """
 import argparse
 import json
@@ -125,6 +132,56 @@ def time_safetensors(path, repeat):
     return best
 
 
+def time_peer(kind, path, repeat):
+    """Best load time of a peer safetensors loader onto cuda:0 (tensors kept until the clock stops), or
+    raises ImportError when the package is missing."""
+    import torch
+    best = 1e30
+    for _ in range(repeat):
+        out = {}
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if kind == "instanttensor":
+            from instanttensor import safe_open
+            with safe_open(path, framework="pt", device=0) as f:  # copy=True (default): owned tensors
+                for name, t in f.tensors():
+                    out[name] = t
+        elif kind == "fastsafetensors":
+            from fastsafetensors import fastsafe_open
+            with fastsafe_open(filenames=[path], framework="pt", device="cuda:0", nogds=True) as f:
+                for name in f.keys():
+                    out[name] = f.get_tensor(name)
+        elif kind == "runai":
+            from runai_model_streamer import SafetensorsStreamer
+            with SafetensorsStreamer() as st:
+                st.stream_file(path, device="cuda")
+                for name, t in st.get_tensors():
+                    out[name] = t
+        else:
+            raise ValueError(kind)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+        del out
+        torch.cuda.empty_cache()
+    return best
+
+
+PEERS = (("instanttensor", "instanttensor.safe_open(device=0)"),
+         ("fastsafetensors", "fastsafetensors fastsafe_open(nogds)"),
+         ("runai", "runai_model_streamer SafetensorsStreamer(device=cuda)"))
+
+
+def disk_read_gbps(path):
+    """The disk's sequential O_DIRECT read rate of one file (dd, 8 MiB blocks), after drop_caches."""
+    try_drop_caches()
+    t0 = time.perf_counter()
+    p = subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=8M", "iflag=direct"], capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        return None
+    return os.path.getsize(path) / dt / 1e9
+
+
 def time_transformers(hf_dir, dtype, repeat):
     import torch
     from transformers import AutoModelForCausalLM
@@ -150,6 +207,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--llama-layers", type=int, default=8)
     ap.add_argument("--models", default="pythia-1.4b,llama-7b")
+    ap.add_argument("--tp", default=None, help="tp sizes to convert and load, e.g. 1,2,4 (default: 1,2 with two GPUs, else 1)")
+    ap.add_argument("--no-peers", action="store_true", help="skip instanttensor / fastsafetensors / runai")
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-cache rows")
     ap.add_argument("--variant", action="append", default=[],
                     help="extra bench-load options measured as one more tp 1 row each, hashes verified "
                          "(repeatable), e.g. --variant='--hash-impl sse2' --variant='--ring-mib 1'")
@@ -158,8 +218,10 @@ def main():
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # context up before timing, as for bench-load
     ngpu = torch.cuda.device_count()
-    tps = [1, 2] if ngpu >= 2 else [1]
+    tps = [int(x) for x in args.tp.split(",")] if args.tp else ([1, 2] if ngpu >= 2 else [1])
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if max(tps) > ngpu:
+        os.environ["TPSHARD_TEST_SHARE_GPUS"] = "1"  # ranks take the GPUs in turn: the host side is measured
 
     shutil.rmtree(args.work, ignore_errors=True)
     rows = []  # (model, method, tp, seconds, gbps, wall, note)
@@ -195,7 +257,10 @@ def main():
                 note = ("hashes verified" if verify else "no hash check") + f"; peak RSS {rss:.0f} MiB/rank"
                 note += f"; summed over readers: read {rr[0]['read_s']:.2f} s, hash {rr[0]['hash_s']:.2f} s; setup {rr[0]['setup_s']:.3f} s"
                 if tp > 1:
-                    note += f"; ranks {min(r['load_s'] for r in rr):.3f}-{slow:.3f} s"
+                    note += (f"; ranks {min(r['load_s'] for r in rr):.3f}-{slow:.3f} s "
+                             f"(spread {100 * (slow / min(r['load_s'] for r in rr) - 1):.0f}%), per rank "
+                             f"{min(r['gbps'] for r in rr):.1f}-{max(r['gbps'] for r in rr):.1f} GB/s"
+                             + (f", {tp} ranks on {ngpu} GPU(s)" if tp > ngpu else ""))
                 rows.append((label, "tprun bench-load", tp, slow, total / slow / 1e9, wall, note))
         for variant in args.variant:
             rr, wall = tprun_bench(args.bin, out, 1, args.repeat, tuple(variant.split()))
@@ -204,18 +269,49 @@ def main():
                          wall, f"hashes verified; summed over {r['readers']} readers: read {r['read_s']:.2f} s, "
                                f"hash {r['hash_s']:.2f} s; setup {r['setup_s']:.3f} s"))
         st = time_safetensors(os.path.join(hf, "model.safetensors"), args.repeat)
-        rows.append((label, "safetensors load_file(device=cuda)", 1, st, nbytes / st / 1e9, None, "one process"))
+        rows.append((label, "safetensors load_file(device=cuda)", 1, st, nbytes / st / 1e9, None, "one process; peer"))
+        if not args.no_peers:
+            for peer, name in PEERS:
+                try:
+                    pt = time_peer(peer, os.path.join(hf, "model.safetensors"), args.repeat)
+                    rows.append((label, name, 1, pt, nbytes / pt / 1e9, None, "one process; peer"))
+                except Exception as e:  # a missing or failing peer is a row that says so
+                    log(f"{peer}: {type(e).__name__}: {e}")
+                    rows.append((label, name, 1, float("nan"), float("nan"), None,
+                                 f"not measured: {type(e).__name__}: {str(e)[:120]}"))
         tf = time_transformers(hf, dtype, max(1, min(2, args.repeat)))
         rows.append((label, "transformers from_pretrained(device_map=cuda)", 1, tf, nbytes / tf / 1e9, None,
-                     "one process"))
-        if try_drop_caches():
+                     "one process; peer"))
+        if not args.no_cold and try_drop_caches():
             cold_ok = True
-            rr, wall = tprun_bench(args.bin, out, 1, 1)
-            rows.append((label, "tprun bench-load, COLD cache", 1, rr[0]["load_s"],
-                         rr[0]["file_mib"] * (1 << 20) / rr[0]["load_s"] / 1e9, wall, "after drop_caches"))
+            shards = [os.path.join(r, f) for r, _, fs in os.walk(out) for f in fs if f.endswith(".tps")]
+            shard = max(shards, key=os.path.getsize) if shards else None
+            if shard:
+                g = disk_read_gbps(shard)
+                if g:
+                    rows.append((label, "dd iflag=direct bs=8M (the disk)", 1, os.path.getsize(shard) / g / 1e9, g, None,
+                                 "COLD: disk reference, one shard file"))
+            for extra, what in (((), "page-cache reads (pread)"), (("--direct-io", "--io", "pread"), "O_DIRECT pread"),
+                                (("--direct-io",), "O_DIRECT io_uring depth 4"),
+                                (("--direct-io", "--queue-depth", "8", "--ring-mib", "8", "--ring-buffers", "64"),
+                                 "O_DIRECT io_uring depth 8, 8 MiB reads")):
+                try_drop_caches()
+                rr, wall = tprun_bench(args.bin, out, 1, 1, extra)
+                rows.append((label, f"tprun bench-load {' '.join(extra)}".strip(), 1, rr[0]["load_s"],
+                             rr[0]["file_mib"] * (1 << 20) / rr[0]["load_s"] / 1e9, wall,
+                             f"COLD: {what}; hashes verified; read by {rr[0].get('io', '?')}"))
             try_drop_caches()
             st = time_safetensors(os.path.join(hf, "model.safetensors"), 1)
-            rows.append((label, "safetensors, COLD cache", 1, st, nbytes / st / 1e9, None, "after drop_caches"))
+            rows.append((label, "safetensors load_file(device=cuda)", 1, st, nbytes / st / 1e9, None, "COLD; peer"))
+            if not args.no_peers:
+                for peer, name in PEERS:
+                    try_drop_caches()
+                    try:
+                        pt = time_peer(peer, os.path.join(hf, "model.safetensors"), 1)
+                        rows.append((label, name, 1, pt, nbytes / pt / 1e9, None, "COLD; peer"))
+                    except Exception as e:
+                        rows.append((label, name, 1, float("nan"), float("nan"), None,
+                                     f"COLD; not measured: {type(e).__name__}: {str(e)[:120]}"))
         else:
             cold_ok = False
         shutil.rmtree(hf, ignore_errors=True)
@@ -225,10 +321,21 @@ def main():
     print(f"GPU: {torch.cuda.get_device_name(0)} x {ngpu}; warm page cache; best of {args.repeat} "
           f"(transformers: best of {max(1, min(2, args.repeat))}); cold cache: "
           + ("measured (drop_caches worked)" if cold_ok else "NOT measured (drop_caches not permitted here)"))
-    print("| model | method | tp | load s | GB/s | wall s (process) | notes |")
-    print("|---|---|---|---|---|---|---|")
-    for m, meth, tp, s, gbps, wall, note in rows:
-        print(f"| {m} | {meth} | {tp} | {s:.3f} | {gbps:.2f} | {'' if wall is None else f'{wall:.2f}'} | {note} |")
+    # tprun vs the best peer of the same model and cache state (peers: rows whose note says "peer").
+    def state(note):
+        return "cold" if note.startswith("COLD") else "warm"
+    best_peer = {}
+    for m, meth, tp, sec, gbps, wall, note in rows:
+        if "peer" in note and gbps == gbps:
+            k = (m, state(note))
+            best_peer[k] = max(best_peer.get(k, 0.0), gbps)
+    print("| model | method | tp | load s | GB/s | vs best peer | wall s (process) | notes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m, meth, tp, sec, gbps, wall, note in rows:
+        ratio = ""
+        if meth.startswith("tprun") and gbps == gbps and best_peer.get((m, state(note))):
+            ratio = f"{gbps / best_peer[(m, state(note))]:.2f}x"
+        print(f"| {m} | {meth} | {tp} | {sec:.3f} | {gbps:.2f} | {ratio} | {'' if wall is None else f'{wall:.2f}'} | {note} |")
 
 
 if __name__ == "__main__":
