@@ -139,7 +139,7 @@ std::vector<BatchItem> build_items(const QuestionSet& q, const TriviaQaOptions& 
   return items;
 }
 
-ordered_json summary_json(const RankContext& ctx, const TriviaQaOptions& opts, const TriviaQaSummary& s,
+ordered_json summary_json(int tp_size, const TriviaQaOptions& opts, const TriviaQaSummary& s,
                           const std::string& output) {
   ordered_json j;
   j["task"] = "triviaqa";
@@ -157,7 +157,7 @@ ordered_json summary_json(const RankContext& ctx, const TriviaQaOptions& opts, c
   j["top_k"] = opts.sampling.top_k;
   j["top_p"] = opts.sampling.top_p;
   j["seed"] = opts.sampling.seed;
-  j["tp_size"] = ctx.tp_size;
+  j["tp_size"] = tp_size;
   j["skipped_records"] = s.skipped_records;
   j["already_done"] = s.already_done;
   j["generated"] = s.generated;
@@ -203,15 +203,18 @@ BatchJobOptions triviaqa_job(const TriviaQaOptions& opts) {
 
 }  // namespace
 
-void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
+std::vector<std::string> check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
                            int64_t model_seq_limit, bool print, const Manifest* manifest) {
   const QuestionSet q = load_questions(print, opts);
-  if (max_seq_len <= 0) return;
+  if (max_seq_len <= 0) return {};
   const std::vector<BatchItem> items = build_items(q, opts, tokenizer);
+  std::vector<std::string> complete;
   if (manifest != nullptr) {  // an existing predictions file must be resumable by this job, and not being written
     const BatchJobOptions job = triviaqa_job(opts);
     check_output_not_locked(job.output_path);
-    (void)check_batch_output(items, job, manifest, opts.model_dir);
+    JsonlContents existing;
+    complete = check_batch_output(items, job, manifest, opts.model_dir, &existing);
+    if (!all_results_present(complete, existing)) complete.clear();
   }
   for (const BatchItem& item : items) {
     // The id run_batch_job gives the request (TriviaQA ids are strings), so the text matches the run's.
@@ -229,6 +232,7 @@ void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokeniz
                       (raise ? ", or raise --max-seq-len if it is below the model's max_position_embeddings" : ""));
     }
   }
+  return complete;
 }
 
 TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts) {
@@ -271,7 +275,25 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
   summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!ctx.is_output_rank()) return summary;
 
-  summary.json = summary_json(ctx, opts, summary, output);
+  summary.json = summary_json(ctx.tp_size, opts, summary, output);
+  write_text_file(summary_path, summary.json.dump(2) + "\n");
+  print_summary(opts, summary, output, summary_path);
+  return summary;
+}
+
+TriviaQaSummary finish_complete_triviaqa(const TriviaQaOptions& opts, const std::vector<std::string>& keys, int tp_size) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const BatchJobOptions job = triviaqa_job(opts);
+  const std::string& output = job.output_path;
+  const std::string summary_path = opts.summary_path.empty() ? output + ".summary.json" : opts.summary_path;
+  put_in_input_order(output, keys);
+  TriviaQaSummary summary;
+  summary.skipped_records = load_questions(false, opts).skipped_records;  // the preflight warned about them
+  summary.questions = keys.size();
+  summary.already_done = keys.size();
+  summary.scores = score_predictions_file(output, keys);
+  summary.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary.json = summary_json(tp_size, opts, summary, output);
   write_text_file(summary_path, summary.json.dump(2) + "\n");
   print_summary(opts, summary, output, summary_path);
   return summary;

@@ -67,9 +67,16 @@ TriviaQaSummary run_triviaqa_eval(RankContext& ctx, const TriviaQaOptions& opts)
 /// enough records for --shots, and every scored question's few-shot prompt (tokenized with tokenizer)
 /// against max_seq_len / model_seq_limit as check_request checks it ("request ID: ..."). With manifest, an
 /// existing predictions file too: not being written by another job, and resumable by this one (made with
-/// this model, for these prompts: check_batch_output). Throws Error.
-void check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
+/// this model, for these prompts: check_batch_output). Throws Error. Returns the scored questions' id keys
+/// (question order) when the predictions file already holds every one of them (the job is complete:
+/// finish_complete_triviaqa ends it without a model), else {}.
+std::vector<std::string> check_triviaqa_inputs(const TriviaQaOptions& opts, const Tokenizer& tokenizer, int64_t max_seq_len,
                            int64_t model_seq_limit, bool print, const Manifest* manifest = nullptr);
+
+/// A complete job's last step without a model (keys: check_triviaqa_inputs' return value): puts the
+/// predictions file in question order, scores it, writes the summary file (tp_size recorded; nothing
+/// generated) and prints the summary lines run_triviaqa_eval prints. Throws Error naming the file.
+TriviaQaSummary finish_complete_triviaqa(const TriviaQaOptions& opts, const std::vector<std::string>& keys, int tp_size);
 
 /// "DIR/NAME.jsonl" -> "NAME.predictions.jsonl" (in the current directory): DATA_STEM is the whole file
 /// name minus a final ".jsonl" or ".json" ("val.hf.jsonl" -> "val.hf.predictions.jsonl"); an empty

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "format/error.h"
 #include "runtime/generate.h"
 #include "tests/runtime/cli_run.h"
@@ -309,4 +311,41 @@ TEST_CASE("tprun eval triviaqa: too many --shots and bad records fail before the
                        "(each shot adds a question and its answer to every prompt), or raise --max-seq-len") !=
         std::string::npos);
   CHECK(longp.err.find("backend") == std::string::npos);
+}
+
+TEST_CASE("tprun eval triviaqa on a finished predictions file: nothing loads, the same scores and summary, exit 0") {
+  const std::string m = pf_model_dir();
+  const std::string tmp = pf_fresh_dir("cli-preflight-eval-finished");
+  if (!pf_has_eval(tmp)) return;
+  const std::string data = std::string(TPSHARD_FIXTURES_DIR) + "/triviaqa/validation_sample.hf_layout.jsonl";
+  const std::string cmd = m + " --tp 2 --device cpu eval triviaqa --output p.jsonl --data " + data +
+                          " --shots 1 --limit 6 --max-new-tokens 3";
+  const PfRun first = pf_tprun(cmd, tmp);
+  INFO("stderr: " << first.err);
+  REQUIRE(first.code == 0);
+  const std::string scores_line = first.out.substr(0, first.out.find('\n'));  // "triviaqa: n=6  EM=..  F1=.."
+  REQUIRE(scores_line.find("triviaqa: n=6 ") == 0);
+  std::stringstream before;
+  before << std::ifstream(tmp + "/p.jsonl").rdbuf();
+  const auto first_summary = nlohmann::json::parse(std::ifstream(tmp + "/p.jsonl.summary.json"));
+
+  const PfRun again = pf_tprun(cmd, tmp);
+  INFO("stderr: " << again.err);
+  CHECK(again.code == 0);
+  CHECK(again.err.find("p.jsonl already holds the predictions of all 6 questions: scored from it (no weights loaded)") !=
+        std::string::npos);
+  CHECK(again.err.find("backend") == std::string::npos);  // no weight loaded
+  // the same EM / F1 as the run that generated them; nothing generated now, all 6 resumed
+  const std::string em_f1 = scores_line.substr(0, scores_line.find("  ("));
+  CHECK(again.out.rfind(em_f1 + "  (1-shot, 0 generated now, 6 resumed)", 0) == 0);
+  std::stringstream after;
+  after << std::ifstream(tmp + "/p.jsonl").rdbuf();
+  CHECK(after.str() == before.str());
+  const auto summary = nlohmann::json::parse(std::ifstream(tmp + "/p.jsonl.summary.json"));
+  CHECK(summary["exact_match"] == first_summary["exact_match"]);
+  CHECK(summary["f1"] == first_summary["f1"]);
+  CHECK(summary["n"] == 6);
+  CHECK(summary["already_done"] == 6);
+  CHECK(summary["generated"] == 0);
+  CHECK(summary["tp_size"] == 2);
 }

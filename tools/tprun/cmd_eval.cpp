@@ -14,6 +14,7 @@
 #include "eval/triviaqa_eval.h"
 #include "format/error.h"
 #include "tools/tprun/commands.h"
+#include "runtime/launcher.h"
 #include "tools/tprun/preflight_model.h"
 
 namespace tpshard::tprun {
@@ -119,8 +120,16 @@ void add_eval_command(CLI::App& app, GlobalOptions& g) {
       eval::TriviaQaOptions checked = *o;
       checked.on_bad_record = eval::parse_bad_record_policy(*bad);
       checked.model_dir = g.session.model_dir;
-      eval::check_triviaqa_inputs(checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process,
-                                  &m.manifest);
+      const std::vector<std::string> complete = eval::check_triviaqa_inputs(
+          checked, *m.tokenizer, m.max_seq_len, m.model_seq_limit, g.primary_process, &m.manifest);
+      // Only in the process the user started (alone or as tprun's launcher): ranks started by mpirun / srun /
+      // torchrun each run this check, and one of them stopping alone would leave the others waiting.
+      if (!complete.empty() && !read_worker_env().found) {
+        log_line(LogLevel::Info, "tprun: eval triviaqa: %s already holds the predictions of all %zu questions: "
+                 "scored from it (no weights loaded)\n", TriviaQaFiles(*o).output.c_str(), complete.size());
+        eval::finish_complete_triviaqa(checked, complete, g.session.tp_size);
+        throw JobAlreadyDone{};
+      }
     }
     if (g.primary_process) print_triviaqa_notice(*o);
   });
