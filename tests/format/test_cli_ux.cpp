@@ -50,7 +50,7 @@ TEST_CASE("tpshard convert --tp: an empty list item is refused, writing nothing"
   CHECK(sizes == std::vector<int>{1, 2, 4});
 }
 
-TEST_CASE("tpshard inspect: a truncated or misplaced shard file fails naming it, before printing") {
+TEST_CASE("tpshard inspect: a truncated or misplaced shard file is marked in the report and named after it, exit 1") {
   ScratchDir d;
   LlamaSpec s;
   make_llama(s).save(d / "hf");
@@ -61,13 +61,19 @@ TEST_CASE("tpshard inspect: a truncated or misplaced shard file fails naming it,
   const std::string rank1 = out + "/tp2/rank1.tps";
   const uint64_t size = fs::file_size(rank1);
 
-  // Truncated: ShardReader's header check names the file (before any of the report is printed).
+  // Truncated: the report is printed (the other shards, the model), the file marked DAMAGED, and
+  // ShardReader's header check naming it comes after the report.
   fs::resize_file(rank1, size - 1);
   CHECK(run_tpshard("inspect " + out, log) == 1);
   std::string text = read_text(log);
-  CHECK(text.rfind("error: " + rank1 + ": file is " + std::to_string(size - 1) + " bytes but the header says ", 0) == 0);
-  CHECK(text.find("\nhint: ") != std::string::npos);
-  CHECK(text.find("tpshard verify") != std::string::npos);
+  CHECK(text.rfind("model      LlamaForCausalLM", 0) == 0);
+  CHECK(text.find("tp2/rank0.tps\n") != std::string::npos);
+  CHECK(text.find("tp2/rank1.tps  DAMAGED (below)\n") != std::string::npos);
+  const size_t err = text.find("error: " + rank1 + ": file is " + std::to_string(size - 1) + " bytes but the header says ");
+  CHECK(err != std::string::npos);
+  CHECK(err > text.find("DAMAGED"));
+  CHECK(text.find("\nhint: ", err) != std::string::npos);
+  CHECK(text.find("tpshard verify", err) != std::string::npos);
   CHECK(run_tpshard("inspect " + out + " --tp 1", log) == 0);  // --tp 1 does not list tp2's files
 
   // Another rank's file in its place (a consistent shard by itself): the header's rank or the manifest's
@@ -77,11 +83,13 @@ TEST_CASE("tpshard inspect: a truncated or misplaced shard file fails naming it,
   CHECK(run_tpshard("inspect " + out + " --tp 2", log) == 1);
   text = read_text(log);
   const uint64_t rank0_size = fs::file_size(rank1);
+  CHECK(text.find("tp2/rank1.tps  DAMAGED (below)\n") != std::string::npos);
+  const std::string tail = text.substr(text.find("error: "));
   if (rank0_size == size) {
-    CHECK(text == "error: " + rank1 + ": header says tp_rank 0 of tp_size 2, manifest.json lists it as tp_rank 1 of "
+    CHECK(tail == "error: " + rank1 + ": header says tp_rank 0 of tp_size 2, manifest.json lists it as tp_rank 1 of "
                   "tp_size 2\nhint: run `tpshard verify " + out + "` for the full check, and re-run tpshard convert\n");
   } else {
-    CHECK(text == "error: " + rank1 + ": file is " + std::to_string(rank0_size) + " bytes, manifest.json says " +
+    CHECK(tail == "error: " + rank1 + ": file is " + std::to_string(rank0_size) + " bytes, manifest.json says " +
                       std::to_string(size) + (rank0_size < size ? " (truncated)" : "") + "\nhint: run `tpshard verify " +
                       out + "` for the full check, and re-run tpshard convert\n");
   }

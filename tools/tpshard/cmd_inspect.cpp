@@ -1,7 +1,9 @@
 // cmd_inspect.cpp: `tpshard inspect`: model config, dtype, shards per tp size and (--tensors) one
-// rank's tensor table, read through the validating ShardReader. Checks the tp size, --rank and the shard
-// files (header, tensor table, size against manifest.json) before printing anything.
+// rank's tensor table, read through the validating ShardReader. Checks the tp size and --rank before
+// printing anything, and every shard file (header, tensor table, size against manifest.json): a damaged
+// file is marked in the report and its error printed after it (exit 1).
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -43,14 +45,15 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
   std::vector<Layout> layouts;
   for (const auto& [size, shards] : m.shards) layouts.push_back({1, size, &shards});
   for (const auto& [key, shards] : m.pp_shards) layouts.push_back({key.first, key.second, &shards});
-  // Validate and open everything before printing, so an error is never preceded by half a report.
   if (tp_size) shards_for(m, tp_size, dir);  // Error listing the available tp sizes
   // Every listed shard file: its header and tensor table parse (ShardReader), it is the rank the manifest
-  // says, and its size is the manifest's (a truncated or replaced file is named here, not printed as fine).
+  // says, and its size is the manifest's. A file that fails is marked DAMAGED in the report and its error
+  // printed after it (exit 1): the rest of the report still tells the user what the directory holds.
+  std::map<std::string, Error> damaged;  // shard file (as in the manifest) -> what is wrong with it
   for (const Layout& l : layouts) {
     const int size = l.tp;
     if (tp_size && size != tp_size) continue;
-    for (const auto& s : *l.shards) {
+    for (const auto& s : *l.shards) try {
       const std::string path = dir + "/" + s.file;
       const ShardReader r(path);
       const std::string fix = "run `tpshard verify " + dir + "` for the full check, and re-run tpshard convert";
@@ -64,6 +67,8 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
                     std::to_string(s.tp_rank) + " of tp_size " + std::to_string(size),
                 fix);
       check_shard_dtype(r, m.dtype);  // a "dtype" edited in manifest.json (the tensor table only)
+    } catch (const Error& e) {
+      damaged.emplace(s.file, e);
     }
   }
   // --tensors: (file, reader) of rank `rank` of each listed tp size
@@ -76,7 +81,8 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
                     std::to_string(size - 1),
                 tp_size ? "pass --rank 0.." + std::to_string(size - 1)
                         : "without --tp every tp size is listed; pass --tp N to list one, with --rank below N");
-      readers.emplace_back(shards[rank].file, std::make_unique<ShardReader>(dir + "/" + shards[rank].file));
+      if (!damaged.count(shards[rank].file))
+        readers.emplace_back(shards[rank].file, std::make_unique<ShardReader>(dir + "/" + shards[rank].file));
     }
   }
   const ModelConfig& c = m.model;
@@ -107,7 +113,7 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
                   layers.c_str(), human_bytes(s.bytes).c_str(), human_bytes(s.weight_bytes).c_str(),
                   range(s.ranges, &TpRankRanges::heads).c_str(), range(s.ranges, &TpRankRanges::kv_heads).c_str(),
                   range(s.ranges, &TpRankRanges::mlp_columns).c_str(), range(s.ranges, &TpRankRanges::vocab_rows).c_str(),
-                  hash_to_hex(s.xxh3).c_str(), s.file.c_str());
+                  hash_to_hex(s.xxh3).c_str(), (s.file + (damaged.count(s.file) ? "  DAMAGED (below)" : "")).c_str());
       stage_bytes[static_cast<size_t>(s.pp_stage)] += s.weight_bytes;
       rank_bytes.push_back(s.weight_bytes);
     }
@@ -144,7 +150,11 @@ int run_inspect(const std::string& dir, int tp_size, bool list_tensors, int rank
                   codec_name(t.codec), (unsigned long long)t.arena_offset, (unsigned long long)t.raw_bytes,
                   (unsigned long long)t.stored_bytes, hash_to_hex(t.xxh3).c_str());
   }
-  return 0;
+  if (damaged.empty()) return 0;
+  std::fflush(stdout);
+  for (const auto& [file, e] : damaged) std::fprintf(stderr, "error: %s\n", e.what());
+  std::fprintf(stderr, "hint: %s\n", damaged.begin()->second.hint().c_str());
+  return 1;
 }
 
 }  // namespace tpshard::cli
