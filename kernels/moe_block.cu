@@ -22,7 +22,9 @@ const char* at_row(const void* base, int64_t row, int width, DType dtype) {
 }
 
 /// Expert e's gated MLP over the n rows of x into y [n, hidden], through a.ws.act (and a.ws.ffn).
-void expert_mlp(const MoeBlockArgs& a, int e, const void* x, int n, void* y, Gemm& gemm, cudaStream_t stream) {
+/// count (device, may be null): the expert's routed entries; the decode GEMVs skip the expert at 0.
+void expert_mlp(const MoeBlockArgs& a, int e, const void* x, int n, void* y, const int32_t* count, Gemm& gemm,
+                cudaStream_t stream) {
   GemvArgs up;
   up.x = x;
   up.w = at_row(a.gate_up_w, static_cast<int64_t>(e) * 2 * a.inter, a.hidden, a.dtype);
@@ -34,6 +36,7 @@ void expert_mlp(const MoeBlockArgs& a, int e, const void* x, int n, void* y, Gem
   up.epilogue = GemvEpilogue::GatedAct;
   up.act = a.act;
   up.tuning = a.tuning;
+  up.skip_if_zero = count;
   linear(up, gemm, a.ws.ffn, /*use_gemv=*/true, stream);
   GemvArgs down;
   down.x = a.ws.act;
@@ -44,6 +47,7 @@ void expert_mlp(const MoeBlockArgs& a, int e, const void* x, int n, void* y, Gem
   down.in = a.inter;
   down.dtype = down.out_dtype = a.dtype;
   down.tuning = a.tuning;
+  down.skip_if_zero = count;
   linear(down, gemm, nullptr, /*use_gemv=*/true, stream);
 }
 
@@ -70,18 +74,18 @@ void moe_block(const MoeBlockArgs& a, Gemm& gemm, cudaStream_t stream) {
   linear(router, gemm, nullptr, /*use_gemv=*/true, stream);
   moe_route(a.ws.router_logits, a.n, E, K, a.ws.ids, a.ws.weights, stream);
 
+  const int entries = a.n * K;
+  int32_t* counts = a.ws.offsets + E + 1;
+  moe_permute(a.ws.ids, entries, E, a.ws.offsets, counts, a.ws.slots, stream);
   if (!a.exact_rows) {  // every expert over all n tokens, the routed rows added in expert order
     check_cuda(cudaMemsetAsync(a.ws.acc, 0, static_cast<size_t>(a.n) * a.hidden * sizeof(float), stream), "memset");
-    for (int e = 0; e < E; ++e) {
-      expert_mlp(a, e, a.x, a.n, a.ws.expert_out, gemm, stream);
+    for (int e = 0; e < E; ++e) {  // the decode GEMVs (n <= 2) skip experts without tokens on the device
+      expert_mlp(a, e, a.x, a.n, a.ws.expert_out, counts + e, gemm, stream);
       moe_accumulate(e, a.ws.expert_out, a.ws.ids, a.ws.weights, a.n, K, a.hidden, a.dtype, a.ws.acc, stream);
     }
     moe_store(a.ws.acc, static_cast<int64_t>(a.n) * a.hidden, a.dtype, a.out, stream);
     return;
   }
-  const int entries = a.n * K;
-  int32_t* counts = a.ws.offsets + E + 1;
-  moe_permute(a.ws.ids, entries, E, a.ws.offsets, counts, a.ws.slots, stream);
   moe_gather(a.x, a.ws.slots, a.n, K, a.hidden, a.dtype, a.ws.gathered, stream);
   const size_t offset_bytes = (2 * static_cast<size_t>(E) + 1) * sizeof(int32_t);
   check_cuda(cudaMemcpyAsync(a.ws.offsets_host, a.ws.offsets, offset_bytes, cudaMemcpyDeviceToHost, stream),
@@ -92,7 +96,7 @@ void moe_block(const MoeBlockArgs& a, Gemm& gemm, cudaStream_t stream) {
   for (int e = 0; e < E; ++e) {
     if (cnt[e] == 0) continue;
     expert_mlp(a, e, at_row(a.ws.gathered, off[e], a.hidden, a.dtype), cnt[e],
-               const_cast<char*>(at_row(a.ws.expert_out, off[e], a.hidden, a.dtype)), gemm, stream);
+               const_cast<char*>(at_row(a.ws.expert_out, off[e], a.hidden, a.dtype)), nullptr, gemm, stream);
   }
   moe_combine(a.ws.expert_out, a.ws.ids, a.ws.weights, a.ws.slots, a.n, K, a.hidden, a.dtype, a.out, stream);
 }

@@ -9,7 +9,9 @@
 //   aligned prefix sums, a permutation, all on the GPU); the host reads the 2 E + 1 offsets and counts
 //   back (one stream synchronization per layer) and runs one product per expert over exactly its rows.
 // - masked (decode, CUDA graphs): no host synchronization; each expert's products run over all n tokens
-//   (the most rows it can have) and only the routed tokens' rows are added to the sums.
+//   (the most rows it can have) and only the routed tokens' rows are added to the sums. At n <= 2 the
+//   products are decode GEMVs that read the expert's count on the device and skip an expert without
+//   tokens (GemvArgs::skip_if_zero), so only the routed experts' weights are streamed.
 #pragma once
 #include <cuda_runtime.h>
 
