@@ -43,6 +43,10 @@ __device__ __forceinline__ void row_by(const GemvArgs& a, int row, int lane, con
 template <typename T, int N, GemvEpilogue E, int D, int P>
 __global__ void __launch_bounds__(256) gemv_kernel(GemvArgs a) {
   const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (a.skip_if_zero) {  // the same for the whole grid: every block returns, or none
+    griddep_wait();      // the flag is written by a previous kernel
+    if (*a.skip_if_zero == 0) return;
+  }
   const int row = blockIdx.x * ((blockDim.x >> 5) / P) + warp / P;
   if (row >= a.out) return gemv_no_row<P>();  // writes nothing; other warps of the grid wait for the previous kernel
   row_by<T, N, E, D, P>(a, row, threadIdx.x & 31, RowPart{warp % P, warp});
@@ -260,6 +264,7 @@ const char* gemv_pair_unsupported_reason(const GemvArgs& a0, const GemvArgs& a1)
     return "the pair takes a None product and an Act product";
   if (a0.dtype != a1.dtype || a0.n != a1.n) return "the two products differ in dtype or n";
   if (a0.n > 2) return "the pair is built for n <= 2";
+  if (a0.skip_if_zero || a1.skip_if_zero) return "skip_if_zero is for gemv() only";
   if (a0.x2 || a1.x2) return "the pair takes one input segment per product";
   return nullptr;
 }

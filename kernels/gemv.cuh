@@ -5,6 +5,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "format/dtype.h"
 #include "model/model_config.h"
 
@@ -77,6 +79,11 @@ struct GemvArgs {
   /// segment first, so results differ from x2_early = false by rounding (every tuning still agrees
   /// bit for bit). GPT-NeoX decode: the MLP down half of the combined product runs during attention.
   bool x2_early = false;
+  /// Optional device int32, written by an earlier kernel on the stream: when it reads 0 the launch
+  /// writes nothing and streams no weights (kernels/moe_block.cuh: an expert without tokens in this
+  /// decode step). The check waits for the previous kernel first, so such a launch loses the weight
+  /// prefetch before griddep_wait(). gemv() only; linear()'s cuBLASLt path ignores it.
+  const int32_t* skip_if_zero = nullptr;
   Activation act = Activation::Silu;  ///< for Act / GatedAct (kernels/activation_fn.cuh definitions)
   GemvTuning tuning;                  ///< weight streaming; gemv_pair uses a0's
 };
@@ -104,7 +111,7 @@ bool gemv_supported(const GemvArgs& a);
 void gemv(const GemvArgs& a, cudaStream_t stream);
 
 /// Why gemv_pair() cannot take (a0, a1), or nullptr: each must be gemv_supported, a0 with the None
-/// epilogue and a1 with Act, same dtype and n, n <= 2, no second segments.
+/// epilogue and a1 with Act, same dtype and n, n <= 2, no second segments, no skip_if_zero.
 const char* gemv_pair_unsupported_reason(const GemvArgs& a0, const GemvArgs& a1);
 
 /// a0 and a1 (independent: neither reads the other's y) in ONE launch: the grid's first blocks compute

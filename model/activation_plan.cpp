@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "model/moe_routing.h"
+
 namespace tpshard {
 
 int64_t step_tokens(int64_t batch, int64_t max_seq, int64_t rows, int64_t step) {
@@ -31,10 +33,13 @@ ActivationPlan plan_activations(const ModelConfig& c, const TpRankRanges& r, int
   p.qkv = T * (heads + 2 * kvh) * hd * e;
   p.attn = T * heads * hd * e;
   const uint64_t E = static_cast<uint64_t>(c.num_local_experts), K = E > 0 ? static_cast<uint64_t>(c.num_experts_per_tok) : 1;
-  p.ffn = T * K * (c.gated_mlp ? 2 : 1) * ipr * e;
-  p.act = T * K * ipr * e;
+  p.ffn = T * (c.gated_mlp ? 2 : 1) * ipr * e;
+  p.act = T * ipr * e;
   if (c.qk_norm_across_heads) p.qk_sums = T * 2 * 4;
-  if (E > 0) p.moe = T * E * 4 + T * K * 3 * 4 + (3 * E + 1) * 4 + 2 * T * K * H * e;
+  if (E > 0) {
+    const uint64_t rows = static_cast<uint64_t>(moe_permuted_rows(static_cast<int64_t>(T * K), static_cast<int64_t>(E)));
+    p.moe = T * E * 4 + T * K * 3 * 4 + (2 * E + 1) * 4 + 2 * rows * H * e + T * H * 4;
+  }
   p.last = R * H * e;
   p.logits = R * vpr * 4;
   p.argmax = R * kPair;

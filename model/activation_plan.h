@@ -44,9 +44,10 @@ constexpr uint64_t kStepMetaArrays = 6;
 /// counters, split-K attention partials (kAttentionMaxSplits x (head_dim + 2) f32 per head) and counters,
 /// the cascade attention's prefix partials (kCascadeMaxSplits x (head_dim + 2) f32 per head), and the
 /// tp_size-wide gathered logits and argmax pairs. Mixture of experts (num_local_experts E > 0,
-/// top k): MLP up and activation hold T k rows (each token once per routed expert), and moe the router
-/// logits (T E f32), the routing (T k expert ids, weights and slots, 4 bytes each), the per-expert counts,
-/// offsets and fill cursors (3 E + 1 int32), and the gathered input and expert output rows (T k H, e each).
+/// top k; kernels/moe_block.cuh MoeWorkspace): MLP up and activation hold one expert's rows (at most T),
+/// and moe the router logits (T E f32), the routing (T k expert ids, weights and slots, 4 bytes each), the
+/// per-expert offsets and counts (2 E + 1 int32), the gathered input and expert output rows
+/// (moe_permuted_rows(T k, E) rows of H, e each) and the f32 sums of the masked decode path (T H f32).
 struct ActivationPlan {
   uint64_t meta = 0, residual = 0, h1 = 0, h2 = 0, qkv = 0, attn = 0, ffn = 0, act = 0, out = 0;
   uint64_t last = 0, logits = 0, argmax = 0, argmax_partial = 0, argmax_counters = 0;

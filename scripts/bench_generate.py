@@ -13,6 +13,8 @@ Runs ON the GPU machine (torch + transformers there; tpshard and bench_generate 
      copy bandwidth used as the HBM roofline, peak device memory).
 Prints ONE markdown table. Usage:
   python3 scripts/bench_generate.py --bin BUILD/bin [--work /tmp/tpshard_bench_gen] [--quick]
+  python3 scripts/bench_generate.py --bin BUILD/bin --shapes mixtral-8x7b,dense-2x14336 --moe-layers 4
+    (mixture of experts: Mixtral-8x7B's shape against the dense model of the same active size)
 """
 import argparse
 import json
@@ -37,18 +39,59 @@ SHAPES = {
     "gpt-neox-20b": ("neox", "float16", dict(hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
                                               intermediate_size=24576, vocab_size=50432, rotary_pct=0.25,
                                               use_parallel_residual=True), 44),
+    # Mixtral-8x7B's shape (8 experts of intermediate 14336, top 2) and the dense model of the same active
+    # size: Mistral-7B's attention with one MLP of intermediate 2 x 14336 (--moe; layers: --moe-layers)
+    "mixtral-8x7b": ("mixtral", "bfloat16", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                                 num_key_value_heads=8, intermediate_size=14336, vocab_size=32000,
+                                                 num_local_experts=8, num_experts_per_tok=2), 32),
+    "dense-2x14336": ("llama", "bfloat16", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                                num_key_value_heads=8, intermediate_size=2 * 14336,
+                                                vocab_size=32000), 32),
 }
+MOE_SHAPES = ("mixtral-8x7b", "dense-2x14336")
+
+
+def mixtral_tensors(cfg, dtype, gen, device):
+    """The Mixtral checkpoint layout (block_sparse_moe.gate, experts.E.w1 / w2 / w3), named directly:
+    transformers 5 keeps the experts fused in memory and renames them only in save_pretrained."""
+    import torch
+    H, I, V, E = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_local_experts
+    hd = H // cfg.num_attention_heads
+    kv = cfg.num_key_value_heads * hd
+
+    def rnd(*shape):
+        return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * 0.02).to(dtype).cpu()
+
+    t = {"model.embed_tokens.weight": rnd(V, H), "model.norm.weight": torch.ones(H, dtype=dtype),
+         "lm_head.weight": rnd(V, H)}
+    for layer in range(cfg.num_hidden_layers):
+        p = f"model.layers.{layer}."
+        t[p + "input_layernorm.weight"] = torch.ones(H, dtype=dtype)
+        t[p + "post_attention_layernorm.weight"] = torch.ones(H, dtype=dtype)
+        t[p + "self_attn.q_proj.weight"] = rnd(H, H)
+        t[p + "self_attn.k_proj.weight"] = rnd(kv, H)
+        t[p + "self_attn.v_proj.weight"] = rnd(kv, H)
+        t[p + "self_attn.o_proj.weight"] = rnd(H, H)
+        t[p + "block_sparse_moe.gate.weight"] = rnd(E, H)
+        for e in range(E):
+            x = f"{p}block_sparse_moe.experts.{e}."
+            t[x + "w1.weight"] = rnd(I, H)
+            t[x + "w3.weight"] = rnd(I, H)
+            t[x + "w2.weight"] = rnd(H, I)
+    return t
 
 
 def make_checkpoint(name, layers, out_dir, device="cuda"):
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, GPTNeoXConfig, LlamaConfig
+    from transformers import AutoModelForCausalLM, GPTNeoXConfig, LlamaConfig, MixtralConfig
     family, dtype_name, kw, _ = SHAPES[name]
     dtype = getattr(torch, dtype_name)
     kw = dict(kw, num_hidden_layers=layers, max_position_embeddings=2048, tie_word_embeddings=False)
     if family == "neox":
         cfg = GPTNeoXConfig(hidden_act="gelu", partial_rotary_factor=kw["rotary_pct"], **kw)
+    elif family == "mixtral":
+        cfg = MixtralConfig(rms_norm_eps=1e-5, **kw)
     else:
         cfg = LlamaConfig(rms_norm_eps=1e-5, **kw)
     cfg.architectures = [type(cfg).__name__.replace("Config", "ForCausalLM")]
@@ -57,6 +100,13 @@ def make_checkpoint(name, layers, out_dir, device="cuda"):
             setattr(cfg, attr, dtype)
         except Exception:
             pass
+    if family == "mixtral":
+        gen = torch.Generator(device=device).manual_seed(0)
+        os.makedirs(out_dir, exist_ok=True)
+        save_file(mixtral_tensors(cfg, dtype, gen, device), os.path.join(out_dir, "model.safetensors"),
+                  metadata={"format": "pt"})
+        cfg.save_pretrained(out_dir)
+        return
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -212,6 +262,11 @@ def main():
     ap.add_argument("--only-ablations", default="",
                     help="comma-separated environment variables: run only the ablations that set one of them")
     ap.add_argument("--batches", default="", help="comma-separated subset of the batch sizes 1,48 (default: all)")
+    ap.add_argument("--moe", action="store_true",
+                    help="also time the Mixtral-8x7B shape and the dense model of the same active size "
+                         "(" + ", ".join(MOE_SHAPES) + "; also selected by naming them in --shapes)")
+    ap.add_argument("--moe-layers", type=int, default=4,
+                    help="layers of the Mixtral-8x7B and dense-2x14336 shapes (real: 32)")
     args = ap.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
@@ -225,6 +280,9 @@ def main():
         ("llama-7b", args.llama_layers, [1, 2], 48, 128, 128),
         ("gpt-neox-20b", args.neox20b_layers, [2], 48, 128, 128),
     ]
+    if args.moe or any(m in args.shapes.split(",") for m in MOE_SHAPES):
+        for shape in MOE_SHAPES:
+            rows += [(shape, args.moe_layers, [1, 2], 1, 32, 128), (shape, args.moe_layers, [1, 2], 48, 128, 128)]
     if args.shapes:
         keep = set(args.shapes.split(","))
         rows = [r for r in rows if r[0] in keep]

@@ -306,7 +306,7 @@ if [ ! -x "$BG" ]; then
   result FAIL "bench_generate" "$BG missing (tools/CMakeLists.txt needs add_subdirectory(bench_generate) when TPSHARD_HAVE_CUDA)"
 else
   FIX=$REPO/tests/fixtures
-  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq tiny-gemma2 tiny-olmo2 stories260K; do
+  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq tiny-gemma2 tiny-olmo2 tiny-mixtral stories260K; do
     MD=$WORK/k_$m
     if ! run_logged "convert $m" "$BIN/tpshard" convert "$FIX/$m" -o "$MD" --tp 1,2 -q; then
       k_result FAIL "convert $m"; continue
@@ -325,7 +325,7 @@ else
   done
   # prompts split across several GPU steps of at most 4 tokens (prefill continuing a slot's kv_cache;
   # tiny-gpt-neo / tiny-mistral-swa: the local window of 4 / sliding window of 6 spans the steps)
-  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-starcoder2 tiny-gemma2 tiny-olmo2; do
+  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-starcoder2 tiny-gemma2 tiny-olmo2 tiny-mixtral; do
     for TP in 1 2; do
       [ "$TP" -le "$NGPU" ] || continue
       if run_logged "cuda runner steps $m tp $TP" timeout 120 "$BG" "$WORK/k_$m" --tp $TP --max-step-tokens 3 \
@@ -336,19 +336,8 @@ else
       fi
     done
   done
-  # mixture of experts: the CUDA backend refuses it with one message (the CPU backend runs it)
-  if run_logged "convert tiny-mixtral" "$BIN/tpshard" convert "$FIX/tiny-mixtral" -o "$WORK/k_tiny-mixtral" --tp 1 -q; then
-    if ! timeout 120 "$BG" "$WORK/k_tiny-mixtral" --tp 1 --check-reference "$FIX/tiny-mixtral/reference.json" \
-         >"$WORK/out.txt" 2>"$WORK/err.txt" && grep -q "does not run mixture-of-experts models yet" "$WORK/err.txt"; then
-      k_result PASS "cuda runner tiny-mixtral: refused with the CPU-only message"
-    else
-      k_result FAIL "cuda runner tiny-mixtral: expected the mixture-of-experts refusal" "$(tail -1 "$WORK/err.txt")"
-    fi
-  else
-    k_result FAIL "convert tiny-mixtral"
-  fi
   # reduced-precision copies of f32 fixtures: logits within fp16 / bf16 tolerance (greedy may differ by design)
-  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02" "tiny-gpt-neo bf16 0.1 0.02" "tiny-qwen3 bf16 0.1 0.02" "tiny-gptj bf16 0.1 0.02" "tiny-falcon bf16 0.1 0.02" "tiny-gemma2 bf16 0.1 0.02" "tiny-olmo2 bf16 0.1 0.02"; do
+  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02" "tiny-gpt-neo bf16 0.1 0.02" "tiny-qwen3 bf16 0.1 0.02" "tiny-gptj bf16 0.1 0.02" "tiny-falcon bf16 0.1 0.02" "tiny-gemma2 bf16 0.1 0.02" "tiny-olmo2 bf16 0.1 0.02" "tiny-mixtral bf16 0.1 0.02"; do
     set -- $spec
     MD=$WORK/k_$1_$2
     run_logged "convert $1 $2" "$BIN/tpshard" convert "$FIX/$1" -o "$MD" --tp 1,2 --dtype $2 -q || { k_result FAIL "convert $1 --dtype $2"; continue; }
@@ -438,7 +427,7 @@ fi
 # The CUDA backend's last logits at tp T vs the CPU backend's at tp 1 (same shard directory, f32).
 if [ -x "$BIN/tprun" ] && [ "${SHARE_GPU_CHECKS:-1}" = 1 ]; then
   FIX=$REPO/tests/fixtures
-  for spec in "tiny-llama 2" "tiny-llama 3" "tiny-gpt-neox-par 3" "tiny-qwen2 3" "tiny-gpt-neo 3" "stories260K 3"; do
+  for spec in "tiny-llama 2" "tiny-llama 3" "tiny-gpt-neox-par 3" "tiny-qwen2 3" "tiny-gpt-neo 3" "tiny-mixtral 2" "tiny-mixtral 3" "stories260K 3"; do
     set -- $spec
     MD=$WORK/s_$1
     [ -d "$MD" ] || run_logged "convert $1 --tp 1,2,3" "$BIN/tpshard" convert "$FIX/$1" -o "$MD" --tp 1,2,3 -q ||

@@ -28,6 +28,7 @@
 
 #include "format/error.h"
 #include "model/kv_ring.h"
+#include "model/moe_routing.h"
 #include "model/parallel_layout.h"
 #include "runtime/chunk_rounds.h"
 #include "runtime/cpu/ops.h"
@@ -313,30 +314,26 @@ void CpuRunner::moe_block(int layer, const float* h, float* out, int64_t n) {
   std::vector<float> weights(n * K);
   for (int64_t t = 0; t < n; ++t) route_top_k(router.data() + t * E, E, K, ids.data() + t * K, weights.data() + t * K);
   std::fill(out, out + n * H, 0.0f);
-  // Each expert once over the tokens routed to it (rows gathered), its output added with the weights.
+  // The entries grouped by expert (model/moe_routing.h, the permutation the CUDA kernels build); each
+  // expert once over its tokens (rows gathered), its output added with the weights, experts in id order.
+  const MoePermutation perm = moe_permutation(ids.data(), n * K, E);
+  std::vector<int64_t> entry_of_slot(static_cast<size_t>(perm.offsets[E]), -1);
+  for (int64_t i = 0; i < n * K; ++i) entry_of_slot[perm.slots[i]] = i;
   std::vector<float> x, gate_up, act, y;
-  std::vector<int64_t> rows;
-  std::vector<float> row_w;
   for (int64_t e = 0; e < E; ++e) {
-    rows.clear();
-    row_w.clear();
-    for (int64_t i = 0; i < n * K; ++i)
-      if (ids[i] == e) {
-        rows.push_back(i / K);
-        row_w.push_back(weights[i]);
-      }
-    const int64_t m = static_cast<int64_t>(rows.size());
+    const int64_t m = perm.counts[e];
     if (m == 0) continue;
+    const int64_t* entry = entry_of_slot.data() + perm.offsets[e];
     x.resize(m * H);
     gate_up.resize(m * 2 * ipr);
     act.resize(m * ipr);
     y.resize(m * H);
-    for (int64_t r = 0; r < m; ++r) std::memcpy(x.data() + r * H, h + rows[r] * H, H * sizeof(float));
+    for (int64_t r = 0; r < m; ++r) std::memcpy(x.data() + r * H, h + entry[r] / K * H, H * sizeof(float));
     linear(pool_, x.data(), lw.ffn_experts_gate_up_weight.data() + e * 2 * ipr * H, nullptr, gate_up.data(), m, H, 2 * ipr);
     gated_activation(config_.hidden_act, gate_up.data(), act.data(), m, ipr);
     linear(pool_, act.data(), lw.ffn_experts_down_weight.data() + e * H * ipr, nullptr, y.data(), m, ipr, H);
     for (int64_t r = 0; r < m; ++r)
-      for (int64_t i = 0; i < H; ++i) out[rows[r] * H + i] += row_w[r] * y[r * H + i];
+      for (int64_t i = 0; i < H; ++i) out[entry[r] / K * H + i] += weights[entry[r]] * y[r * H + i];
   }
 }
 

@@ -124,31 +124,6 @@ void gated_activation(Activation act, const float* gate_up, float* out, int64_t 
   }
 }
 
-void route_top_k(const float* logits, int64_t n_experts, int64_t k, int32_t* ids, float* weights) {
-  float max_l = -INFINITY;
-  for (int64_t e = 0; e < n_experts; ++e) max_l = std::max(max_l, logits[e]);
-  float denom = 0.0f;
-  for (int64_t e = 0; e < n_experts; ++e) denom += std::exp(logits[e] - max_l);
-  float picked = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    int32_t best = -1;
-    float best_p = -1.0f;
-    for (int64_t e = 0; e < n_experts; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i) taken = taken || ids[i] == e;
-      const float p = std::exp(logits[e] - max_l) / denom;
-      if (!taken && p > best_p) {  // strict: the lower id wins ties
-        best_p = p;
-        best = static_cast<int32_t>(e);
-      }
-    }
-    ids[j] = best;
-    weights[j] = best_p;
-    picked += best_p;
-  }
-  for (int64_t j = 0; j < k; ++j) weights[j] /= picked;
-}
-
 void attention_head(const float* q, const KvSpan* spans, int n_spans, int64_t head_dim, float scale, float* out,
                     float* scores, float cap) {
   float max_s = -INFINITY;

@@ -34,11 +34,6 @@ float activation_value(Activation act, float x);
 /// act(gate) * up (Llama: SiLU).
 void gated_activation(Activation act, const float* gate_up, float* out, int64_t n_tokens, int64_t inter);
 
-/// Mixture-of-experts routing of one token (modeling_mixtral.py MixtralTopKRouter): p = softmax(logits)
-/// over n_experts (f32), the k largest (the lower expert id first among equal values, as torch.topk on
-/// CPU), renormalized to sum 1. logits [n_experts]; ids, weights [k], in decreasing p. 1 <= k <= n_experts.
-void route_top_k(const float* logits, int64_t n_experts, int64_t k, int32_t* ids, float* weights);
-
 /// A contiguous run of cached positions: k, v [n, head_dim] (row stride head_dim).
 struct KvSpan {
   const float* k = nullptr;

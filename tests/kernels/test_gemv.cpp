@@ -2,7 +2,7 @@
 // n 1..8, awkward in/out (vector and unroll tails, out not a multiple of the block's warps), every
 // epilogue, f32 logits; the real Pythia-1.4B / Llama-7B shapes at n 1 (timed against cuBLASLt, HBM-sized
 // working sets); PDL chains where each GEMV reads the previous one's output; split-K rows (1, 2, 4 warps
-// per row) against one warp per row; gemv_supported() limits.
+// per row) against one warp per row; skip_if_zero; gemv_supported() limits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -610,6 +610,43 @@ TEST_CASE("gemv / gemv_pair: argument limits of the second segment and of the pa
   upb.dtype = upb.out_dtype = DType::BF16;
   CHECK(cuda::gemv_pair_unsupported_reason(a, upb) != nullptr);  // same dtype
   CHECK_THROWS_AS(cuda::gemv_pair(up, a, nullptr), Error);
+  static int32_t flag = 1;
+  cuda::GemvArgs sk = a;
+  sk.skip_if_zero = &flag;
+  CHECK(cuda::gemv_supported(sk));
+  CHECK(cuda::gemv_pair_unsupported_reason(sk, up) != nullptr);  // gemv() only
+}
+
+TEST_CASE("gemv: skip_if_zero, written by the previous kernel, skips the launch at 0 (every epilogue, PDL chain)") {
+  std::mt19937 rng(17);
+  Stream stream;
+  for (DType t : {DType::F32, DType::BF16}) {
+    for (int n : {1, 2}) {
+      for (cuda::GemvEpilogue e : {cuda::GemvEpilogue::None, cuda::GemvEpilogue::GatedAct}) {
+        const int in = 256, out = 72, rows = e == cuda::GemvEpilogue::GatedAct ? 2 * out : out;
+        const Vec x = random_vec(static_cast<size_t>(n) * in, -1, 1, t, rng);
+        const Vec w = random_weights(static_cast<size_t>(rows) * in, in, t, rng);
+        const Vec sentinel(static_cast<size_t>(n) * out, 7.0);
+        Buf d_x = upload(x, t), d_w = upload(w, t), d_y = upload(sentinel, t);
+        Buf d_flag = upload_i32({1});
+        cuda::GemvArgs a = product(d_x->ptr, d_w->ptr, d_y->ptr, n, out, in, t);
+        a.epilogue = e;
+        a.skip_if_zero = d_flag->as<int32_t>();
+        const std::string what = std::string(name_of(t)) + " n " + std::to_string(n) +
+                                 (e == cuda::GemvEpilogue::None ? " none" : " gated");
+        // the flag is cleared on the stream right before: the launch must see 0 and write nothing
+        REQUIRE(cudaMemsetAsync(d_flag->ptr, 0, sizeof(int32_t), stream.s) == cudaSuccess);
+        cuda::gemv(a, stream.s);
+        check_close("skipped " + what, download(d_y->ptr, sentinel.size(), t), sentinel, {0, 0, 0});
+        const int32_t one = 3;
+        REQUIRE(cudaMemcpyAsync(d_flag->ptr, &one, sizeof(one), cudaMemcpyHostToDevice, stream.s) == cudaSuccess);
+        cuda::gemv(a, stream.s);
+        const Vec y = ref::linear(x, w, {}, 0, n, rows, in);
+        const Vec ref = e == cuda::GemvEpilogue::None ? y : ref::activation(y, {}, Activation::Silu, true, n, out);
+        check_close("not skipped " + what, download(d_y->ptr, ref.size(), t), ref, tol_for(t));
+      }
+    }
+  }
 }
 
 TEST_CASE("gemv / gemv_pair: every weight-streaming tuning gives results bit-identical to register batches with "

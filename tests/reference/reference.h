@@ -49,6 +49,15 @@ double activation_scalar(double x, Activation act);
 /// y [n, out] = x [n, in] * w[out, in]^T + beta * y0 (y0 empty: 0).
 Vec linear(const Vec& x, const Vec& w, const Vec& y0, double beta, int n, int out, int in);
 
+/// The mixture-of-experts MLP of one rank (kernels/moe_block.cuh, modeling_mixtral.py
+/// MixtralSparseMoeBlock): per token p = softmax(x router_w^T) over `experts`, the top_k largest (lower
+/// id first on ties) renormalized to sum 1; out [n, H] = sum over the routed experts, in increasing id, of
+/// weight * down_e(act(gate_e x) * up_e x). router_w [experts, H]; gate_up_w [experts 2 inter, H] (per
+/// expert gate rows, then up rows); down_w [experts H, inter]. ids (when non-null) gets the routed
+/// expert ids [n, top_k] in decreasing p.
+Vec moe_block(const Vec& x, const Vec& router_w, const Vec& gate_up_w, const Vec& down_w, Activation act, int n,
+              int hidden, int inter, int experts, int top_k, std::vector<int32_t>* ids = nullptr);
+
 /// Argmax over the first min(vocab_per_rank, vocab_size - vocab_begin) columns of logits [n, vocab_per_rank];
 /// lowest id on ties; returns global ids (-1 when the rank has no valid column).
 std::vector<int32_t> argmax(const Vec& logits, int n, int64_t vocab_per_rank, int64_t vocab_begin, int64_t vocab_size);

@@ -12,12 +12,14 @@
 #include "kernels/head_norm.cuh"
 #include "kernels/kv_cache.cuh"
 #include "kernels/linear.cuh"
+#include "kernels/moe_block.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/qk_norm.cuh"
 #include "kernels/rotary.cuh"
 #include "kernels/softcap.cuh"
 #include "model/activation_plan.h"
 #include "model/kv_ring.h"
+#include "model/moe_routing.h"
 #include "runtime/rope.h"
 #include "runtime/cuda/check.h"
 
@@ -58,9 +60,8 @@ Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int
       max_seq_len_(max_seq_len),
       kv_(stage_kv_positions(c, stage_, max_seq_len), kv_slots, static_cast<int>(mine_.kv_heads.size()),
           static_cast<int>(c.head_dim), w.dtype) {
-  TPS_CHECK(c.num_local_experts == 0,
-            "the CUDA backend does not run mixture-of-experts models yet (" + c.architecture + ": " +
-                std::to_string(c.num_local_experts) + " experts per layer)",
+  TPS_CHECK(c.num_local_experts == 0 || !c.use_parallel_residual,
+            "the CUDA backend runs mixture-of-experts MLPs with a sequential residual only (" + c.architecture + ")",
             "run it with --device cpu");
   gemv_tuning_ = gemv_tuning_for(static_cast<int>(layout.tp_size));
   const size_t es = dtype_size(w_.dtype);
@@ -95,6 +96,26 @@ Transformer::Transformer(const ModelConfig& c, const ParallelLayout& layout, int
   alloc(qk_sums_, ap.qk_sums, total);
   TPS_CUDA_CHECK(cudaMemset(split_counters_, 0, ap.attention_counters));
   alloc(cascade_partial_, ap.cascade_partial, total);
+  if (c_.num_local_experts > 0) alloc_moe(es);
+}
+
+void Transformer::alloc_moe(size_t es) {
+  // The sizes model/activation_plan.h adds up as "moe" (ffn_ / act_ hold one expert's rows).
+  const size_t T = static_cast<size_t>(max_tokens_), E = static_cast<size_t>(c_.num_local_experts);
+  const size_t K = static_cast<size_t>(c_.num_experts_per_tok), H = static_cast<size_t>(c_.hidden_size);
+  const size_t rows = static_cast<size_t>(moe_permuted_rows(static_cast<int64_t>(T * K), static_cast<int64_t>(E)));
+  size_t& total = workspace_bytes_;
+  alloc(moe_.router_logits, T * E * sizeof(float), total);
+  alloc(moe_.ids, T * K * sizeof(int32_t), total);
+  alloc(moe_.weights, T * K * sizeof(float), total);
+  alloc(moe_.slots, T * K * sizeof(int32_t), total);
+  alloc(moe_.offsets, (2 * E + 1) * sizeof(int32_t), total);
+  TPS_CUDA_CHECK(cudaMallocHost(&moe_.offsets_host, (2 * E + 1) * sizeof(int32_t)));
+  alloc(moe_.gathered, rows * H * es, total);
+  alloc(moe_.expert_out, rows * H * es, total);
+  alloc(moe_.acc, T * H * sizeof(float), total);
+  moe_.ffn = ffn_;
+  moe_.act = act_;
 }
 
 Transformer::~Transformer() {
@@ -103,7 +124,12 @@ Transformer::~Transformer() {
                   static_cast<void*>(partial_), static_cast<void*>(split_counters_), static_cast<void*>(cascade_partial_),
                   static_cast<void*>(argmax_partial_), static_cast<void*>(argmax_counters_), static_cast<void*>(qk_sums_)})
     cudaFree(p);
+  for (void* p : {static_cast<void*>(moe_.router_logits), static_cast<void*>(moe_.ids), static_cast<void*>(moe_.weights),
+                  static_cast<void*>(moe_.slots), static_cast<void*>(moe_.offsets), moe_.gathered, moe_.expert_out,
+                  static_cast<void*>(moe_.acc)})
+    if (p) cudaFree(p);
   cudaFreeHost(meta_host_);
+  if (moe_.offsets_host) cudaFreeHost(moe_.offsets_host);
 }
 
 StepMeta Transformer::meta_device(int n, int n_rows, bool decode, bool cascade) const {
@@ -309,10 +335,13 @@ void Transformer::layer(int i, const StepMeta& m, Pending& pending) {
   n2.bias0 = lw.ffn_norm_bias;
   n2.out0 = h2_;
   n2.normalize0 = c_.pre_norms;
-  const GemvArgs up = up_args(i, m, h2_);
   reduce_add_norm(n2, /*reduce=*/true);
-  linear(up, ffn_);
-  linear(down_args(i, m, out_, 0.f), nullptr);
+  if (c_.num_local_experts > 0) {
+    moe_mlp(i, m);
+  } else {
+    linear(up_args(i, m, h2_), ffn_);
+    linear(down_args(i, m, out_, 0.f), nullptr);
+  }
   pending = {out_, lw.ffn_down_bias, nullptr, /*reduce=*/true, lw.ffn_post_norm_weight};
 }
 
@@ -494,6 +523,27 @@ GemvArgs Transformer::down_args(int i, const StepMeta& m, void* out, float beta)
   down.beta = beta;
   down.tuning = gemv_tuning_;
   return down;
+}
+
+void Transformer::moe_mlp(int i, const StepMeta& m) {
+  const LayerWeights& lw = w_.layers[i];
+  MoeBlockArgs a;
+  a.x = h2_;
+  a.router_w = lw.ffn_router_weight;
+  a.gate_up_w = lw.ffn_experts_gate_up_weight;
+  a.down_w = lw.ffn_experts_down_weight;
+  a.out = out_;
+  a.n = m.n;
+  a.hidden = static_cast<int>(c_.hidden_size);
+  a.inter = static_cast<int>(mine_.mlp_columns.size());
+  a.experts = static_cast<int>(c_.num_local_experts);
+  a.top_k = static_cast<int>(c_.num_experts_per_tok);
+  a.dtype = w_.dtype;
+  a.act = c_.hidden_act;
+  a.exact_rows = !m.decode;  // decode steps run eagerly once, then as captured CUDA graphs: no host sync
+  a.tuning = gemv_tuning_;
+  a.ws = moe_;
+  moe_block(a, gemm_, stream_);
 }
 
 }  // namespace tpshard::cuda

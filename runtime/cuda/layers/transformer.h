@@ -6,9 +6,13 @@
 // attention / MLP outputs normalized inside the next add_norm (post_norms), attention-score and final
 // logit soft-caps. OLMo 2: blocks without pre-norms (AddNormParams::normalize0 false) and q/k RMSNorms over
 // the whole projection (kernels/qk_norm.cuh, an all_reduce of per-token sums of squares between its two
-// kernels). Mixture-of-experts models are refused (CPU backend only).
+// kernels). Mixtral: the MLP is a mixture of experts (kernels/moe_block.cuh: router, top_k routing, each
+// expert's column-parallel w1 / w3 and row-parallel w2 over its tokens, the weighted sums) before the same
+// all_reduce; prefill steps run each expert over exactly its gathered tokens (one stream synchronization
+// per layer), decode steps over all rows, masked, without host synchronization.
 // Activations are in the weights' dtype; the residual stream is fp32 (documented in docs/KERNELS.md).
-// Everything is enqueued on one stream, with no host synchronization, so it can be captured in a CUDA graph.
+// Everything is enqueued on one stream, with no host synchronization in decode steps (StepMeta::decode),
+// so those can be captured in a CUDA graph.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -19,6 +23,7 @@
 #include "kernels/gemm.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/logits.cuh"
+#include "kernels/moe_block.cuh"
 #include "runtime/comm.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/layers/kv_cache.h"
@@ -112,6 +117,11 @@ class Transformer {
   void attention_core(int i, const StepMeta& m);
   /// Prefill path: rotary on Q/K of the QKV rows in place, then K/V appended to the kv_cache.
   void apply_rotary_and_append(int i, const StepMeta& m, int qkv_rows);
+  /// Mixture of experts (num_local_experts > 0): h2_ -> out_, the rank's partial sums of every routed
+  /// expert (kernels/moe_block.cuh), exact rows for prefill, masked for decode.
+  void moe_mlp(int i, const StepMeta& m);
+  /// The mixture-of-experts workspace (moe_; ffn_ and act_ shared), es = bytes of the weight dtype.
+  void alloc_moe(size_t es);
   void all_reduce(void* buf, size_t count, DType dtype);
   /// y = epilogue(x W^T + bias): the decode GEMV (kernels/gemv.cuh) when it applies, else cuBLASLt
   /// (into `scratch` for Act / GatedAct) followed by the separate bias_add / activation kernels.
@@ -155,6 +165,7 @@ class Transformer {
   float* cascade_partial_ = nullptr;  // [max_rows, heads_pr, kCascadeMaxSplits, head_dim + 2] prefix partials
   int32_t* split_counters_ = nullptr;  // [max_rows, heads_pr] zero: attention merges splits in-kernel
   float* qk_sums_ = nullptr;    // [max_tokens, 2] qk_norm_across_heads: sums of squares of the whole Q, K
+  MoeWorkspace moe_;            // mixture of experts only (kernels/moe_block.cuh)
   size_t workspace_bytes_ = 0;
 };
 
