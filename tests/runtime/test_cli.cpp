@@ -445,13 +445,22 @@ TEST_CASE("tprun eval triviaqa without --output: names the default predictions f
   CHECK(summary["prefill_s"].get<double>() > 0);
   CHECK(r.out.find("triviaqa: prefill ") != std::string::npos);
 
-  // A rerun reuses that file, and says so before loading.
+  // A rerun of the finished job scores that file without loading the model.
   r = tprun(args, "cd " + cwd + " && ");
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("validation_sample.hf_layout.predictions.jsonl already holds the predictions of all 3 questions") !=
+        std::string::npos);
+  CHECK(r.err.find("backend cpu") == std::string::npos);
+  CHECK(r.out.find("0 generated now, 3 resumed") != std::string::npos);
+
+  // A longer job over the same file reuses its 3 predictions, says so before loading, generates the 4th.
+  const std::string args4 = dir + " --tp 2 --device cpu eval triviaqa --data " + data + " --shots 1 --limit 4";
+  r = tprun(args4, "cd " + cwd + " && ");
   REQUIRE(r.code == 0);
   CHECK(r.err.rfind(notice, 0) == 0);
   CHECK(r.err.find("validation_sample.hf_layout.predictions.jsonl exists: questions already in it are scored from it") <
         r.err.find("backend cpu"));
-  CHECK(r.out.find("0 generated now, 3 resumed") != std::string::npos);
+  CHECK(r.out.find("1 generated now, 3 resumed") != std::string::npos);
 
   // With --output the notice names that file, without the default remark.
   r = tprun(args + " --output " + cwd + "/mine.jsonl", "cd " + cwd + " && ");
