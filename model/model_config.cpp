@@ -2,6 +2,7 @@
 // and ModelConfig <-> the "model" object of manifest.json. Architecture-specific fields: model/arch/.
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -63,6 +64,24 @@ double yarn_attention_factor(const json& rs, double factor, const std::string& p
   return get_mscale(factor, 1.0);
 }
 
+/// A LongRope factor list (rope_scaling.short_factor / long_factor): 1..kMaxHeadDim / 2 finite positive
+/// numbers (the count is checked against the rotary dims once they are known: check_longrope_factors).
+std::vector<double> rope_factor_list(const json& rs, const char* name, const std::string& path, const std::string& key) {
+  const std::string where = path + ": " + key + "." + name;
+  if (!has(rs, name) || !rs[name].is_array() || rs[name].empty())
+    throw Error(where + " must be a non-empty list of numbers (longrope)", "fix config.json");
+  if (rs[name].size() > static_cast<size_t>(kMaxDimension / 2))
+    throw Error(where + " has " + std::to_string(rs[name].size()) + " entries, more than any head_dim allows", "fix config.json");
+  std::vector<double> out;
+  out.reserve(rs[name].size());
+  for (const json& v : rs[name]) {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
+      throw Error(where + " must hold positive numbers, found " + v.dump(), "fix config.json");
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
 /// One rope object (rope_scaling or rope_parameters, named `key` in errors): type / rope_type and factors.
 void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, const std::string& key) {
   if (!rs.is_object()) throw Error(path + ": " + key + " must be an object or null", "fix config.json");
@@ -101,9 +120,24 @@ void parse_rope_object(const json& rs, ModelConfig& c, const std::string& path, 
     c.rope_beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
     c.rope_truncate = opt_bool(rs, "truncate", true, path);
     c.rope_attention_factor = yarn_attention_factor(rs, c.rope_factor, path);
+  } else if (type == "longrope" || type == "su") {
+    // transformers' _compute_longrope_parameters: factor defaults to max_position_embeddings /
+    // original_max_position_embeddings, attention_factor to sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1)
+    c.rope_type = RopeType::LongRope;
+    c.rope_original_max_position_embeddings =
+        opt_int(rs, "original_max_position_embeddings", c.max_position_embeddings, path);
+    const double orig = static_cast<double>(c.rope_original_max_position_embeddings);
+    if (!(orig > 1)) throw Error(path + ": " + key + ".original_max_position_embeddings must be above 1", "fix config.json");
+    c.rope_factor = has(rs, "factor") ? opt_num(rs, "factor", 1.0, path)
+                                      : static_cast<double>(c.max_position_embeddings) / orig;
+    c.rope_attention_factor = has(rs, "attention_factor") ? opt_num(rs, "attention_factor", 1.0, path)
+                              : c.rope_factor <= 1.0     ? 1.0
+                                                         : std::sqrt(1.0 + std::log(c.rope_factor) / std::log(orig));
+    c.rope_short_factor = rope_factor_list(rs, "short_factor", path, key);
+    c.rope_long_factor = rope_factor_list(rs, "long_factor", path, key);
   } else {
     throw Error(path + ": unsupported rope scaling type \"" + type + "\" (" + key + ")",
-                "supported rope_scaling types: default (null), linear, dynamic, llama3, yarn");
+                "supported rope_scaling types: default (null), linear, dynamic, llama3, yarn, longrope");
   }
   if (c.rope_factor <= 0) throw Error(path + ": " + key + ".factor must be positive", "fix config.json");
   if (!(c.rope_attention_factor > 0) || !std::isfinite(c.rope_attention_factor))
@@ -117,7 +151,8 @@ bool same_rope(const ModelConfig& a, const ModelConfig& b) {
          a.rope_high_freq_factor == b.rope_high_freq_factor &&
          a.rope_original_max_position_embeddings == b.rope_original_max_position_embeddings &&
          a.rope_beta_fast == b.rope_beta_fast && a.rope_beta_slow == b.rope_beta_slow && a.rope_truncate == b.rope_truncate &&
-         a.rope_attention_factor == b.rope_attention_factor;
+         a.rope_attention_factor == b.rope_attention_factor && a.rope_short_factor == b.rope_short_factor &&
+         a.rope_long_factor == b.rope_long_factor;
 }
 
 /// rope_scaling (transformers < 5) or rope_parameters (transformers >= 5). When a config has both (an
@@ -142,18 +177,30 @@ void parse_rope(const json& j, ModelConfig& c, const std::string& path) {
   else if (scaling) parse_rope_object(j["rope_scaling"], c, path, "rope_scaling");
 }
 
-/// parse_rope, then transformers' standardize_rope_params rule for yarn: a top-level
+/// parse_rope, then transformers' standardize_rope_params rule for yarn and longrope: a top-level
 /// original_max_position_embeddings (Phi-3 style) wins over the one in the rope object. The factor and
 /// attention factor are recomputed from it when the rope object leaves them out.
 void parse_rope_top(const json& j, ModelConfig& c, const std::string& path) {
   parse_rope(j, c, path);
-  if (c.rope_type != RopeType::Yarn || !has(j, "original_max_position_embeddings")) return;
+  if ((c.rope_type != RopeType::Yarn && c.rope_type != RopeType::LongRope) || !has(j, "original_max_position_embeddings"))
+    return;
   json rs = has(j, "rope_parameters") ? j["rope_parameters"] : j["rope_scaling"];
   rs["original_max_position_embeddings"] = j["original_max_position_embeddings"];
   parse_rope_object(rs, c, path, has(j, "rope_parameters") ? "rope_parameters" : "rope_scaling");
 }
 
 }  // namespace
+
+/// LongRope: one short and one long factor per rotary frequency (rotary_ndims / 2 each).
+static void check_longrope_factors(const ModelConfig& c, const std::string& path) {
+  if (c.rope_type != RopeType::LongRope) return;
+  const size_t want = static_cast<size_t>(c.rotary_ndims / 2);
+  if (c.rope_short_factor.size() != want || c.rope_long_factor.size() != want)
+    throw Error(path + ": rope_scaling longrope has " + std::to_string(c.rope_short_factor.size()) + " short and " +
+                    std::to_string(c.rope_long_factor.size()) + " long factors; the rotary dims " +
+                    std::to_string(c.rotary_ndims) + " need " + std::to_string(want) + " of each",
+                "fix config.json (head_dim * partial_rotary_factor / 2 factors per list)");
+}
 
 /// Sizes multiply into tensor shapes and byte counts: each at most kMaxDimension, so that products of a
 /// few of them stay far inside int64. Throws Error naming the field and the file.
@@ -263,6 +310,7 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
       throw Error(path + ": rotary dims " + std::to_string(c.rotary_ndims) + " (head_dim " + std::to_string(c.head_dim) +
                       " * rotary_pct) must be even and in [2, head_dim]",
                   "fix rotary_pct / partial_rotary_factor in config.json");
+    check_longrope_factors(c, path);
   }
   if (!c.layer_windows.empty() && static_cast<int64_t>(c.layer_windows.size()) != c.num_hidden_layers)
     throw Error(path + ": " + std::to_string(c.layer_windows.size()) + " per-layer attention types for " +
@@ -340,6 +388,13 @@ ModelConfig load_hf_config(const std::string& hf_dir) {
   return c;
 }
 
+int64_t model_position_limit(const ModelConfig& c) {
+  if (c.rope_type == RopeType::LongRope && c.rope_original_max_position_embeddings > 0)
+    return c.max_position_embeddings > 0 ? std::min(c.max_position_embeddings, c.rope_original_max_position_embeddings)
+                                         : c.rope_original_max_position_embeddings;
+  return c.max_position_embeddings > 0 ? c.max_position_embeddings : 0;
+}
+
 json model_config_to_json(const ModelConfig& c) {
   json j;
   j["arch"] = arch_spec(c.arch).family;
@@ -378,6 +433,13 @@ json model_config_to_json(const ModelConfig& c) {
                          {"beta_slow", c.rope_beta_slow},
                          {"truncate", c.rope_truncate},
                          {"attention_factor", c.rope_attention_factor}};
+  } else if (c.rope_type == RopeType::LongRope) {
+    j["rope_scaling"] = {{"rope_type", "longrope"},
+                         {"factor", c.rope_factor},
+                         {"original_max_position_embeddings", c.rope_original_max_position_embeddings},
+                         {"attention_factor", c.rope_attention_factor},
+                         {"short_factor", c.rope_short_factor},
+                         {"long_factor", c.rope_long_factor}};
   } else {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", c.rope_factor},
@@ -446,7 +508,10 @@ ModelConfig model_config_from_json(const json& j, const std::string& path) {
     c.rope_beta_slow = tmp.rope_beta_slow;
     c.rope_truncate = tmp.rope_truncate;
     c.rope_attention_factor = tmp.rope_attention_factor;
+    c.rope_short_factor = tmp.rope_short_factor;
+    c.rope_long_factor = tmp.rope_long_factor;
   }
+  check_longrope_factors(c, where);
   c.rope_attention_factor = opt_num(j, "rope_attention_factor", c.rope_attention_factor, where);  // older manifests: none
   if (!(c.rope_attention_factor > 0) || !std::isfinite(c.rope_attention_factor))
     throw Error(where + ": rope_attention_factor must be positive", "re-run tpshard convert");

@@ -22,8 +22,11 @@ enum class Activation { Gelu, GeluTanh, Silu, Relu };  ///< "gelu" (erf); "gelu_
 /// _compute_dynamic_ntk_parameters) equals Default for sequences within max_position_embeddings, the
 /// only lengths a session runs (session_types.h refuses a longer max_seq_len); rope_dynamic_ntk_inv_freq
 /// (runtime/rope.h) gives the frequencies past it. Yarn: transformers' _compute_yarn_parameters (blended
-/// frequencies, and cos / sin multiplied by rope_attention_factor).
-enum class RopeType { Default, Linear, Llama3, Dynamic, Yarn };
+/// frequencies, and cos / sin multiplied by rope_attention_factor). LongRope (Phi-3 128k / Phi-3.5, "longrope"
+/// or the older "su"): transformers' _compute_longrope_parameters with the short factors, the ones it uses
+/// while a sequence stays within original_max_position_embeddings; a session runs only that many positions
+/// (model_position_limit).
+enum class RopeType { Default, Linear, Llama3, Dynamic, Yarn, LongRope };
 /// How positions enter the model: rotary on Q/K (GPT-NeoX, Llama), or a learned absolute position
 /// embedding table added to the token embeddings (GPT-Neo: wpe; no rotary at all, rotary_ndims 0).
 enum class PositionKind { Rotary, Learned };
@@ -67,6 +70,10 @@ struct ModelConfig {
   /// else from factor (0.1 ln(factor) + 1) or mscale / mscale_all_dim; 1 for every other rope type.
   /// Manifest "rope_attention_factor" (absent in older manifests: 1).
   double rope_attention_factor = 1.0;
+  /// LongRope only: rope_scaling.short_factor / long_factor, rotary_ndims / 2 positive numbers each; inv_freq[i]
+  /// is divided by short_factor[i]. long_factor is kept (manifest, identity) but not used: transformers switches to
+  /// it only past original_max_position_embeddings, which no session reaches.
+  std::vector<double> rope_short_factor, rope_long_factor;
   bool attention_bias = false;      ///< q/k/v projections have a bias (GPT-NeoX: always; Qwen2: true)
   bool attention_out_bias = false;  ///< attention output projection has a bias (GPT-NeoX: true)
   bool mlp_bias = false;            ///< MLP projections have biases (GPT-NeoX: true)
@@ -154,6 +161,10 @@ ModelConfig load_hf_config_file(const std::string& path);
 /// a tok*.bin tokenizer) names the import script, GGUF files say they are not a source tpshard converts;
 /// otherwise a general "check that the directory is a Hugging Face model directory".
 std::string missing_config_hint(const std::string& hf_dir);
+
+/// The most positions a sequence of this model may take: max_position_embeddings (0 when unset), or for
+/// LongRope original_max_position_embeddings, past which transformers changes the rotary factors.
+int64_t model_position_limit(const ModelConfig& c);
 
 /// The normalized config as stored in manifest.json under "model" (HF field names, plus "arch").
 nlohmann::json model_config_to_json(const ModelConfig& c);

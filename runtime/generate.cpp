@@ -23,7 +23,7 @@
 namespace tpshard {
 
 int64_t model_seq_limit(const ModelConfig& config) {
-  return config.max_position_embeddings > 0 ? config.max_position_embeddings : 0;
+  return model_position_limit(config);
 }
 
 void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who, int64_t model_limit) {

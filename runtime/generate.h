@@ -50,8 +50,9 @@ struct GenerationRequest {
 /// 0: unknown (the hint names --max-seq-len).
 void check_request(const GenerationRequest& r, int64_t max_seq_len, const std::string& who, int64_t model_seq_limit = 0);
 
-/// The most positions the model takes: max_position_embeddings, 0 when unset (a sliding window does not
-/// limit it). --max-seq-len cannot exceed it (effective_max_seq_len).
+/// The most positions the model takes: model_position_limit (max_position_embeddings; LongRope:
+/// original_max_position_embeddings), 0 when unset (a sliding window does not limit it). --max-seq-len
+/// cannot exceed it (effective_max_seq_len).
 int64_t model_seq_limit(const ModelConfig& config);
 
 struct GenerationResult {

@@ -23,7 +23,18 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
     inv[i] = 1.0f / std::pow(base, exponent);
   }
-  if (c.rope_type == RopeType::Linear) {
+  if (c.rope_type == RopeType::LongRope) {
+    // _compute_longrope_parameters: 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)), f32, with the
+    // short factors (the sequence stays within original_max_position_embeddings)
+    TPS_CHECK(c.rope_short_factor.size() == inv.size(),
+              "model config: longrope has " + std::to_string(c.rope_short_factor.size()) + " short factors for " +
+                  std::to_string(inv.size()) + " rotary frequencies",
+              "re-run tpshard convert");
+    for (size_t i = 0; i < inv.size(); ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+      inv[i] = 1.0f / (static_cast<float>(c.rope_short_factor[i]) * std::pow(base, exponent));
+    }
+  } else if (c.rope_type == RopeType::Linear) {
     for (float& f : inv) f = f / static_cast<float>(c.rope_factor);
   } else if (c.rope_type == RopeType::Llama3) {
     const float factor = static_cast<float>(c.rope_factor);

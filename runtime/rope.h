@@ -11,7 +11,8 @@ namespace tpshard {
 
 /// inv_freq[i] for i in [0, rotary_ndims / 2): 1 / rope_theta^(2i / rotary_ndims), then scaled per
 /// rope_type (Linear: / factor; Llama3: wavelength-dependent smoothing; Yarn: ramp between
-/// extrapolation and interpolation by factor). f32, like transformers.
+/// extrapolation and interpolation by factor; LongRope: 1 / (short_factor[i] * rope_theta^(2i / rotary_ndims))).
+/// f32, like transformers.
 /// Empty with learned positions (PositionKind::Learned: no rotary). Throws Error when rotary_ndims is odd or not in (0, head_dim].
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 

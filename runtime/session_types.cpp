@@ -35,11 +35,15 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, co
 }
 
 int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config) {
-  const int64_t model_max = config.max_position_embeddings;
+  const int64_t model_max = model_position_limit(config);
   if (opts.max_seq_len <= 0) return static_cast<int>(model_max > 0 ? std::min<int64_t>(model_max, 2048) : 2048);
+  const bool longrope = config.rope_type == RopeType::LongRope;
   TPS_CHECK(model_max <= 0 || opts.max_seq_len <= model_max,
-            "--max-seq-len " + std::to_string(opts.max_seq_len) + " exceeds the model's max_position_embeddings " +
-                std::to_string(model_max),
+            "--max-seq-len " + std::to_string(opts.max_seq_len) + " exceeds the model's " +
+                (longrope ? "original_max_position_embeddings " : "max_position_embeddings ") + std::to_string(model_max) +
+                (longrope ? " (rope_scaling longrope: past it transformers switches to the long factors, which tprun "
+                            "does not run)"
+                          : ""),
             "pass --max-seq-len " + std::to_string(model_max) + " or less");
   return opts.max_seq_len;
 }

@@ -48,8 +48,9 @@ constexpr int kDefaultCpuMaxBatch = 8;
 /// The most kv_cache slots the CUDA backend chooses by itself (an explicit --max-batch may be larger).
 constexpr int kMaxAutoBatch = 256;
 
-/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(max_position_embeddings, 2048)
-/// when 0. Throws Error when it exceeds max_position_embeddings. A sliding window (Mistral, Qwen2 with
+/// max_seq_len to use for opts on this model: opts.max_seq_len, or min(model_position_limit, 2048)
+/// when 0. Throws Error when it exceeds model_position_limit (max_position_embeddings; LongRope:
+/// original_max_position_embeddings). A sliding window (Mistral, Qwen2 with
 /// use_sliding_window) does not limit it: the backends attend within the window (layer_windows).
 /// Used by both backends.
 int effective_max_seq_len(const SessionOptions& opts, const ModelConfig& config);

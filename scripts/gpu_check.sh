@@ -306,7 +306,7 @@ if [ ! -x "$BG" ]; then
   result FAIL "bench_generate" "$BG missing (tools/CMakeLists.txt needs add_subdirectory(bench_generate) when TPSHARD_HAVE_CUDA)"
 else
   FIX=$REPO/tests/fixtures
-  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq tiny-gemma2 tiny-olmo2 tiny-mixtral stories260K; do
+  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-phi3-longrope tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq tiny-gemma2 tiny-olmo2 tiny-mixtral stories260K; do
     MD=$WORK/k_$m
     if ! run_logged "convert $m" "$BIN/tpshard" convert "$FIX/$m" -o "$MD" --tp 1,2 -q; then
       k_result FAIL "convert $m"; continue

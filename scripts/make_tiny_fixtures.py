@@ -6,7 +6,8 @@ Usage: make_tiny_fixtures.py OUT_ROOT [--only NAME,...]  (the repository uses OU
 
 Writes OUT_ROOT/tiny-gpt-neox-par, tiny-gpt-neox-seq, tiny-llama, tiny-llama-bf16,
 tiny-llama-sharded, tiny-llama3-rope, tiny-qwen2, tiny-gpt-neo, tiny-mistral-swa (sliding window 6),
-tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), tiny-qwen3 (q/k norms,
+tiny-llama-yarn (yarn rope scaling), tiny-phi3 (fused qkv / gate_up, sliding window 6), tiny-phi3-longrope
+(Phi-3 with longrope rope scaling), tiny-qwen3 (q/k norms,
 head_dim apart from hidden / heads), tiny-starcoder2 (LayerNorm, biases, sliding window 6),
 tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + MLP, lm_head bias),
 tiny-falcon (Falcon-40B layout: qkv per KV group, ln_attn / ln_mlp, biases) and tiny-falcon-mq (Falcon-7B
@@ -95,6 +96,20 @@ def phi3_config():
     return Phi3Config(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
                       intermediate_size=160, vocab_size=VOCAB, rms_norm_eps=1e-5, max_position_embeddings=128,
                       original_max_position_embeddings=128, rope_theta=10000.0, sliding_window=6,
+                      tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def phi3_longrope_config():
+    # Phi-3-mini-128k's rope: "longrope" with 4 short and 4 long factors (head_dim 8), max_position_embeddings
+    # 128 over original_max_position_embeddings 64 (factor 2, attention factor sqrt(1 + ln 2 / ln 64)); the
+    # prompts and their continuations (at most 39 positions) stay within 64, where transformers uses the short
+    # factors. No sliding window, so the rotary alone changes every position.
+    from transformers import Phi3Config
+    return Phi3Config(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                      intermediate_size=160, vocab_size=VOCAB, rms_norm_eps=1e-5, max_position_embeddings=128,
+                      original_max_position_embeddings=64, rope_theta=10000.0, sliding_window=None,
+                      rope_scaling={"type": "longrope", "short_factor": [1.0, 1.25, 2.5, 4.0],
+                                    "long_factor": [1.5, 3.0, 6.0, 12.0]},
                       tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
@@ -385,6 +400,7 @@ def main():
         ("tiny-mistral-swa", mistral_swa_config(), 800),
         ("tiny-llama-yarn", llama_yarn_config(), 900),
         ("tiny-phi3", phi3_config(), 1000),
+        ("tiny-phi3-longrope", phi3_longrope_config(), 1800),
         ("tiny-qwen3", qwen3_config(), 1100),
         ("tiny-starcoder2", starcoder2_config(), 1200),
         ("tiny-gptj", gptj_config(), 1300),
@@ -420,11 +436,12 @@ def main():
             raise SystemExit(f"{name}: no seed in {MAX_SEED_TRIES} tries gives margin >= {MIN_MARGIN}")
         ref["seed"] = seed
         print(f"{name}: seed {seed}, greedy_min_margin {ref['greedy_min_margin']:.4g}")
-        if name == "tiny-llama-yarn":
-            # transformers' inv_freq and attention_scaling, for the rope table test
+        if name in ("tiny-llama-yarn", "tiny-phi3-longrope"):
+            # transformers' inv_freq and attention_scaling, for the rope table tests
             rot = model.model.rotary_emb
-            ref["yarn_inv_freq"] = [float(x) for x in rot.inv_freq.tolist()]
-            ref["yarn_attention_scaling"] = float(rot.attention_scaling)
+            key = "yarn" if name == "tiny-llama-yarn" else "longrope"
+            ref[key + "_inv_freq"] = [float(x) for x in rot.inv_freq.tolist()]
+            ref[key + "_attention_scaling"] = float(rot.attention_scaling)
         save(model, path(name), ref)
 
         if name == "tiny-llama":

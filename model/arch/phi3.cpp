@@ -2,8 +2,8 @@
 // two fused projections: self_attn.qkv_proj [q heads | k heads | v heads] (Transform::PackedQkv) and
 // mlp.gate_up_proj [gate | up] (Transform::PackedGateUp); no biases; a sliding_window on every layer when
 // config.sliding_window is set (Phi-3-mini-4k: 2047), as transformers' Phi3Model builds one
-// sliding-window causal mask for all layers. rope_scaling "longrope" (the 128k variants) is refused by
-// the common rope parsing.
+// sliding-window causal mask for all layers. rope_scaling "longrope" (the 128k variants, Phi-3.5) is read by
+// the common rope parsing (RopeType::LongRope: the short factors, sequences up to original_max_position_embeddings).
 #include "model/arch/llama_family.h"
 #include "model/arch/registry.h"
 #include "model/config_fields.h"

@@ -522,6 +522,58 @@ TEST_CASE("yarn rope scaling: Qwen2.5's rope_scaling spelling, transformers' def
   CHECK(c.rope_attention_factor == 1.0);
 }
 
+TEST_CASE("longrope rope scaling (Phi-3-mini-128k's spelling): transformers' defaults, manifest round trip, bad factor lists") {
+  json j = llama_base();
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["model_type"] = "phi3";
+  j["max_position_embeddings"] = 131072;
+  j["original_max_position_embeddings"] = 4096;
+  const int64_t half = parse_hf_config(j, "p").rotary_ndims / 2;
+  std::vector<double> s(static_cast<size_t>(half)), l(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    s[static_cast<size_t>(i)] = 1.0 + 0.01 * static_cast<double>(i);
+    l[static_cast<size_t>(i)] = 2.0 + static_cast<double>(i);
+  }
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", s}, {"long_factor", l}};
+  ModelConfig c = parse_hf_config(j, "p");
+  CHECK(c.rope_type == RopeType::LongRope);
+  CHECK(c.rope_original_max_position_embeddings == 4096);  // the top-level field
+  CHECK(c.rope_factor == 32.0);                             // 131072 / 4096
+  CHECK(c.rope_attention_factor == doctest::Approx(std::sqrt(1.0 + std::log(32.0) / std::log(4096.0))).epsilon(1e-15));
+  CHECK(c.rope_short_factor == s);
+  CHECK(c.rope_long_factor == l);
+  CHECK(model_position_limit(c) == 4096);
+  const ModelConfig b = model_config_from_json(model_config_to_json(c), "manifest.json");
+  CHECK(b.rope_type == RopeType::LongRope);
+  CHECK(b.rope_short_factor == s);
+  CHECK(b.rope_long_factor == l);
+  CHECK(b.rope_attention_factor == c.rope_attention_factor);
+  CHECK(b.rope_original_max_position_embeddings == 4096);
+  CHECK(model_position_limit(b) == 4096);
+  // "su" is the older name; an explicit attention_factor wins
+  j["rope_scaling"] = {{"type", "su"}, {"short_factor", s}, {"long_factor", l}, {"attention_factor", 1.25}};
+  CHECK(parse_hf_config(j, "p").rope_attention_factor == 1.25);
+  // factor lists that do not fit the rotary dims, or hold something other than positive numbers
+  auto error_for = [&](const json& rs) {
+    j["rope_scaling"] = rs;
+    try {
+      parse_hf_config(j, "config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::vector<double> shorter(s.begin(), s.end() - 1);
+  CHECK(error_for({{"type", "longrope"}, {"short_factor", shorter}, {"long_factor", l}}).find("need " + std::to_string(half)) !=
+        std::string::npos);
+  CHECK(error_for({{"type", "longrope"}, {"long_factor", l}}).find("short_factor must be a non-empty list") != std::string::npos);
+  json bad = s;
+  bad[0] = -1.0;
+  CHECK(error_for({{"type", "longrope"}, {"short_factor", bad}, {"long_factor", l}}).find("positive numbers") != std::string::npos);
+  bad[0] = "x";
+  CHECK(error_for({{"type", "longrope"}, {"short_factor", s}, {"long_factor", bad}}).find("long_factor must hold") != std::string::npos);
+}
+
 TEST_CASE("a manifest written before rope_attention_factor existed loads with 1") {
   json m = model_config_to_json(parse_hf_config(llama_base(), "l"));
   m.erase("rope_attention_factor");

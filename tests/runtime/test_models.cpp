@@ -204,6 +204,33 @@ TEST_CASE("Phi-3, fused qkv_proj and gate_up_proj, sliding_window 6, GQA 8/2: vs
   check_against_hf("tiny-phi3", {1, 2, 3, 4});
 }
 
+TEST_CASE("Phi-3 with longrope rope scaling (short factors, attention factor from max / original positions): vs "
+          "transformers at tp 1, 2, 3 (uneven)") {
+  check_against_hf("tiny-phi3-longrope", {1, 2, 3});
+}
+
+TEST_CASE("longrope: inv_freq and attention factor equal transformers' _compute_longrope_parameters; sequences end at "
+          "original_max_position_embeddings") {
+  const nlohmann::json ref = reference("tiny-phi3-longrope");
+  const std::string dir = converted("tiny-phi3-longrope", {1, 2, 3});
+  const ModelConfig c = load_manifest(dir).model;
+  CHECK(c.rope_type == RopeType::LongRope);
+  CHECK(c.rope_attention_factor == doctest::Approx(ref["longrope_attention_scaling"].get<double>()).epsilon(1e-12));
+  CHECK(c.rope_attention_factor > 1.0);
+  const auto hf = ref["longrope_inv_freq"].get<std::vector<float>>();
+  const auto ours = rope_inv_freq(c);
+  REQUIRE(ours.size() == hf.size());
+  for (size_t i = 0; i < hf.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(ours[i] - hf[i]) <= 1e-6f * std::abs(hf[i]));
+  }
+  CHECK(model_position_limit(c) == 64);  // original_max_position_embeddings, not max_position_embeddings 128
+  SessionOptions o = cpu_session(dir, 1, 0);
+  CHECK(effective_max_seq_len(o, c) == 64);
+  o.max_seq_len = 65;
+  CHECK_THROWS_WITH_AS(effective_max_seq_len(o, c), doctest::Contains("original_max_position_embeddings 64"), Error);
+}
+
 TEST_CASE("StarCoder2: LayerNorm with bias, biases on q/k/v/o and the gelu MLP, sliding_window 6, GQA 8/2, tied: vs transformers at tp 1, 2, 3 (uneven), 4") {
   check_against_hf("tiny-starcoder2", {1, 2, 3, 4});
 }
