@@ -3,9 +3,12 @@
 // concurrent requests, streaming, echo + logprobs (lm-evaluation-harness loglikelihood), chat with the
 // model's template, tokenize / detokenize, and bad requests that leave the server serving.
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <httplib.h>
 
@@ -410,3 +413,51 @@ TEST_CASE("n > 1: each choice is its own sequence; greedy choices equal n = 1, s
   CHECK(health(port)["slots_in_use"] == 0);
 }
 
+TEST_CASE("tprun serve: a non-streaming client that closes its connection while generating frees its slots") {
+  ServerProcess server;
+  const int port = server.port();
+  // One request whose 16 choices of 500 tokens hold the 3 kv_cache slots for six rounds of 500 steps (about
+  // 2 s unloaded, 20 times the server's 100 ms check of the connection).
+  const std::string body =
+      json{{"prompt", "Once upon a time"}, {"max_tokens", 500}, {"temperature", 0}, {"ignore_eos", true}, {"n", 16}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  // Wait until it runs in all three slots, then go away without reading the answer.
+  json h;
+  for (int i = 0; i < 300; ++i) {
+    h = health(port);
+    if (h["requests_running"] == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(h["requests_running"] == 3);
+  CHECK(h["slots_in_use"].get<int>() >= 3);
+  const uint64_t cancelled_before = h["requests_cancelled"].get<uint64_t>();
+  close(fd);
+  const auto closed = std::chrono::steady_clock::now();
+  for (int i = 0; i < 500; ++i) {
+    h = health(port);
+    if (h["requests_in_flight"] == 0 && h["slots_in_use"] == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  CAPTURE(freed_s);
+  CHECK(h["requests_in_flight"] == 0);
+  CHECK(h["slots_in_use"] == 0);
+  CHECK(h["requests_cancelled"].get<uint64_t>() == cancelled_before + 1);  // cancelled, not run to its end
+  // The server stays healthy: the next request is answered in full.
+  int status = 0;
+  const json after = post(port, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 5}, {"temperature", 0},
+                                                    {"ignore_eos", true}}, &status);
+  CHECK(status == 200);
+  CHECK(after["usage"]["completion_tokens"] == 5);
+  CHECK(after["choices"][0]["finish_reason"] == "length");
+  CHECK(health(port)["status"] == "ok");
+}
