@@ -3,8 +3,8 @@
 
 Checks what clients rely on: /v1/models lists the served name; a greedy completion equals its streamed
 form; echo + logprobs with max_tokens 0 (how lm-evaluation-harness scores a continuation) gives one
-null then one log-probability per prompt token; chat completions (plain and streamed) agree; n > 1 is
-refused with a 400. Prints one line per check and exits 1 when any fails.
+null then one log-probability per prompt token; chat completions (plain and streamed) agree; n = 2 with a seed
+gives choices 0 and 1 equal to n = 1 with that seed and the next; n = 17 is refused with a 400. Prints one line per check and exits 1 when any fails.
 
     tprun MODEL_DIR --tp 2 serve --port 8000 &
     python3 scripts/check_openai_client.py --base-url http://127.0.0.1:8000/v1 [--no-chat]
@@ -51,11 +51,16 @@ def main():
             model=model, messages=msgs, max_tokens=12, temperature=0, stream=True))
         check(ch.choices[0].message.role == "assistant" and cs == ch.choices[0].message.content,
               f"chat == streamed chat: {cs!r}")
+    kw = dict(model=model, prompt="Once upon a time", max_tokens=12, temperature=0.9)
+    two = c.completions.create(n=2, seed=7, **kw)
+    seeds = [c.completions.create(seed=s, **kw).choices[0].text for s in (7, 8)]
+    check([x.index for x in two.choices] == [0, 1] and [x.text for x in two.choices] == seeds,
+          f"n=2, seed 7 == n=1 with seeds 7 and 8: {seeds}")
     try:
-        c.completions.create(model=model, prompt="x", n=2)
-        check(False, "n=2 refused")
+        c.completions.create(model=model, prompt="x", n=17)
+        check(False, "n=17 refused")
     except openai.BadRequestError as err:
-        check(err.status_code == 400, f"n=2 refused: {err.message}")
+        check(err.status_code == 400, f"n=17 refused: {err.message}")
     return 1 if fails else 0
 
 

@@ -35,3 +35,16 @@ python3 -c "import numpy, safetensors, ml_dtypes, gguf; gguf.ReaderField.content
 python3 -c "import openai" 2>/dev/null || python3 -m pip install -q openai 2>/dev/null || \
   python3 -m pip install -q --break-system-packages openai 2>/dev/null || \
   echo "install_deps: the openai package is not installed; ctest openai_client will be skipped" >&2
+# Test-only: lm-evaluation-harness for ctest lm_eval, in its own venv (the system Python stays untouched);
+# transformers gives lm_eval the model's Hugging Face tokenizer (no torch needed). Skipped when present at
+# these versions; when it cannot be installed, ctest lm_eval reports SKIPPED.
+LM_EVAL_VENV="${LM_EVAL_VENV:-$HOME/.cache/tpshard/lm-eval-venv}"
+LM_EVAL_PKGS="lm-eval[api]==0.4.13 transformers==5.25.0"
+if ! "$LM_EVAL_VENV/bin/python" -c "import importlib.metadata as m, sys; \
+sys.exit(m.version('lm-eval') != '0.4.13' or m.version('transformers') != '5.25.0')" 2>/dev/null; then
+  { python3 -m venv "$LM_EVAL_VENV" 2>/dev/null || \
+    { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null 2>&1 && \
+      python3 -m venv --clear "$LM_EVAL_VENV"; }; } && \
+  "$LM_EVAL_VENV/bin/pip" install -q $LM_EVAL_PKGS || \
+  echo "install_deps: lm-evaluation-harness is not installed in $LM_EVAL_VENV; ctest lm_eval will be skipped" >&2
+fi

@@ -69,8 +69,10 @@ std::vector<const char*> with(std::vector<const char*> v, std::initializer_list<
 
 /// The options common to completions and chat completions; d: the model's defaults of omitted fields.
 SamplingParams sampling(const json& body, int64_t default_max_tokens, const GenerationDefaults& d) {
-  if (integer(body, "n", 1, 1, INT32_MAX) != 1) bad("'n' must be 1 (one choice per prompt)");
-  if (integer(body, "best_of", 1, 1, INT32_MAX) != 1) bad("'best_of' must be 1");
+  const int64_t n = integer(body, "n", 1, 1, INT32_MAX);
+  if (n > kMaxChoices) bad("'n' = " + std::to_string(n) + " is above " + std::to_string(kMaxChoices) + " (choices per prompt)");
+  const int64_t best_of = integer(body, "best_of", n, 1, INT32_MAX);
+  if (best_of != 1 && best_of != n) bad("'best_of' must be 1 or equal to 'n' (every choice is returned)");
   if (number(body, "frequency_penalty", 0, -2, 2) != 0 || number(body, "presence_penalty", 0, -2, 2) != 0)
     bad("'frequency_penalty' and 'presence_penalty' are not supported (use repetition_penalty)");
   SamplingParams p;
@@ -114,6 +116,21 @@ std::vector<int32_t> token_list(const json& a, const ApiLimits& limits) {
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
+}
+
+/// The choices of every prompt: prompt i's request becomes n requests at i * n + c, each keeping the prompt's
+/// id (which keys the RNG) with seed + c, so choice c equals a one-choice request with that seed.
+void expand_choices(ApiRequest& r, const json& body) {
+  r.n = static_cast<int>(integer(body, "n", 1, 1, kMaxChoices));
+  if (r.n == 1) return;
+  std::vector<GenerationRequest> choices;
+  choices.reserve(r.prompts.size() * static_cast<size_t>(r.n));
+  for (const GenerationRequest& g : r.prompts)
+    for (int c = 0; c < r.n; ++c) {
+      choices.push_back(g);
+      choices.back().params.seed = g.params.seed + static_cast<uint64_t>(c);
+    }
+  r.prompts = std::move(choices);
 }
 
 void check_fits(const ApiRequest& r, const ApiLimits& limits) {
@@ -187,6 +204,8 @@ ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLim
     bad("'prompt' must be a string, a list of strings, a list of token ids or a list of such lists");
   }
   if (prompts.size() > 4096) bad("at most 4096 prompts per request");
+  if (prompts.size() * static_cast<size_t>(integer(body, "n", 1, 1, kMaxChoices)) > 4096)
+    bad("at most 4096 choices per request (prompts x n)");
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest g;
     g.id = std::to_string(i);
@@ -197,6 +216,7 @@ ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLim
     r.prompts.push_back(std::move(g));
   }
   check_fits(r, limits);
+  expand_choices(r, body);
   return r;
 }
 
@@ -243,6 +263,7 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
   g.params = sampling(body, std::max<int64_t>(1, room), limits.defaults);
   r.prompts.push_back(std::move(g));
   check_fits(r, limits);
+  expand_choices(r, body);
   return r;
 }
 
@@ -258,7 +279,7 @@ json response_body(const ApiRequest& req, const std::vector<GenerationResult>& r
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerationResult& res = results[i];
     const GenerationRequest& g = req.prompts[i];
-    prompt_tokens += static_cast<int64_t>(g.prompt_ids.size());
+    if (i % static_cast<size_t>(std::max(1, req.n)) == 0) prompt_tokens += static_cast<int64_t>(g.prompt_ids.size());
     completion_tokens += static_cast<int64_t>(res.output_ids.size());
     json c;
     c["index"] = i;

@@ -25,9 +25,16 @@ struct ApiError {
   std::string message;
 };
 
-/// What the model must run for one HTTP request: one GenerationRequest per prompt (choices in order).
+/// The most choices per prompt (`n`); more is a 400.
+constexpr int kMaxChoices = 16;
+
+/// What the model must run for one HTTP request: one GenerationRequest per choice, choice index
+/// prompt_index * n + c (c = 0..n-1), as OpenAI numbers the choices of a list of prompts. Each is its own
+/// sequence of the continuous batch; choice c samples with seed + c under the prompt's id, so it equals a
+/// request with n = 1 and that seed.
 struct ApiRequest {
   bool chat = false;
+  int n = 1;                    ///< choices per prompt (1..kMaxChoices)
   bool stream = false;
   bool echo = false;            ///< completions: the prompt is part of the returned text and logprobs
   int logprobs = -1;            ///< completions: top alternatives per token (0..20), -1: none
@@ -52,10 +59,10 @@ nlohmann::json parse_body(const std::string& text);
 /// POST /v1/completions body -> ApiRequest. prompt: a string, a list of strings, a list of token ids or a
 /// list of such lists; max_tokens (default 16), temperature (default 1), top_p, top_k (<= 0: off),
 /// (those defaults: the OpenAI API's, or limits.defaults where it holds a value),
-/// min_p, repetition_penalty, min_tokens, stop (string or list), seed, n (only 1), echo, logprobs
+/// min_p, repetition_penalty, min_tokens, stop (string or list), seed, n (1..kMaxChoices), echo, logprobs
 /// (0..20), stream, ignore_eos; model and user are accepted and ignored. Text prompts are encoded with the
 /// tokenizer (special tokens added). Throws ApiError for a missing prompt, an unknown field, a wrong type,
-/// an unsupported option value (n > 1, best_of > 1, non-zero frequency / presence penalty, logit_bias,
+/// an unsupported option value (n > kMaxChoices, best_of other than 1 or n, non-zero frequency / presence penalty, logit_bias,
 /// suffix), a prompt that does not fit (check_request's message, naming both lengths).
 ApiRequest parse_completion(const nlohmann::json& body, const Tokenizer& tok, const ApiLimits& limits);
 
@@ -66,7 +73,8 @@ ApiRequest parse_completion(const nlohmann::json& body, const Tokenizer& tok, co
 ApiRequest parse_chat(const nlohmann::json& body, const Tokenizer& tok, const ChatTemplate* tmpl,
                       const ApiLimits& limits);
 
-/// The response body of a finished request (results: one per prompt, in order).
+/// The response body of a finished request (results: one per choice, in order). usage: prompt_tokens counts
+/// each prompt once (not once per choice, as OpenAI), completion_tokens every choice's tokens.
 /// id: "cmpl-N" / "chatcmpl-N"; created: Unix seconds; model: the served model name.
 nlohmann::json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results,
                              const Tokenizer& tok, const std::string& id, int64_t created, const std::string& model);

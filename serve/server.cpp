@@ -25,6 +25,7 @@
 #include "format/error.h"
 #include "runtime/host_exchange.h"
 #include "runtime/request_json.h"
+#include "serve/connection_probe.h"
 #include "serve/openai_api.h"
 
 namespace tpshard::serve {
@@ -35,6 +36,9 @@ using Clock = std::chrono::steady_clock;
 
 /// The longest the model loop waits for a request while idle before the ranks meet again.
 constexpr auto kIdlePoll = std::chrono::milliseconds(20);
+
+/// How often the thread of a waiting non-streaming request checks that its client is still connected.
+constexpr auto kClientPoll = std::chrono::milliseconds(100);
 
 /// The most HTTP connection threads (cpp-httplib's pool): --max-queued + 8, within [8, this].
 constexpr int kMaxHttpThreads = 256;
@@ -270,8 +274,21 @@ void Server::handle_generate(const httplib::Request& http, httplib::Response& re
   }
   arrived_cv_.notify_one();
   if (!job->req.stream) {
+    // Wait for the answer; every kClientPoll, check that the client still holds its connection, and cancel
+    // the job when it went away (its kv_cache slot is freed at the next step). The socket is looked up now,
+    // while the client is surely connected (a reset connection has no peer address to match).
+    const int fd = find_connection_socket(http.local_addr, http.local_port, http.remote_addr, http.remote_port);
     std::unique_lock<std::mutex> lock(mu_);
-    job->cv.wait(lock, [&] { return job->done; });
+    while (!job->cv.wait_for(lock, kClientPoll, [&] { return job->done; })) {
+      if (job->cancelled || fd < 0) continue;
+      lock.unlock();
+      const bool gone = peer_closed(fd);
+      lock.lock();
+      if (gone) {
+        cancel_job(job);
+        arrived_cv_.notify_one();
+      }
+    }
     if (!job->error.empty()) return send_error(res, ApiError{400, job->error});
     res.set_content(response_body(job->req, job->results, *ctx_.tokenizer, job->id, job->created, model_name_)
                         .dump(-1, ' ', false, json::error_handler_t::replace),

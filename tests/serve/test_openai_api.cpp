@@ -78,6 +78,44 @@ TEST_CASE("completions: prompt forms and options become GenerationRequests") {
   CHECK(back.params.prompt_logprobs == 2);
 }
 
+TEST_CASE("n: each prompt's n choices at prompt_index * n + c, same prompt and id, seed + c") {
+  test::ByteTokenizer tok;
+  const ApiRequest r = parse_completion(json{{"prompt", json::array({"ab", "xyz"})}, {"n", 3}, {"seed", 10},
+                                             {"temperature", 0.7}, {"max_tokens", 4}},
+                                        tok, limits());
+  CHECK(r.n == 3);
+  REQUIRE(r.prompts.size() == 6);
+  for (size_t k = 0; k < 6; ++k) {
+    CAPTURE(k);
+    CHECK(r.prompts[k].id == std::to_string(k / 3));  // the prompt's id: the RNG key of a one-choice request
+    CHECK(r.prompts[k].prompt_ids == tok.encode(k < 3 ? "ab" : "xyz", true));
+    CHECK(r.prompts[k].params.seed == 10 + k % 3);
+    CHECK(r.prompts[k].params.max_new_tokens == 4);
+  }
+  const ChatTemplate t = chatml_template();
+  const ApiRequest chat =
+      parse_chat(json{{"messages", json::array({json{{"role", "user"}, {"content", "hi"}}})}, {"n", 2}}, tok, &t, limits());
+  REQUIRE(chat.prompts.size() == 2);
+  CHECK(chat.prompts[0].prompt_ids == chat.prompts[1].prompt_ids);
+  CHECK(chat.prompts[0].params.seed == 0);
+  CHECK(chat.prompts[1].params.seed == 1);
+  // usage: each prompt once, every choice's tokens; choices indexed 0..5.
+  std::vector<GenerationResult> results(6);
+  for (size_t k = 0; k < 6; ++k) {
+    results[k].output_ids.assign(k + 1, 'q');
+    results[k].text = std::string(k + 1, 'q');
+    results[k].finish_reason = "length";
+  }
+  const json j = response_body(r, results, tok, "cmpl-1", 100, "m");
+  REQUIRE(j["choices"].size() == 6);
+  for (size_t k = 0; k < 6; ++k) {
+    CHECK(j["choices"][k]["index"] == k);
+    CHECK(j["choices"][k]["text"] == std::string(k + 1, 'q'));
+  }
+  CHECK(j["usage"]["prompt_tokens"] == tok.encode("ab", true).size() + tok.encode("xyz", true).size());
+  CHECK(j["usage"]["completion_tokens"] == 1 + 2 + 3 + 4 + 5 + 6);
+}
+
 TEST_CASE("the model's generation_config defaults replace the OpenAI defaults of omitted fields only") {
   test::ByteTokenizer tok;
   ApiLimits l = limits();
@@ -109,7 +147,12 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   CHECK(refusal(json::array()).find("JSON object") != std::string::npos);
   CHECK(refusal(json::object()).find("'prompt' is required") != std::string::npos);
   CHECK(refusal(json{{"prompt", 5}}).find("'prompt' must be") != std::string::npos);
-  CHECK(refusal(json{{"prompt", "a"}, {"n", 3}}).find("'n' must be 1") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"n", 17}}) == "'n' = 17 is above 16 (choices per prompt)");
+  CHECK(refusal(json{{"prompt", "a"}, {"n", 0}}).find("'n' = 0 is outside") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"n", 2}, {"best_of", 3}}).find("'best_of'") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"n", 16}, {"best_of", 16}}).empty());
+  CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}, {"n", 17}}, true)
+            .find("'n' = 17") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"temperature", "hot"}}).find("'temperature' must be a number") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"top_p", 2}}).find("'top_p'") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"logprobs", 21}}).find("'logprobs'") != std::string::npos);

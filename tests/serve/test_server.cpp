@@ -3,9 +3,12 @@
 // concurrent requests, streaming, echo + logprobs (lm-evaluation-harness loglikelihood), chat with the
 // model's template, tokenize / detokenize, and bad requests that leave the server serving.
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <httplib.h>
 
@@ -14,6 +17,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -85,6 +89,27 @@ json post(int port, const std::string& path, const json& body, int* status = nul
   REQUIRE(r);
   if (status) *status = r->status;
   return json::parse(r->body);
+}
+
+json health(int port) {
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/health");
+  REQUIRE(r);
+  return json::parse(r->body);
+}
+
+/// The server-sent events of a streamed response body, without the final [DONE].
+std::vector<json> stream_events(const std::string& body) {
+  std::vector<json> events;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") break;
+    events.push_back(json::parse(data));
+  }
+  return events;
 }
 
 SessionOptions session(int tp) {
@@ -280,4 +305,159 @@ TEST_CASE("tprun serve --chat-template FILE: chat requests are rendered with the
                                                      json{{"role", "user"}, {"content", "Tell me a story"}}})},
                            {"max_tokens", 1}, {"temperature", 0}});
   CHECK(r["usage"]["prompt_tokens"] == ids.size());
+}
+
+TEST_CASE("n > 1: each choice is its own sequence; greedy choices equal n = 1, sampled choice c equals seed + c") {
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat"};
+  // Library results (id: the prompt's index in the request, the RNG key of its every choice): greedy, and
+  // seeds 7 and 8.
+  std::vector<GenerationResult> greedy;
+  std::vector<std::vector<GenerationResult>> sampled(prompts.size());  // [prompt][seed - 7]
+  run_on_ranks(session(1), [&](RankContext& ctx) {
+    for (size_t p = 0; p < prompts.size(); ++p)
+      for (const int seed : {-1, 7, 8}) {
+        GenerationRequest r;
+        r.id = std::to_string(p);
+        r.prompt_ids = ctx.tokenizer->encode(prompts[p], true);
+        r.params.max_new_tokens = 12;
+        r.params.temperature = seed < 0 ? 0.0f : 0.9f;
+        r.params.seed = seed < 0 ? 0 : static_cast<uint64_t>(seed);
+        const GenerationResult g = generate(*ctx.runner, *ctx.tokenizer, {r})[0];
+        if (seed < 0) greedy.push_back(g);
+        else sampled[p].push_back(g);
+      }
+  });
+  REQUIRE(sampled[0][0].text != sampled[0][1].text);  // the two seeds differ, so the checks below can tell them apart
+
+  ServerProcess server;
+  const int port = server.port();
+  const json one = post(port, "/v1/completions", {{"prompt", prompts[0]}, {"max_tokens", 12}, {"temperature", 0}});
+  const json two = post(port, "/v1/completions", {{"prompt", prompts[0]}, {"max_tokens", 12}, {"temperature", 0}, {"n", 2}});
+  REQUIRE(two["choices"].size() == 2);
+  CHECK(one["choices"][0]["text"] == greedy[0].text);
+  for (int c = 0; c < 2; ++c) {
+    CHECK(two["choices"][c]["index"] == c);
+    CHECK(two["choices"][c]["text"] == greedy[0].text);
+  }
+  CHECK(two["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]);  // the prompt counts once
+  CHECK(two["usage"]["completion_tokens"] == 2 * one["usage"]["completion_tokens"].get<int>());
+
+  // Sampled: n = 2 with seed 7 gives the n = 1 answers of seeds 7 and 8.
+  const json body = {{"prompt", prompts[0]}, {"max_tokens", 12}, {"temperature", 0.9}, {"seed", 7}};
+  json body2 = body;
+  body2["n"] = 2;
+  const json s2 = post(port, "/v1/completions", body2);
+  json b7 = body, b8 = body;
+  b8["seed"] = 8;
+  const json s7 = post(port, "/v1/completions", b7), s8 = post(port, "/v1/completions", b8);
+  REQUIRE(s2["choices"].size() == 2);
+  CHECK(s2["choices"][0]["text"] == s7["choices"][0]["text"]);
+  CHECK(s2["choices"][1]["text"] == s8["choices"][0]["text"]);
+  CHECK(s7["choices"][0]["text"] == sampled[0][0].text);
+  CHECK(s8["choices"][0]["text"] == sampled[0][1].text);
+  CHECK(s2["usage"]["completion_tokens"] == sampled[0][0].output_ids.size() + sampled[0][1].output_ids.size());
+
+  // A list of prompts: choice index = prompt_index * n + c, streamed and not; prompt p's choice c is what
+  // the same list with n = 1 and seed 7 + c gives it.
+  json list = body2;
+  list["prompt"] = prompts;
+  const json l = post(port, "/v1/completions", list);
+  REQUIRE(l["choices"].size() == 4);
+  for (size_t k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(l["choices"][k]["index"] == k);
+    CHECK(l["choices"][k]["text"] == sampled[k / 2][k % 2].text);
+  }
+  list["stream"] = true;
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post("/v1/completions", list.dump(), "application/json");
+  REQUIRE(r);
+  CHECK(r->body.find("data: [DONE]") != std::string::npos);
+  std::map<int, std::string> text;
+  std::map<int, int> finished;
+  for (const json& e : stream_events(r->body)) {
+    REQUIRE(e["choices"].size() == 1);
+    const int index = e["choices"][0]["index"].get<int>();
+    text[index] += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) ++finished[index];
+  }
+  REQUIRE(text.size() == 4);
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(text[k] == sampled[k / 2][k % 2].text);
+    CHECK(finished[k] == 1);
+  }
+
+  // Chat: choice 1 of n = 2 equals a one-choice request with seed + 1.
+  const json messages = json::array({json{{"role", "user"}, {"content", "Tell me a story"}}});
+  const json chat2 = post(port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 10}, {"temperature", 0.9}, {"seed", 3}, {"n", 2}});
+  const json chat4 = post(port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 10}, {"temperature", 0.9}, {"seed", 4}});
+  REQUIRE(chat2["choices"].size() == 2);
+  CHECK(chat2["choices"][1]["index"] == 1);
+  CHECK(chat2["choices"][1]["message"]["content"] == chat4["choices"][0]["message"]["content"]);
+
+  json list1 = list;
+  list1.erase("n");
+  list1.erase("stream");
+  list1["seed"] = 8;
+  const json l8 = post(port, "/v1/completions", list1);
+  REQUIRE(l8["choices"].size() == 2);
+  CHECK(l8["choices"][1]["text"] == l["choices"][3]["text"]);
+
+  // Above 16 choices: 400, and the server goes on.
+  int status = 0;
+  const json refused = post(port, "/v1/completions", {{"prompt", prompts[0]}, {"n", 17}}, &status);
+  CHECK(status == 400);
+  CHECK(refused["error"]["message"] == "'n' = 17 is above 16 (choices per prompt)");
+  CHECK(health(port)["slots_in_use"] == 0);
+}
+
+TEST_CASE("tprun serve: a non-streaming client that closes its connection while generating frees its slots") {
+  ServerProcess server;
+  const int port = server.port();
+  // One request whose 16 choices of 500 tokens hold the 3 kv_cache slots for six rounds of 500 steps (about
+  // 2 s unloaded, 20 times the server's 100 ms check of the connection).
+  const std::string body =
+      json{{"prompt", "Once upon a time"}, {"max_tokens", 500}, {"temperature", 0}, {"ignore_eos", true}, {"n", 16}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  // Wait until it runs in all three slots, then go away without reading the answer.
+  json h;
+  for (int i = 0; i < 300; ++i) {
+    h = health(port);
+    if (h["requests_running"] == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(h["requests_running"] == 3);
+  CHECK(h["slots_in_use"].get<int>() >= 3);
+  const uint64_t cancelled_before = h["requests_cancelled"].get<uint64_t>();
+  close(fd);
+  const auto closed = std::chrono::steady_clock::now();
+  for (int i = 0; i < 500; ++i) {
+    h = health(port);
+    if (h["requests_in_flight"] == 0 && h["slots_in_use"] == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double freed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  CAPTURE(freed_s);
+  CHECK(h["requests_in_flight"] == 0);
+  CHECK(h["slots_in_use"] == 0);
+  CHECK(h["requests_cancelled"].get<uint64_t>() == cancelled_before + 1);  // cancelled, not run to its end
+  // The server stays healthy: the next request is answered in full.
+  int status = 0;
+  const json after = post(port, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 5}, {"temperature", 0},
+                                                    {"ignore_eos", true}}, &status);
+  CHECK(status == 200);
+  CHECK(after["usage"]["completion_tokens"] == 5);
+  CHECK(after["choices"][0]["finish_reason"] == "length");
+  CHECK(health(port)["status"] == "ok");
 }
