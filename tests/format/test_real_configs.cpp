@@ -1,5 +1,6 @@
 // test_real_configs.cpp: published config.json files of one model per family (tests/fixtures/configs, sources
-// in its README.md): Qwen3-8B, Phi-3-mini-4k-instruct, GPT-J-6B, Falcon-7B-instruct. For each:
+// in its README.md): Qwen3-8B, Phi-3-mini-4k-instruct, GPT-J-6B, Falcon-7B-instruct; and the written-out
+// fields of Gemma-2-9B and OLMo-2-1124-7B (published_configs.h: no file committed). For each:
 //  1. the real file parsed by the model registry, with the values it derives (heads, KV heads, head_dim,
 //     MLP size, vocabulary, rotary dims, the family's own fields);
 //  2. `tpshard plan` on the real file: every tp_rank's weight bytes against a count made here from the
@@ -21,6 +22,7 @@
 #include "model/memory_plan.h"
 #include "model/model_config.h"
 #include "model/parallel_layout.h"
+#include "published_configs.h"
 #include "test_util.h"
 
 using namespace tpshard;
@@ -67,26 +69,51 @@ RankPart rank_part(const Dims& d, int tp, int r) {
 
 std::string blk(int l, const std::string& s) { return "blk." + std::to_string(l) + "." + s; }
 
-/// The Llama block (Qwen3, Phi-3): q/k/v fused per rank, gate/up fused, untied LM head; Qwen3's per-head
-/// q/k RMSNorm weights (head_dim) with qk_norm.
-Shapes llama_shapes(const Dims& d, int tp, int r, bool qk_norm) {
+/// What a Llama-shaped block holds besides q/k/v, the output projection and gate/up / down.
+struct LlamaBlock {
+  bool head_qk_norm = false;   ///< Qwen3: q/k RMSNorm weights over head_dim
+  bool whole_qk_norm = false;  ///< OLMo 2: over the whole q / k projection, replicated
+  bool pre_norms = true;       ///< attn_norm / ffn_norm before the branches (OLMo 2: none)
+  bool post_norms = false;     ///< Gemma 2, OLMo 2: attn_post_norm / ffn_post_norm on the branch outputs
+  bool tied = false;           ///< no output.weight: the LM head is token_embd
+};
+
+/// The Llama block (Qwen3, Phi-3, Gemma 2, OLMo 2): q/k/v fused per rank (Q of the rank's heads, K and V
+/// of its KV heads), gate/up fused, down split by columns, vocabulary rows padded.
+Shapes llama_shapes(const Dims& d, int tp, int r, const LlamaBlock& b) {
   const RankPart p = rank_part(d, tp, r);
   const int64_t H = d.hidden, hd = d.head_dim;
-  Shapes s{{"token_embd.weight", {p.vocab_rows, H}}, {"output_norm.weight", {H}}, {"output.weight", {p.vocab_rows, H}}};
+  Shapes s{{"token_embd.weight", {p.vocab_rows, H}}, {"output_norm.weight", {H}}};
+  if (!b.tied) s["output.weight"] = {p.vocab_rows, H};
   for (int l = 0; l < d.layers; ++l) {
-    s[blk(l, "attn_norm.weight")] = {H};
+    if (b.pre_norms) {
+      s[blk(l, "attn_norm.weight")] = {H};
+      s[blk(l, "ffn_norm.weight")] = {H};
+    }
+    if (b.post_norms) {
+      s[blk(l, "attn_post_norm.weight")] = {H};
+      s[blk(l, "ffn_post_norm.weight")] = {H};
+    }
     s[blk(l, "attn_qkv.weight")] = {(p.heads + 2 * p.kv_heads) * hd, H};
-    if (qk_norm) {
+    if (b.head_qk_norm) {
       s[blk(l, "attn_q_norm.weight")] = {hd};
       s[blk(l, "attn_k_norm.weight")] = {hd};
     }
+    if (b.whole_qk_norm) {
+      s[blk(l, "attn_q_norm.weight")] = {d.heads * hd};
+      s[blk(l, "attn_k_norm.weight")] = {d.kv_heads * hd};
+    }
     s[blk(l, "attn_output.weight")] = {H, p.heads * hd};
-    s[blk(l, "ffn_norm.weight")] = {H};
     s[blk(l, "ffn_gate_up.weight")] = {2 * p.mlp, H};
     s[blk(l, "ffn_down.weight")] = {H, p.mlp};
   }
   return s;
 }
+
+const LlamaBlock kQwen3{true, false, true, false, false};
+const LlamaBlock kPhi3{};
+const LlamaBlock kGemma2{false, false, true, true, true};
+const LlamaBlock kOlmo2{false, true, false, true, false};
 
 /// GPT-J: ln_1 feeds both branches (stored as attn_norm and ffn_norm), no q/k/v/out bias, fc_in / fc_out
 /// with bias, an LM head with a bias.
@@ -142,12 +169,12 @@ std::string tpshard_plan(const std::string& config, const std::string& args) {
   return std::to_string(rc) + "\n" + read_text(log);
 }
 
-/// Step 2: the real file's per-rank weights, from `tpshard plan` and planned_weight_bytes, against `shapes`.
-void check_plan(const std::string& file, const ModelConfig& c, int tp,
+/// Step 2: the config's per-rank weights, from `tpshard plan CONFIG` and planned_weight_bytes, against `shapes`.
+void check_plan(const std::string& config, const ModelConfig& c, int tp,
                 const std::function<Shapes(int tp, int r)>& shapes) {
-  CAPTURE(file);
+  CAPTURE(config);
   CAPTURE(tp);
-  const std::string out = tpshard_plan(config_path(file), "--tp " + std::to_string(tp) + " --batch 1 --max-seq 2048 --dtype bf16");
+  const std::string out = tpshard_plan(config, "--tp " + std::to_string(tp) + " --batch 1 --max-seq 2048 --dtype bf16");
   REQUIRE_MESSAGE(out.rfind("0\n", 0) == 0, out);
   CHECK_MESSAGE(out.find("per-GPU memory plan: tp " + std::to_string(tp) + ", batch 1, max_seq 2048, dtype bf16") != std::string::npos, out);
   const ParallelLayout layout = make_parallel_layout(c, tp);
@@ -263,7 +290,7 @@ TEST_CASE("Qwen3-8B config.json: GQA 32/8, head_dim 128 given apart from hidden_
   CHECK(c.eos_token_ids == std::vector<int64_t>{151645});
 
   const Dims full{4096, 12288, 151936, 32, 8, 128, 36};
-  for (int tp : {1, 3, 8}) check_plan("qwen3-8b.config.json", c, tp, [&](int t, int r) { return llama_shapes(full, t, r, true); });
+  for (int tp : {1, 3, 8}) check_plan(config_path("qwen3-8b.config.json"), c, tp, [&](int t, int r) { return llama_shapes(full, t, r, kQwen3); });
 }
 
 TEST_CASE("Qwen3-8B config, 2 layers, shape-scaled (hidden 64, MLP 96): tpshard convert --tp 1,2,3") {
@@ -293,7 +320,7 @@ TEST_CASE("Qwen3-8B config, 2 layers, shape-scaled (hidden 64, MLP 96): tpshard 
   ck.add("lm_head.weight", {d.vocab, d.hidden});
   // tp 3: heads 11 / 11 / 10, KV groups of 4 straddle the ranks (KV heads 0-2, 2-5, 5-7)
   CHECK(rank_part(d, 3, 1).kv_heads == 4);
-  convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, true); });
+  convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kQwen3); });
 }
 
 // ---- Phi-3-mini-4k-instruct (microsoft/Phi-3-mini-4k-instruct) ----
@@ -325,7 +352,7 @@ TEST_CASE("Phi-3-mini-4k-instruct config.json: 32 heads of 96 (MHA), fused qkv /
   CHECK(c.eos_token_ids == std::vector<int64_t>{32000});
 
   const Dims full{3072, 8192, 32064, 32, 32, 96, 32};
-  for (int tp : {2, 3}) check_plan("phi-3-mini-4k-instruct.config.json", c, tp, [&](int t, int r) { return llama_shapes(full, t, r, false); });
+  for (int tp : {2, 3}) check_plan(config_path("phi-3-mini-4k-instruct.config.json"), c, tp, [&](int t, int r) { return llama_shapes(full, t, r, kPhi3); });
 }
 
 TEST_CASE("Phi-3-mini-4k-instruct config, 2 layers, shape-scaled (hidden 256 = 32 heads of 8, MLP 384): tpshard convert --tp 1,2,3") {
@@ -347,7 +374,7 @@ TEST_CASE("Phi-3-mini-4k-instruct config, 2 layers, shape-scaled (hidden 256 = 3
   }
   ck.add("model.norm.weight", {d.hidden});
   ck.add("lm_head.weight", {d.vocab, d.hidden});
-  convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, false); });
+  convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kPhi3); });
 }
 
 // ---- GPT-J-6B (EleutherAI/gpt-j-6b) ----
@@ -379,7 +406,7 @@ TEST_CASE("GPT-J-6B config.json: GPT-2 spellings, 16 heads of 256, rotary on 64 
   CHECK(c.eos_token_ids == std::vector<int64_t>{50256});
 
   const Dims full{4096, 16384, 50400, 16, 16, 256, 28};
-  for (int tp : {2, 3}) check_plan("gpt-j-6b.config.json", c, tp, [&](int t, int r) { return gptj_shapes(full, t, r); });
+  for (int tp : {2, 3}) check_plan(config_path("gpt-j-6b.config.json"), c, tp, [&](int t, int r) { return gptj_shapes(full, t, r); });
 }
 
 TEST_CASE("GPT-J-6B config, 2 layers, shape-scaled (n_embd 256 = 16 heads of 16, rotary_dim 4, n_inner 256): tpshard convert --tp 1,2,3") {
@@ -446,7 +473,7 @@ TEST_CASE("Falcon-7B-instruct config.json: 71 heads, multi-query, parallel atten
   CHECK(l4.tp(3).heads == Range{54, 71});
   CHECK(l4.tp(3).kv_heads == Range{0, 1});
   const Dims full{4544, 18176, 65024, 71, 1, 64, 32};
-  for (int tp : {2, 4}) check_plan("falcon-7b-instruct.config.json", c, tp, [&](int t, int r) { return falcon_shapes(full, t, r); });
+  for (int tp : {2, 4}) check_plan(config_path("falcon-7b-instruct.config.json"), c, tp, [&](int t, int r) { return falcon_shapes(full, t, r); });
 }
 
 TEST_CASE("Falcon-7B-instruct config, 2 layers, shape-scaled (hidden 284 = 71 heads of 4): tpshard convert --tp 1,2,3") {
@@ -468,4 +495,81 @@ TEST_CASE("Falcon-7B-instruct config, 2 layers, shape-scaled (hidden 284 = 71 he
   ck.add("transformer.ln_f.weight", {d.hidden});
   ck.add("transformer.ln_f.bias", {d.hidden});
   convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return falcon_shapes(d, tp, r); });
+}
+
+// ---- Gemma-2-9B and OLMo-2-1124-7B: their config.json fields written out (published_configs.h) ----
+
+/// `tpshard plan` of a written-out config: it goes to CONFIG_DIR/config.json first.
+void check_plan_json(const json& j, const ModelConfig& c, int tp, const std::function<Shapes(int tp, int r)>& shapes) {
+  ScratchDir d;
+  write_text(d / "config.json", j.dump(2));
+  check_plan(d / "config.json", c, tp, shapes);
+}
+
+TEST_CASE("Gemma-2-9B config: per-rank weights of tpshard plan at tp 2 and 3 against the count from its fields") {
+  const ModelConfig c = parse_hf_config(gemma2_9b(), "gemma2");
+  CHECK(c.head_dim == 256);  // given apart from hidden_size 3584
+  CHECK(c.tie_word_embeddings);  // Gemma2Config's default
+  CHECK(c.layer_windows.size() == 42);
+  const Dims full{3584, 14336, 256000, 16, 8, 256, 42};
+  for (int tp : {2, 3}) check_plan_json(gemma2_9b(), c, tp, [&](int t, int r) { return llama_shapes(full, t, r, kGemma2); });
+}
+
+TEST_CASE("Gemma-2-9B config, 2 layers, shape-scaled (hidden 64, MLP 96; 16 heads of 256): tpshard convert --tp 1,2,3") {
+  json j = gemma2_9b();
+  j["num_hidden_layers"] = 2;
+  j["hidden_size"] = 64;
+  j["intermediate_size"] = 96;
+  const Dims d{64, 96, 256000, 16, 8, 256, 2};
+  CHECK(parse_hf_config(j, "scaled").layer_windows == std::vector<int64_t>{4096, 0});  // local, then global
+  Checkpoint ck;
+  ck.add("model.embed_tokens.weight", {d.vocab, d.hidden});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+      ck.add(p + n + ".weight", {d.hidden});
+    ck.add(p + "self_attn.q_proj.weight", {16 * 256, d.hidden});
+    ck.add(p + "self_attn.k_proj.weight", {8 * 256, d.hidden});
+    ck.add(p + "self_attn.v_proj.weight", {8 * 256, d.hidden});
+    ck.add(p + "self_attn.o_proj.weight", {d.hidden, 16 * 256});
+    ck.add(p + "mlp.gate_proj.weight", {d.inter, d.hidden});
+    ck.add(p + "mlp.up_proj.weight", {d.inter, d.hidden});
+    ck.add(p + "mlp.down_proj.weight", {d.hidden, d.inter});
+  }
+  ck.add("model.norm.weight", {d.hidden});
+  // tp 3: heads 6 / 5 / 5, KV groups of 2: KV heads 0-2, 2-5, 5-7
+  CHECK(rank_part(d, 3, 1).kv_heads == 3);
+  convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kGemma2); });
+}
+
+TEST_CASE("OLMo-2-1124-7B config: per-rank weights of tpshard plan at tp 2 and 3 against the count from its fields") {
+  const ModelConfig c = parse_hf_config(olmo2_7b(), "olmo2");
+  CHECK(c.head_dim == 128);
+  CHECK(c.qk_norm_across_heads);
+  const Dims full{4096, 11008, 100352, 32, 32, 128, 32};
+  for (int tp : {2, 3}) check_plan_json(olmo2_7b(), c, tp, [&](int t, int r) { return llama_shapes(full, t, r, kOlmo2); });
+}
+
+TEST_CASE("OLMo-2-1124-7B config, 2 layers, shape-scaled (hidden 128 = 32 heads of 4, MLP 192): tpshard convert --tp 1,2,3") {
+  json j = olmo2_7b();
+  j["num_hidden_layers"] = 2;
+  j["hidden_size"] = 128;
+  j["intermediate_size"] = 192;
+  const Dims d{128, 192, 100352, 32, 32, 4, 2};
+  Checkpoint ck;
+  ck.add("model.embed_tokens.weight", {d.vocab, d.hidden});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) ck.add(p + "self_attn." + n + ".weight", {d.hidden, d.hidden});
+    ck.add(p + "self_attn.q_norm.weight", {d.hidden});  // over the whole projection
+    ck.add(p + "self_attn.k_norm.weight", {d.hidden});
+    ck.add(p + "post_attention_layernorm.weight", {d.hidden});
+    ck.add(p + "post_feedforward_layernorm.weight", {d.hidden});
+    ck.add(p + "mlp.gate_proj.weight", {d.inter, d.hidden});
+    ck.add(p + "mlp.up_proj.weight", {d.inter, d.hidden});
+    ck.add(p + "mlp.down_proj.weight", {d.hidden, d.inter});
+  }
+  ck.add("model.norm.weight", {d.hidden});
+  ck.add("lm_head.weight", {d.vocab, d.hidden});
+  convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kOlmo2); });
 }
