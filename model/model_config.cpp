@@ -268,7 +268,9 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
                 "fix config.json (published models have at most a few hundred layers)");
   c.num_attention_heads = req_int(j, key("num_attention_heads", {"num_heads", "n_head"}), path);
   c.vocab_size = req_int(j, "vocab_size", path);
-  c.max_position_embeddings = req_int(j, key("max_position_embeddings", {"n_positions"}), path);
+  // Required, unless the architecture's config class has a default that published files rely on (Falcon).
+  const char* max_positions = key("max_position_embeddings", {"n_positions"});
+  c.max_position_embeddings = has(j, max_positions) ? req_int(j, max_positions, path) : 0;
   c.num_key_value_heads = opt_int(j, "num_key_value_heads", c.num_attention_heads, path);
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
     throw Error(path + ": num_attention_heads " + std::to_string(c.num_attention_heads) +
@@ -298,6 +300,7 @@ static ModelConfig parse_hf_config_impl(const json& j, const std::string& path) 
   c.eos_token_ids = token_ids(j, "eos_token_id", path);
 
   const double partial = spec->parse_config(j, c, path);
+  if (!has(j, max_positions) && c.max_position_embeddings == 0) req_int(j, max_positions, path);  // throws: missing
   check_dimensions(c, path);
   if (c.position_embedding == PositionKind::Learned) {
     c.rotary_ndims = 0;  // no rotary: positions come from the learned table

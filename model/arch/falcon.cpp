@@ -20,9 +20,12 @@ using namespace config_fields;
 
 /// FalconConfig defaults: multi_query true, parallel_attn true, new_decoder_architecture false, bias false,
 /// alibi false, num_kv_heads = num_attention_heads, ffn_hidden_size 4 x hidden, activation gelu,
-/// layer_norm_epsilon 1e-5, tie_word_embeddings true, num_ln_in_parallel_attn null (2 with the new decoder).
+/// layer_norm_epsilon 1e-5, tie_word_embeddings true, num_ln_in_parallel_attn null (2 with the new decoder),
+/// max_position_embeddings 2048.
 /// A tpshard manifest carries the normalized names instead (its "arch" key).
 double parse(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
+  // FalconConfig's default: Falcon-7B's and Falcon-40B's config.json do not give max_position_embeddings
+  if (c.max_position_embeddings == 0) c.max_position_embeddings = 2048;
   c.norm = NormKind::LayerNorm;
   c.gated_mlp = false;
   c.rope_theta = opt_num(j, "rope_theta", 10000.0, path);

@@ -11,6 +11,7 @@
 #include "model/model_config.h"
 #include "model/parallel_layout.h"
 #include "model/tensor_plan.h"
+#include "published_configs.h"
 #include "test_util.h"
 
 using namespace tpshard;
@@ -18,21 +19,6 @@ using namespace tpshard::test;
 using nlohmann::json;
 
 namespace {
-
-/// google/gemma-2-9b: hidden 3584, 42 layers, 16 heads of 256, 8 KV heads, intermediate 14336, vocab
-/// 256000, query_pre_attn_scalar 256, sliding_window 4096, soft-caps 50 / 30, no layer_types (the
-/// config class derives them), both hidden_act and hidden_activation.
-json gemma2_9b() {
-  return json::parse(R"({
-    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "attention_bias": false,
-    "attention_dropout": 0.0, "attn_logit_softcapping": 50.0, "bos_token_id": 2,
-    "cache_implementation": "hybrid", "eos_token_id": 1, "final_logit_softcapping": 30.0, "head_dim": 256,
-    "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584,
-    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192,
-    "num_attention_heads": 16, "num_hidden_layers": 42, "num_key_value_heads": 8, "pad_token_id": 0,
-    "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096,
-    "torch_dtype": "float32", "use_cache": true, "vocab_size": 256000})");
-}
 
 std::string error_of(const json& j) {
   try {

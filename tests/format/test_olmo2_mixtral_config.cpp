@@ -11,6 +11,7 @@
 #include "model/model_config.h"
 #include "model/parallel_layout.h"
 #include "model/tensor_plan.h"
+#include "published_configs.h"
 #include "test_util.h"
 
 using namespace tpshard;
@@ -23,18 +24,6 @@ json mixtral_8x7b() {
   std::ifstream f(std::string(TPSHARD_FIXTURES) + "/configs/mixtral-8x7b-v0.1.config.json");
   REQUIRE(f.good());
   return json::parse(f);
-}
-
-/// allenai/OLMo-2-1124-7B: hidden 4096, 32 layers, 32 heads (MHA), intermediate 11008, vocab 100352,
-/// rope_theta 5e5, rms_norm_eps 1e-6, untied, no bos.
-json olmo2_7b() {
-  return json::parse(R"({
-    "architectures": ["Olmo2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
-    "eos_token_id": 100257, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
-    "intermediate_size": 11008, "max_position_embeddings": 4096, "model_type": "olmo2",
-    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "pad_token_id": 100277,
-    "rms_norm_eps": 1e-06, "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
-    "use_cache": true, "vocab_size": 100352})");
 }
 
 std::string tpshard_plan(const json& config, const std::string& args) {
