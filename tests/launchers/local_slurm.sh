@@ -24,7 +24,7 @@ skip() {
 # pid_of FILE: the pid in FILE when that process is alive.
 pid_of() { local p; p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"; }
 
-# stepd_pids: the slurmstepd processes of this cluster (they hold sockets in our spool directory).
+# stepd_pids: the slurmstepd processes of this cluster (they keep its slurmd.log open).
 stepd_pids() {
   local p
   for p in /proc/[0-9]*; do
@@ -73,7 +73,7 @@ cmd=${1:-} DIR=${2:-}
 [ -n "$DIR" ] || { echo "usage: local_slurm.sh start DIR OWNER_PID | stop DIR" >&2; exit 64; }
 case $cmd in
   stop)
-    [ -d "$DIR" ] && stop_cluster
+    [ -d "$DIR" ] && DIR=$(cd "$DIR" && pwd) && stop_cluster
     exit 0 ;;
   start) ;;
   *) echo "usage: local_slurm.sh start DIR OWNER_PID | stop DIR" >&2; exit 64 ;;
@@ -154,11 +154,12 @@ export SLURM_CONF=$DIR/slurm.conf
 
 # The watchdog: detached, no inherited stdout/stderr (a test harness waits for those to close).
 WATCHDOG_MAX=${LOCAL_SLURM_MAX_S:-900}
+SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 setsid bash -c '
   echo $$ >"$1/watchdog.pid"
   end=$((SECONDS + $3))
   while kill -0 "$2" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 1; done
-  WATCHDOG_SELF=$$ exec "$4" stop "$1"' watchdog "$DIR" "$OWNER" "$WATCHDOG_MAX" "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" \
+  WATCHDOG_SELF=$$ exec bash "$4" stop "$1"' watchdog "$DIR" "$OWNER" "$WATCHDOG_MAX" "$SELF" \
   </dev/null >>"$DIR/watchdog.log" 2>&1 &
 
 # -D: foreground (no systemd here); -i: ignore state from an earlier run; -c: clear it; both log to files.
@@ -167,16 +168,26 @@ echo $! >"$DIR/slurmctld.pid.launch"
 slurmd -D -f "$DIR/slurm.conf" -N "$NODE" </dev/null >>"$DIR/slurmd.out" 2>&1 &
 echo $! >"$DIR/slurmd.pid.launch"
 
+# problem FILE...: the daemons' last fatal line, else their last error line (without the PMIx plugin's,
+# which Debian's Slurm logs at every start).
+problem() {
+  local line
+  line=$(grep -hi fatal "$@" 2>/dev/null | tail -1)
+  [ -n "$line" ] || line=$(grep -hi error "$@" 2>/dev/null | grep -vi pmix | tail -1)
+  echo "${line:-see $DIR}"
+}
+
 state=""
 for _ in $(seq 150); do  # 30 s
-  state=$(timeout 3 sinfo -h -N -n "$NODE" -o %T 2>/dev/null | head -1)
-  [ "$state" = idle ] && break
+  state=$(timeout 3 sinfo -h -N -n "$NODE" -o "%T %E" 2>/dev/null | head -1)
+  [ "$state" = "idle none" ] && break
   for d in slurmctld slurmd; do
     if ! kill -0 "$(cat "$DIR/$d.pid.launch")" 2>/dev/null; then
-      skip "srun: $d exited at startup: $(grep -hiE 'error|fatal' "$DIR/$d.log" "$DIR/$d.out" 2>/dev/null | tail -1)"
+      skip "srun: $d exited at startup: $(problem "$DIR/$d.log" "$DIR/$d.out")"
     fi
   done
   sleep 0.2
 done
-[ "$state" = idle ] || skip "srun: the local Slurm node is '${state:-not listed}' after 30 s, not idle ($(grep -hiE 'error|fatal' "$DIR/slurmd.log" "$DIR/slurmctld.log" 2>/dev/null | tail -1))"
+[ "$state" = "idle none" ] ||
+  skip "srun: the local Slurm node is '${state:-not listed}' after 30 s, not idle ($(problem "$DIR"/slurm*.log))"
 exit 0
