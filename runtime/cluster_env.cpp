@@ -48,12 +48,6 @@ std::vector<std::string> expand_ranges(const std::string& list, const std::strin
   return out;
 }
 
-int port_from_id(const std::string& id, int base, size_t digits) {
-  if (!all_digits(id)) return kFallbackPort;
-  const std::string tail = id.size() > digits ? id.substr(id.size() - digits) : id;
-  return base + std::atoi(tail.c_str());
-}
-
 }  // namespace
 
 std::vector<std::string> expand_slurm_hostlist(const std::string& hostlist) {
@@ -86,7 +80,40 @@ std::vector<std::string> expand_slurm_hostlist(const std::string& hostlist) {
   return hosts;
 }
 
-int slurm_master_port(const std::string& job_id) { return port_from_id(job_id, 15000, 4); }
+int slurm_master_port(const std::string& job_id, const std::string& step_id, const std::string& resv_ports) {
+  const std::string first = resv_ports.substr(0, resv_ports.find_first_of(",-"));
+  if (all_digits(first) && first.size() <= 5) {
+    const int port = std::atoi(first.c_str());
+    if (port > 0 && port < 65536) return port;
+  }
+  if (!all_digits(job_id)) return kFallbackPort;
+  const int job = std::atoi(job_id.substr(job_id.size() > 3 ? job_id.size() - 3 : 0).c_str());
+  const int step = all_digits(step_id) ? std::atoi(step_id.substr(step_id.size() > 1 ? step_id.size() - 1 : 0).c_str()) : 0;
+  return 15000 + 10 * job + step;
+}
+
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node_id) {
+  if (node_id < 0) return 0;
+  size_t i = 0;
+  int node = 0;
+  while (i < tasks_per_node.size()) {
+    size_t end = tasks_per_node.find(',', i);
+    if (end == std::string::npos) end = tasks_per_node.size();
+    const std::string item = tasks_per_node.substr(i, end - i);  // "4" or "2(x3)"
+    const size_t paren = item.find('(');
+    const std::string count = item.substr(0, paren);
+    std::string times = "1";
+    if (paren != std::string::npos) {
+      if (item.size() < paren + 4 || item.compare(paren, 2, "(x") != 0 || item.back() != ')') return 0;
+      times = item.substr(paren + 2, item.size() - paren - 3);
+    }
+    if (!all_digits(count) || !all_digits(times) || count.size() > 6 || times.size() > 6) return 0;
+    node += std::atoi(times.c_str());
+    if (node_id < node) return std::atoi(count.c_str());
+    i = end + 1;
+  }
+  return 0;
+}
 
 int ompi_master_port(const std::string& job_id) {
   if (!all_digits(job_id) || job_id.size() > 18) return kFallbackPort;

@@ -159,10 +159,11 @@ WorkerEnv read_worker_env() {
     w.rank = env_int("SLURM_PROCID", 0);
     w.world_size = env_int("SLURM_STEP_NUM_TASKS", 1);
     w.local_rank = env_int("SLURM_LOCALID", w.rank);
-    // "4(x2)" or "4,3": this node's count is not said; the first is right for the even layouts tprun needs.
-    w.local_world_size = std::atoi(env("SLURM_STEP_TASKS_PER_NODE") ? env("SLURM_STEP_TASKS_PER_NODE") : "0");
+    // "4(x2)" or "4,3": the entry of this node (SLURM_NODEID, the node's index in the step).
+    const char* per_node = env("SLURM_STEP_TASKS_PER_NODE");
+    w.local_world_size = slurm_tasks_on_node(per_node ? per_node : "", env_int("SLURM_NODEID", 0));
     if (env_int("SLURM_STEP_NUM_NODES", 0) == 1) w.local_world_size = w.world_size;
-    if (w.local_world_size <= 0) w.local_world_size = 0;  // unknown: not needed except for the default master
+    // 0: unknown, not needed except for the default master (a one-node step then meets on loopback)
   } else if (env("PMI_RANK") && env_int("PMI_SIZE", 1) > 1) {
     w.source = "pmi";
     w.rank = env_int("PMI_RANK", 0);
@@ -185,9 +186,11 @@ WorkerEnv read_worker_env() {
     if (w.source == "torchrun" && env("TORCHELASTIC_RUN_ID")) ++port;
     w.master_addr = std::string(env("MASTER_ADDR")) + ":" + std::to_string(port);
   } else if (w.source == "srun") {
-    // Rank 0 runs on the step's first node; every task derives the same port from the job id.
+    // Rank 0 runs on the step's first node; every task derives the same port from the step's reserved
+    // ports, else from the job and step ids (two steps of one job may run at the same time).
     const char* nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_JOB_NODELIST");
-    const int port = slurm_master_port(env("SLURM_JOB_ID") ? env("SLURM_JOB_ID") : "");
+    auto str = [](const char* name) { return std::string(env(name) ? env(name) : ""); };
+    const int port = slurm_master_port(str("SLURM_JOB_ID"), str("SLURM_STEP_ID"), str("SLURM_STEP_RESV_PORTS"));
     if (w.local_world_size == w.world_size) {
       w.master_addr = "127.0.0.1:" + std::to_string(port);
     } else if (nodes) {

@@ -14,10 +14,11 @@ constexpr int kExitPeerFailed = 3;
 /// TPRUN_RANK / TPRUN_LOCAL_RANK / TPRUN_WORLD_SIZE / TPRUN_LOCAL_WORLD_SIZE / TPRUN_MASTER; torchrun's
 /// RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / MASTER_ADDR + MASTER_PORT; Open MPI's
 /// OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE,LOCAL_SIZE}; srun's SLURM_PROCID / SLURM_LOCALID /
-/// SLURM_STEP_NUM_TASKS / SLURM_STEP_TASKS_PER_NODE; MPICH/Hydra's PMI_RANK / PMI_SIZE / MPI_LOCALRANKID.
-/// The master address: TPRUN_MASTER, else MASTER_ADDR:MASTER_PORT (MASTER_PORT + 1 under torchrun, whose
-/// own store listens on MASTER_PORT), else srun: the first host of SLURM_STEP_NODELIST (SLURM_JOB_NODELIST)
-/// and port 15000 + the job id's last 4 digits; mpirun: mpirun's host (OMPI_MCA_orte_hnp_uri) and port
+/// SLURM_STEP_NUM_TASKS / SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID; MPICH/Hydra's PMI_RANK / PMI_SIZE /
+/// MPI_LOCALRANKID. The master address: TPRUN_MASTER, else MASTER_ADDR:MASTER_PORT (MASTER_PORT + 1 under
+/// torchrun, whose own store listens on MASTER_PORT), else srun: the first host of SLURM_STEP_NODELIST
+/// (SLURM_JOB_NODELIST) and the first port of SLURM_STEP_RESV_PORTS, else 15000 + 10 x (job id mod 1000) +
+/// step id mod 10; mpirun: mpirun's host (OMPI_MCA_orte_hnp_uri) and port
 /// 20000 + jobid mod 10000 (runtime/cluster_env.h); 127.0.0.1 with that port when all ranks are on this
 /// node; else 127.0.0.1:29517 on one node (empty when unknown: multi-node needs one).
 struct WorkerEnv {

@@ -24,6 +24,13 @@ if ! command -v mpirun >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get install -y -qq openmpi-bin >/dev/null 2>&1 || echo "install_deps: openmpi-bin not installed; the mpirun runs of ctest launchers will be skipped" >&2
 fi
+# Test-only: Slurm and munge for the srun runs of the launchers test, on a single-node cluster the test
+# starts itself with its own daemons (tests/launchers/local_slurm.sh; reported as skipped without).
+if ! dpkg -s slurmctld slurmd slurm-client munge >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -qq slurmctld slurmd slurm-client munge >/dev/null 2>&1 ||
+    echo "install_deps: slurmctld slurmd slurm-client munge not installed; the srun runs of ctest launchers will be skipped" >&2
+fi
 # Python: only what the scripts used by the quickstart and the tests need (no torch). gguf and ml_dtypes are
 # for scripts/smollm2_to_hf.py (GGUF dequantization, bf16 safetensors from numpy). Skipped when importable;
 # ReaderField.contents is the gguf API that script uses (older gguf lacks it).

@@ -38,7 +38,8 @@ struct LauncherEnv {
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
       "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS",
       "SLURM_NTASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST",
-      "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "PMI_RANK", "PMI_SIZE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"};
+      "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NODEID", "SLURM_STEP_RESV_PORTS", "PMI_RANK",
+      "PMI_SIZE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"};
 };
 
 SessionOptions layout(int tp, int pp, int nnodes) {
@@ -70,11 +71,35 @@ TEST_CASE("Slurm hostlists expand in order, keeping zero padding; malformed ones
   }
 }
 
-TEST_CASE("launcher ports: Slurm 15000 + the job id's last 4 digits, Open MPI 20000 + jobid mod 10000") {
-  CHECK(slurm_master_port("1234567") == 15000 + 4567);
-  CHECK(slurm_master_port("42") == 15042);
+TEST_CASE("launcher ports: Slurm reserved ports, else job and step id; Open MPI 20000 + jobid mod 10000") {
+  CHECK(slurm_master_port("1234567") == 15000 + 5670);
+  CHECK(slurm_master_port("1234567", "0") == 15000 + 5670);
+  CHECK(slurm_master_port("1234567", "3") == 15000 + 5673);  // a second step of the job at the same time
+  CHECK(slurm_master_port("1234567", "13") == 15000 + 5673);
+  CHECK(slurm_master_port("999", "9") == 24999);
+  CHECK(slurm_master_port("42", "1") == 15421);
+  CHECK(slurm_master_port("42", "batch") == 15420);
   CHECK(slurm_master_port("") == 29517);
   CHECK(slurm_master_port("12_3") == 29517);
+  // MpiParams=ports=...: the step's reserved ports, in every form srun writes them
+  CHECK(slurm_master_port("42", "1", "12000-12002") == 12000);
+  CHECK(slurm_master_port("42", "1", "12007") == 12007);
+  CHECK(slurm_master_port("42", "1", "12005,12010-12011") == 12005);
+  CHECK(slurm_master_port("", "", "12005") == 12005);
+  CHECK(slurm_master_port("42", "1", "junk") == 15421);
+  CHECK(slurm_master_port("42", "1", "99999") == 15421);
+  // SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID
+  CHECK(slurm_tasks_on_node("4", 0) == 4);
+  CHECK(slurm_tasks_on_node("4", 1) == 0);
+  CHECK(slurm_tasks_on_node("2(x3)", 2) == 2);
+  CHECK(slurm_tasks_on_node("2(x3)", 3) == 0);
+  CHECK(slurm_tasks_on_node("3,2", 1) == 2);
+  CHECK(slurm_tasks_on_node("2(x2),1", 1) == 2);
+  CHECK(slurm_tasks_on_node("2(x2),1", 2) == 1);
+  CHECK(slurm_tasks_on_node("", 0) == 0);
+  CHECK(slurm_tasks_on_node("2(x", 0) == 0);
+  CHECK(slurm_tasks_on_node("2(3)", 0) == 0);
+  CHECK(slurm_tasks_on_node("a", 0) == 0);
   CHECK(ompi_master_port("1249968129") == 20000 + 8129);
   CHECK(ompi_master_port("") == 29517);
   CHECK(ompi_hnp_host("1249968128.0;tcp://192.0.2.2,10.1.1.1:42851;tcp6://[fd00::2]:51995") == "192.0.2.2");
@@ -92,17 +117,25 @@ TEST_CASE("srun: master on the step's first node with the job's port; one node: 
   e.set("SLURM_STEP_NODELIST", "gpu[07-08]");
   e.set("SLURM_JOB_NODELIST", "gpu[01-08]");
   e.set("SLURM_JOB_ID", "98765");
+  e.set("SLURM_STEP_ID", "2");
+  e.set("SLURM_NODEID", "1");
   WorkerEnv w = read_worker_env();
   CHECK(w.source == "srun");
   CHECK(w.rank == 3);
   CHECK(w.local_rank == 1);
   CHECK(w.local_world_size == 2);
-  CHECK(w.master_addr == "gpu07:23765");
+  CHECK(w.master_addr == "gpu07:22652");
+  e.set("SLURM_STEP_TASKS_PER_NODE", "3,1");  // uneven: this node's count
+  CHECK(read_worker_env().local_world_size == 1);
+  e.set("SLURM_STEP_TASKS_PER_NODE", "2(x2)");
+  e.set("SLURM_STEP_RESV_PORTS", "31000-31004");  // MpiParams=ports=...: the step's reserved ports
+  CHECK(read_worker_env().master_addr == "gpu07:31000");
+  e.set("SLURM_STEP_RESV_PORTS", "");
   e.set("CUDA_VISIBLE_DEVICES", "1");  // --gpus-per-task=1: its only GPU is device 0 whatever the local rank
   CHECK(read_worker_env().own_visible_gpu);
   e.set("SLURM_STEP_NUM_NODES", "1");
   e.set("SLURM_STEP_TASKS_PER_NODE", "4");
-  CHECK(read_worker_env().master_addr == "127.0.0.1:23765");
+  CHECK(read_worker_env().master_addr == "127.0.0.1:22652");
   e.set("TPRUN_MASTER", "head:1");  // an explicit address wins (TPRUN_RANK is what makes a tprun worker)
   CHECK(read_worker_env().master_addr == "head:1");
 }
