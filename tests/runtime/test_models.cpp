@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fakes.h"
+#include "format/error.h"
 #include "model/manifest.h"
 #include "runtime/generate.h"
 #include "runtime/prompt_scores.h"
@@ -228,7 +229,7 @@ TEST_CASE("longrope: inv_freq and attention factor equal transformers' _compute_
   SessionOptions o = cpu_session(dir, 1, 0);
   CHECK(effective_max_seq_len(o, c) == 64);
   o.max_seq_len = 65;
-  CHECK_THROWS_WITH_AS(effective_max_seq_len(o, c), doctest::Contains("original_max_position_embeddings 64"), Error);
+  CHECK_THROWS_WITH_AS(effective_max_seq_len(o, c), doctest::Contains("original_max_position_embeddings 64"), tpshard::Error);
 }
 
 TEST_CASE("StarCoder2: LayerNorm with bias, biases on q/k/v/o and the gelu MLP, sliding_window 6, GQA 8/2, tied: vs transformers at tp 1, 2, 3 (uneven), 4") {
