@@ -6,7 +6,9 @@
 #   Section "loader, NCCL, launcher": test_gpu_runtime, comm-test (launcher, two "nodes"),
 #   per-process GPU placement, killed / failing rank, corrupted shard, bench-load, scripts/bench_load.py.
 #   Section "kernels and model": kernel tests, the CUDA runner against the HF fixtures, generation.
-# Options (environment): SKIP_BENCH=1 skips the benchmarks; ONLY_RUNTIME=1 stops after the runtime section (launcher, communicators, loader).
+# Options (environment): SKIP_BENCH=1 skips the benchmarks; ONLY_RUNTIME=1 stops after the runtime section (launcher, communicators, loader);
+# ONLY_MODEL=1 skips it (kernels and model, and the tprun checks when tprun is there: a run that carries only
+# tpshard and bench_generate).
 set -u
 BUILD=${1:?usage: scripts/gpu_check.sh BUILD_DIR}
 BUILD=$(cd "$BUILD" && pwd)
@@ -53,6 +55,7 @@ else
 fi
 
 # ============================ loader, NCCL, launcher ============================
+if [ "${ONLY_MODEL:-0}" != 1 ]; then  # ONLY_MODEL=1: the kernels and model section alone
 # --- unit tests on the GPU
 if run_logged test_gpu_runtime "$BIN/test_gpu_runtime"; then
   result PASS "test_gpu_runtime" "$(grep -E 'test cases' "$WORK/out.txt" | tail -1)"
@@ -279,6 +282,8 @@ if [ "${ONLY_RUNTIME:-0}" = 1 ]; then  # runtime checks only (ONLY_RUNTIME=1)
   echo "gpu_check (runtime only): $FAILED check(s) failed; log: $LOG" | tee -a "$LOG"
   [ "$FAILED" = 0 ]; exit
 fi
+
+fi  # ONLY_MODEL
 
 # ============================ kernels and model ============================
 # --- kernels and model ---
