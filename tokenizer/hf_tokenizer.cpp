@@ -124,29 +124,34 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& json_path
   }
 
   t->vocab_size_ = t->model_->size();
-  for (const auto& a : j.value("added_tokens", json::array())) {
-    AddedToken tok;
-    tok.id = json_token_id(a.at("id"), json_path + ": added_tokens id");
-    tok.content = a.at("content").get<std::string>();
-    tok.special = a.value("special", false);
-    tok.lstrip = a.value("lstrip", false);
-    tok.rstrip = a.value("rstrip", false);
-    tok.normalized = a.value("normalized", !tok.special);
-    tok.single_word = a.value("single_word", false);
-    if (tok.id < 0) throw Error(json_path + ": added token '" + tok.content + "' has a negative id", "fix the file");
-    t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t{tok.id} + 1);
-    t->added_by_content_.emplace(tok.content, tok.id);
-    if (tok.normalized) {
-      // Matched in normalized text by its normalized form, which is also what decode and
-      // id_to_token give back (HF tokenizers 0.2x behaves so); token_to_id knows the original.
-      std::string pattern = tok.content;
-      if (t->normalizer_) t->normalizer_->normalize(pattern);
-      t->normalized_matcher_.add(tok, pattern);
-      tok.content = pattern;
-    } else {
-      t->raw_matcher_.add(tok, tok.content);
+  try {
+    for (const auto& a : j.value("added_tokens", json::array())) {
+      AddedToken tok;
+      tok.id = json_token_id(a.at("id"), json_path + ": added_tokens id");
+      tok.content = a.at("content").get<std::string>();
+      tok.special = a.value("special", false);
+      tok.lstrip = a.value("lstrip", false);
+      tok.rstrip = a.value("rstrip", false);
+      tok.normalized = a.value("normalized", !tok.special);
+      tok.single_word = a.value("single_word", false);
+      if (tok.id < 0) throw Error(json_path + ": added token '" + tok.content + "' has a negative id", "fix the file");
+      t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t{tok.id} + 1);
+      t->added_by_content_.emplace(tok.content, tok.id);
+      if (tok.normalized) {
+        // Matched in normalized text by its normalized form, which is also what decode and
+        // id_to_token give back (HF tokenizers 0.2x behaves so); token_to_id knows the original.
+        std::string pattern = tok.content;
+        if (t->normalizer_) t->normalizer_->normalize(pattern);
+        t->normalized_matcher_.add(tok, pattern);
+        tok.content = pattern;
+      } else {
+        t->raw_matcher_.add(tok, tok.content);
+      }
+      t->added_by_id_.emplace(tok.id, std::move(tok));
     }
-    t->added_by_id_.emplace(tok.id, std::move(tok));
+  } catch (const json::exception& e) {
+    throw Error(json_path + ": added_tokens: unexpected layout (" + json_error_text(e) + ")",
+                "each added token needs an integer \"id\" and a string \"content\"; re-download the tokenizer.json");
   }
 
   // BOS/EOS: tokenizer_config.json / special_tokens_map.json first, then the post-processor

@@ -89,3 +89,17 @@ TEST_CASE("fuzz regression: JSON nested thousands of levels deep is refused at p
   CHECK(e.find("nested deeper than") != std::string::npos);
   CHECK(e.find("tokenizer.json") != std::string::npos);
 }
+
+TEST_CASE("fuzz regression: an added token without \"content\" (or with a non-string one) is refused, naming added_tokens") {
+  const std::string pre = "null", dec = "null";
+  std::string e = load_error("added_no_content", with(pre, dec, R"({"a":0,"b":1,"ab":2})", R"([{"id":3,"special":true}])"));
+  CHECK_MESSAGE(e.find("added_tokens: unexpected layout") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("'content' not found") != std::string::npos, e);
+  e = load_error("added_int_content", with(pre, dec, R"({"a":0,"b":1,"ab":2})", R"([{"id":3,"content":7}])"));
+  CHECK_MESSAGE(e.find("added_tokens: unexpected layout") != std::string::npos, e);
+  e = load_error("added_not_object", with(pre, dec, R"({"a":0,"b":1,"ab":2})", R"([5])"));
+  CHECK_MESSAGE(e.find("added_tokens") != std::string::npos, e);
+  // the well-formed entry still loads
+  CHECK(load_error("added_ok", with(pre, dec, R"({"a":0,"b":1,"ab":2})", R"([{"id":3,"content":"<s>","special":true}])")) ==
+        "(loaded)");
+}
