@@ -234,7 +234,10 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
   std::vector<ChatMessage> messages;
   for (const json& m : *it) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) bad("each message needs a string 'role'");
-    const json& c = m.value("content", json());
+    // "content" may be null only for an assistant turn (one that carried tool calls); others need text
+    if (!m.contains("content") || (m["content"].is_null() && m["role"] != "assistant"))
+      bad("each message needs a 'content' (a string or a list of text parts; null only for role 'assistant')");
+    const json& c = m["content"];
     std::string content;
     if (c.is_string()) {
       content = c.get<std::string>();
@@ -354,7 +357,11 @@ std::string stream_event(const ApiRequest& req, size_t index, const std::string&
 }
 
 json error_body(const ApiError& e) {
-  return {{"error", {{"message", e.message}, {"type", "invalid_request_error"}, {"code", e.status}}}};
+  const char* type = e.status == 404 ? "not_found_error" : e.status >= 500 ? "service_unavailable_error"
+                     : e.status == 429                 ? "rate_limit_error"
+                     : e.status == 401                 ? "authentication_error"
+                                                       : "invalid_request_error";
+  return {{"error", {{"message", e.message}, {"type", type}, {"code", e.status}}}};
 }
 
 }  // namespace tpshard::serve

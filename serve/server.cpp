@@ -3,12 +3,14 @@
 // by the server mutex; the loop never blocks on a connection.
 #include "serve/server.h"
 
+#include <cerrno>
 #include <httplib.h>
 #include <signal.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -231,8 +233,12 @@ void Server::start_http() {
     httplib::default_socket_options(sock);
     if (listen_fd < 0) listen_fd = static_cast<int>(sock);
   });
-  TPS_CHECK(http_.bind_to_port(opts_.host.c_str(), opts_.port),
-            "serve: cannot listen on " + opts_.host + ":" + std::to_string(opts_.port),
+  errno = 0;
+  const bool bound = http_.bind_to_port(opts_.host.c_str(), opts_.port);
+  const int bind_errno = errno;
+  TPS_CHECK(bound,
+            "serve: cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) +
+                (bind_errno != 0 ? std::string(" (") + std::strerror(bind_errno) + ")" : std::string()),
             "choose a free --port, or a --host address of this machine");
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   http_thread_ = std::thread([this] { http_.listen_after_bind(); });
@@ -244,6 +250,12 @@ void Server::handle_generate(const httplib::Request& http, httplib::Response& re
   auto job = std::make_shared<Job>();
   try {
     const json body = parse_body(http);
+    // A request for another model is refused (as vLLM does), so that a client pointed at the wrong server
+    // does not score this model under another name; a request without "model" is served.
+    const auto model = body.find("model");
+    if (model != body.end() && model->is_string() && model->get<std::string>() != model_name_)
+      throw ApiError{404, "the model '" + model->get<std::string>() + "' does not exist: this server serves '" +
+                              model_name_ + "' (GET /v1/models lists it)"};
     if (chat) {
       if (!chat_template_) throw ApiError{400, "this model's chat template cannot be used: " + chat_template_error_};
       job->req = parse_chat(body, *ctx_.tokenizer, chat_template_.get(), limits_);

@@ -584,6 +584,21 @@ TEST_CASE("tprun / tpshard: a failed write to stdout is an error, not a silent s
   CHECK(text.find("error: tprun: writing to standard output failed (No space left on device)") !=
         std::string::npos);
   CHECK(text.find("tprun: prefill") == std::string::npos);
+
+  // a reader that is gone (`| head` after its lines; here `| true`, gone before the first token): exit 1 with
+  // the error, not death by SIGPIPE (141) in silence
+  const std::string pipe_err = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-closed-pipe.err";
+  const std::string status = std::string(TPSHARD_TEST_OUT_DIR) + "/cli-closed-pipe.status";
+  const std::string cmd = "bash -c '" + bin + "/tprun " + dir + " --device cpu generate --prompt Once --max-new-tokens 400 2>" +
+                          pipe_err + " | true; echo ${PIPESTATUS[0]} >" + status + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream st(status);
+  int code = -1;
+  st >> code;
+  CHECK(code == 1);
+  std::ifstream pe(pipe_err);
+  const std::string ptext((std::istreambuf_iterator<char>(pe)), std::istreambuf_iterator<char>());
+  CHECK_MESSAGE(ptext.find("writing to standard output failed (Broken pipe)") != std::string::npos, ptext);
 }
 
 TEST_CASE("tpshard convert: the model directory gets the umask's mode, not mkdtemp's 0700") {

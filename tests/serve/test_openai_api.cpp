@@ -171,6 +171,9 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
         "unknown field 'echo'");
   CHECK(refusal(json{{"messages", json::array()}}, true).find("'messages'") != std::string::npos);
   CHECK(refusal(json{{"messages", json::array({json{{"content", "x"}}})}}, true).find("'role'") != std::string::npos);
+  CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}}})}}, true).find("needs a 'content'") != std::string::npos);
+  CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", nullptr}}})}}, true)
+            .find("needs a 'content'") != std::string::npos);
   test::ByteTokenizer tok;
   CHECK_THROWS_AS(parse_chat(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}}, tok, nullptr, limits()),
                   ApiError);

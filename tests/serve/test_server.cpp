@@ -241,7 +241,14 @@ TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat
     const json too_long = post(port, "/v1/completions", {{"prompt", json::array({1, 2})}, {"max_tokens", 100000}}, &status);
     CHECK(status == 400);
     CHECK(too_long["error"]["message"].get<std::string>().find("max_new_tokens") != std::string::npos);
-    const json again = post(port, "/v1/completions", {{"prompt", prompts[1]}, {"max_tokens", 12}, {"temperature", 0}}, &status);
+    // a request naming another model: 404 naming both names; naming this one: served
+    const json other = post(port, "/v1/completions", {{"model", "gpt-4"}, {"prompt", prompts[1]}, {"max_tokens", 2}}, &status);
+    CHECK(status == 404);
+    CHECK(other["error"]["type"] == "not_found_error");
+    CHECK(other["error"]["message"].get<std::string>().find("'gpt-4' does not exist: this server serves 'stories260K'") !=
+          std::string::npos);
+    const json again = post(port, "/v1/completions",
+                            {{"model", "stories260K"}, {"prompt", prompts[1]}, {"max_tokens", 12}, {"temperature", 0}}, &status);
     CHECK(status == 200);
     CHECK(again["choices"][0]["text"] == greedy[1].text);
   }

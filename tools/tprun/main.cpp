@@ -105,6 +105,9 @@ int default_tp_size(const std::string& model_dir, int pp_size, bool say) {
 
 int main(int argc, char** argv) {
   using namespace tpshard::tprun;
+  // A closed stdout (`tprun ... | head`) makes a write fail with EPIPE, reported as an error (exit 1, as
+  // docs/RUNTIME.md says), instead of killing the process with SIGPIPE and no message. Inherited by the workers.
+  ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"tprun: run a tpshard-converted model with tensor parallelism (CPU threads or CUDA + NCCL)"};
   app.formatter(std::make_shared<tpshard::cli::UsageFormatter>("tprun MODEL_DIR [OPTIONS]"));
   app.set_help_all_flag("--help-all", "help for every subcommand");
