@@ -29,7 +29,7 @@ nlohmann::json read_json_if_exists(const std::filesystem::path& p) {
     throw Error(p.string() + ": not valid JSON (" + json_error_text(e) + ")", "re-download or regenerate the file");
   }
   if (!j.is_object())
-    throw Error(p.string() + ": is JSON " + j.type_name() + ", not an object",
+    throw Error(p.string() + ": is a JSON " + j.type_name() + ", not an object",
                 "re-download or regenerate the file");
   return j;
 }

@@ -350,7 +350,7 @@ TEST_CASE("a tokenizer_config.json that is valid JSON but not an object is refus
     FAIL("loaded a tokenizer with an array as tokenizer_config.json");
   } catch (const tpshard::Error& e) {
     CHECK(std::string(e.what()) ==
-          (dir / "tokenizer_config.json").string() + ": is JSON array, not an object");
+          (dir / "tokenizer_config.json").string() + ": is a JSON array, not an object");
   }
   fs::remove_all(dir);
 }
