@@ -88,10 +88,12 @@ std::string stored_mismatch(const std::string& line, const BatchItem& item,
 namespace {
 
 /// One round of a data-parallel job as a replica's output rank sends it to the others: its batch's
-/// result lines (already serialized) and token counts.
+/// result lines (already serialized), token counts and generation stats.
 std::string encode_round(const std::vector<std::string>& lines, size_t generated, int64_t prompt_tokens,
-                         int64_t output_tokens) {
-  const nlohmann::json j = {{"lines", lines}, {"n", generated}, {"p", prompt_tokens}, {"o", output_tokens}};
+                         int64_t output_tokens, const GenerationStats& st) {
+  const nlohmann::json j = {{"lines", lines}, {"n", generated}, {"p", prompt_tokens}, {"o", output_tokens},
+                            {"pt", st.prefill_tokens}, {"st", st.shared_prefix_tokens}, {"dt", st.decode_tokens},
+                            {"ps", st.prefill_seconds}, {"ds", st.decode_seconds}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -99,6 +101,7 @@ struct Round {
   std::vector<std::string> lines;
   size_t generated = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;
+  GenerationStats stats;
 };
 
 Round decode_round(const std::string& blob, int dp_rank) {
@@ -110,6 +113,11 @@ Round decode_round(const std::string& blob, int dp_rank) {
   r.generated = j["n"].get<size_t>();
   r.prompt_tokens = j["p"].get<int64_t>();
   r.output_tokens = j["o"].get<int64_t>();
+  r.stats.prefill_tokens = j["pt"].get<int64_t>();
+  r.stats.shared_prefix_tokens = j["st"].get<int64_t>();
+  r.stats.decode_tokens = j["dt"].get<int64_t>();
+  r.stats.prefill_seconds = j["ps"].get<double>();
+  r.stats.decode_seconds = j["ds"].get<double>();
   return r;
 }
 
@@ -244,6 +252,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   const auto t0 = std::chrono::steady_clock::now();
   size_t job_generated = 0;
   int64_t job_prompt_tokens = 0, job_output_tokens = 0;
+  GenerationStats job_stats;  // with replicas: tokens summed over them, seconds of the slowest per round
   for (size_t round = 0; round < rounds; ++round) {
     const size_t start = round * bs;
     std::vector<size_t> batch;
@@ -258,8 +267,8 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       requests.back().id = items[i].id.is_string() ? items[i].id.get<std::string>() : keys[i];
     }
     std::vector<GenerationResult> results;
+    GenerationStats st;  // this batch's
     if (!requests.empty()) {
-      GenerationStats st;
       results = generate(*ctx.runner, *ctx.tokenizer, requests, {}, &st);
       report.stats.prefill_tokens += st.prefill_tokens;
       report.stats.shared_prefix_tokens += st.shared_prefix_tokens;
@@ -292,14 +301,20 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     std::vector<Round> round_of;  // every replica's part of this round (one entry without replicas)
     if (replicated && writer_rank) {
       const std::vector<std::string> blobs =
-          ctx.replicas->all_gather(encode_round(lines, batch.size(), batch_prompt_tokens, batch_tokens));
+          ctx.replicas->all_gather(encode_round(lines, batch.size(), batch_prompt_tokens, batch_tokens, st));
       for (size_t r = 0; r < blobs.size(); ++r) round_of.push_back(decode_round(blobs[r], static_cast<int>(r)));
     } else {
-      round_of.push_back(Round{std::move(lines), batch.size(), batch_prompt_tokens, batch_tokens});
+      round_of.push_back(Round{std::move(lines), batch.size(), batch_prompt_tokens, batch_tokens, st});
     }
     size_t round_items = 0;
     int64_t round_tokens = 0;
+    double round_prefill_s = 0, round_decode_s = 0;  // the replicas run at once: the slowest one's
     for (Round& r : round_of) {
+      job_stats.prefill_tokens += r.stats.prefill_tokens;
+      job_stats.shared_prefix_tokens += r.stats.shared_prefix_tokens;
+      job_stats.decode_tokens += r.stats.decode_tokens;
+      round_prefill_s = std::max(round_prefill_s, r.stats.prefill_seconds);
+      round_decode_s = std::max(round_decode_s, r.stats.decode_seconds);
       if (owner) writer->append(r.lines);
       round_items += r.generated;
       round_tokens += r.output_tokens;
@@ -307,6 +322,8 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       job_prompt_tokens += r.prompt_tokens;
       job_output_tokens += r.output_tokens;
     }
+    job_stats.prefill_seconds += round_prefill_s;
+    job_stats.decode_seconds += round_decode_s;
     progress.add(round_items, round_tokens);
   }
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -315,6 +332,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     report.generated = job_generated;
     report.prompt_tokens = job_prompt_tokens;
     report.output_tokens = job_output_tokens;
+    report.stats = job_stats;
   }
   if (ctx.tp_rank == 0 && ctx.dp_rank == 0 && ctx.pp_size > 1)
     std::fprintf(stderr, "%s: %s\n", opts.label.c_str(), ctx.runner->pipeline_report().c_str());

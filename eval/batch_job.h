@@ -65,7 +65,8 @@ struct BatchJobReport {
   int64_t prompt_tokens = 0;   ///< of the generated items
   int64_t output_tokens = 0;   ///< generated tokens
   double wall_s = 0;           ///< seconds spent in this run's batches
-  /// Prefill / decode tokens and seconds of generate(), summed over this replica's batches.
+  /// Prefill / decode tokens and seconds of generate() over this run's batches; with replicas, on dp_rank 0's
+  /// output rank: tokens of all replicas, seconds of the slowest replica in each round (they run at once).
   GenerationStats stats;
   size_t truncated_bytes = 0;  ///< torn tail cut from the output on start
 };

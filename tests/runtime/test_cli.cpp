@@ -471,6 +471,25 @@ TEST_CASE("tprun eval triviaqa without --output: names the default predictions f
   CHECK(std::filesystem::exists(cwd + "/mine.jsonl"));
 }
 
+TEST_CASE("tprun --dp 2 eval triviaqa: the summary's prefill / decode counts cover both replicas") {
+  const std::string dir = stories_dir();
+  const std::string cwd = fresh_dir("cli-eval-dp2");
+  const std::string data = std::string(TPSHARD_FIXTURES_DIR) + "/triviaqa/validation_sample.hf_layout.jsonl";
+  const std::string preds = cwd + "/p.jsonl";
+  Run r = tprun(dir + " --tp 1 --dp 2 --device cpu eval triviaqa --data " + data +
+                " --shots 1 --limit 6 --batch-size 2 --output " + preds);
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto summary = nlohmann::json::parse(slurp(preds + ".summary.json"));
+  CHECK(summary["n"].get<int>() == 6);
+  // every request's first token comes from prefill, the rest from decode steps: over all 6 questions
+  CHECK(summary["decode_tokens"].get<int64_t>() == summary["output_tokens"].get<int64_t>() - 6);
+  int64_t prompt_tokens = 0;
+  std::ifstream f(preds);
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) prompt_tokens += nlohmann::json::parse(line)["prompt_tokens"].get<int64_t>();
+  CHECK(summary["prefill_tokens"].get<int64_t>() + summary["shared_prefix_tokens"].get<int64_t>() >= prompt_tokens);
+}
+
 TEST_CASE("tprun bench-load without a GPU says it needs a CUDA device") {
   const std::string dir = stories_dir();
   std::vector<std::string> runs = {dir + " --device cpu bench-load", dir + " --tp 2 --device cpu bench-load --json"};
