@@ -122,6 +122,8 @@ ParsedLine parse_line(const json& rec, size_t line_no, const std::string& where,
   } else if (prompt != rec.end() && prompt->is_string()) {
     p.prompt_text = prompt->get<std::string>();
     ids = tok.encode(p.prompt_text, true);
+  } else if (prompt != rec.end()) {
+    throw Error(where + ": \"prompt\" must be a string, got " + std::string(prompt->type_name()), kBadHint);
   } else {
     throw Error(where + ": no \"prompt\" (string), \"prompt_ids\" (list) or \"messages\" (list)", kBadHint);
   }

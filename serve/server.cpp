@@ -172,6 +172,14 @@ void Server::start_http() {
   // for the model. Connections beyond them wait for a free thread (neither counted nor refused).
   const size_t threads = static_cast<size_t>(std::clamp(opts_.max_queued + 8, 8, kMaxHttpThreads));
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // An unknown path or method gets the OpenAI error object too (cpp-httplib sends an empty body).
+  http_.set_error_handler([](const httplib::Request& q, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string what = res.status == 404 ? "no endpoint " + q.method + " " + q.path +
+                                                     " (see GET /v1/models; POST /v1/completions, /v1/chat/completions)"
+                                               : "HTTP " + std::to_string(res.status) + " for " + q.method + " " + q.path;
+    send_error(res, ApiError{res.status, what});
+  });
   http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     json h;
     {

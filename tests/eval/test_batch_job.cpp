@@ -455,6 +455,7 @@ TEST_CASE("generate --input: \"messages\" records are rendered with the chat tem
       {R"({"messages": "hi"})", ":2: \"messages\" must be a non-empty list of {\"role\", \"content\"}"},
       {R"({"messages": [{"role": "user"}]})", ":2: messages[0] needs string \"role\" and \"content\""},
       {R"({"id": 7})", ":2: no \"prompt\" (string), \"prompt_ids\" (list) or \"messages\" (list)"},
+      {R"({"id": 8, "prompt": 5})", ":2: \"prompt\" must be a string, got number"},
   };
   for (const Case& c : bad) {
     CAPTURE(c.line);

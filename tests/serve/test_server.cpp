@@ -237,6 +237,10 @@ TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat
     REQUIRE(bad);
     CHECK(bad->status == 400);
     CHECK(json::parse(bad->body)["error"]["message"] == "the body is not valid JSON");
+    auto nowhere = c.Post("/v1/complete", "{}", "application/json");  // no such endpoint: 404 with the error object
+    REQUIRE(nowhere);
+    CHECK(nowhere->status == 404);
+    CHECK(json::parse(nowhere->body)["error"]["message"].get<std::string>().find("no endpoint POST /v1/complete") == 0);
     int status = 0;
     const json too_long = post(port, "/v1/completions", {{"prompt", json::array({1, 2})}, {"max_tokens", 100000}}, &status);
     CHECK(status == 400);
