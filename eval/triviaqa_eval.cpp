@@ -181,7 +181,7 @@ void print_summary(const TriviaQaOptions& opts, const TriviaQaSummary& s, const 
   std::printf("triviaqa: %lld tokens in %.2f s: %.1f tok/s, %.2f prompts/s; wall %.2f s\n",
               static_cast<long long>(s.output_tokens), s.generate_s, s.json["tokens_per_s"].get<double>(),
               s.json["prompts_per_s"].get<double>(), s.wall_s);
-  std::printf("triviaqa: prefill %lld tok (%lld from shared prefixes) %.2f s | decode %lld tok %.2f s\n",
+  std::printf("triviaqa: prefill %lld tok computed (+%lld reused from shared prefixes) %.2f s | decode %lld tok %.2f s\n",
               static_cast<long long>(s.stats.prefill_tokens), static_cast<long long>(s.stats.shared_prefix_tokens),
               s.stats.prefill_seconds, static_cast<long long>(s.stats.decode_tokens), s.stats.decode_seconds);
   std::printf("triviaqa: predictions %s, summary %s\n", output.c_str(), summary_path.c_str());
