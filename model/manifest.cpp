@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "format/error.h"
@@ -129,6 +130,16 @@ Manifest load_manifest(const std::string& model_dir) {
                " -o OUT --tp N`, then run OUT";
       else if (const std::string h = missing_config_hint(model_dir); h.rfind("check that", 0) != 0)
         hint = h;  // llama2.c or GGUF
+    }
+    if (err == ENOENT && !std::filesystem::exists(model_dir, ec)) {
+      // no such directory at all: say so; a Hugging Face repo id (ORG/NAME) is converted first
+      const std::filesystem::path p(model_dir);
+      const bool repo_id = p.is_relative() && std::distance(p.begin(), p.end()) == 2 && model_dir.find("..") == std::string::npos &&
+                           model_dir.rfind("./", 0) != 0;
+      throw Error(model_dir + ": no such directory",
+                  repo_id ? "this needs a converted model; a Hugging Face repo id is converted first: `tpshard convert " +
+                                model_dir + " -o OUT --tp N`, then run OUT"
+                          : hint);
     }
     throw Error(path + ": cannot open" + (err ? std::string(" (") + std::strerror(err) + ")" : std::string()), hint);
   }

@@ -101,7 +101,13 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   CHECK(run_tpshard("plan " + (d / "out") + " --tp 2 --batch 3 --max-seq 100000", log) == 1);
   CHECK(read_text(log).find("max_position_embeddings") != std::string::npos);
   CHECK(run_tpshard("verify " + (d / "nothing"), log) == 1);
-  CHECK(read_text(log).find("manifest.json: cannot open") != std::string::npos);
+  CHECK(read_text(log) == "error: " + (d / "nothing") + ": no such directory\n"
+                          "hint: point at a directory written by `tpshard convert` (it holds manifest.json)\n");
+  // a Hugging Face repo id given where a converted model belongs: convert it first
+  CHECK(run_tpshard("verify HuggingFaceTB/SmolLM2-135M-Instruct", log) == 1);
+  CHECK(read_text(log) == "error: HuggingFaceTB/SmolLM2-135M-Instruct: no such directory\n"
+                          "hint: this needs a converted model; a Hugging Face repo id is converted first: `tpshard "
+                          "convert HuggingFaceTB/SmolLM2-135M-Instruct -o OUT --tp N`, then run OUT\n");
   // A missing checkpoint directory is an error (exit 1) like verify's, not a usage error; a file or a
   // directory without config.json are named too; nothing is written.
   CHECK(run_tpshard("convert " + (d / "nothing") + " -o " + (d / "o"), log) == 1);
