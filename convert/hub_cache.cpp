@@ -67,12 +67,18 @@ std::string resolve_model_source(const std::string& source) {
                 fetch);
   std::string commit = revision;
   std::ifstream ref(root / "refs" / revision);
-  if (ref) std::getline(ref, commit);
+  const bool has_ref = static_cast<bool>(ref);
+  if (has_ref) std::getline(ref, commit);
   const fs::path snapshot = root / "snapshots" / commit;
-  if (commit.empty() || commit.find('/') != std::string::npos || !fs::is_directory(snapshot, ec))
+  if (commit.empty() || commit.find('/') != std::string::npos || !fs::is_directory(snapshot, ec)) {
+    if (has_ref)  // the ref is there, its snapshot is not (an interrupted or pruned download)
+      throw Error(source + ": " + (root / "refs" / revision).string() + " names commit '" + commit +
+                      "', whose snapshot is not in the cache (" + snapshot.string() + " does not exist)",
+                  fetch);
     throw Error(source + ": revision " + revision + " is not in the Hugging Face cache (" + root.string() +
                     " has no refs/" + revision + " or snapshots/" + revision + ")",
                 fetch);
+  }
   return snapshot.string();
 }
 

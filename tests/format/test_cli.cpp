@@ -653,6 +653,13 @@ TEST_CASE("tpshard convert / plan ORG/NAME[@REVISION]: the snapshot of the local
   CHECK(read_text(log) == "error: org/tiny-llama@v9: revision v9 is not in the Hugging Face cache (" + repo.string() +
                               " has no refs/v9 or snapshots/v9)\nhint: download it first, e.g. `hf download "
                               "org/tiny-llama --revision v9` (huggingface_hub), or pass the model's local directory\n");
+  // a ref whose snapshot is gone: the ref and the missing snapshot are named
+  write_text((repo / "refs" / "stale").string(), "deadbeef");
+  CHECK(run("convert org/tiny-llama@stale -o " + (d / "out3")) == 1);
+  CHECK(read_text(log).rfind("error: org/tiny-llama@stale: " + (repo / "refs" / "stale").string() +
+                                 " names commit 'deadbeef', whose snapshot is not in the cache (" +
+                                 (repo / "snapshots" / "deadbeef").string() + " does not exist)\n",
+                             0) == 0);
   CHECK(run("convert other/model -o " + (d / "out3")) == 1);
   CHECK(read_text(log).find("other/model: not a local directory, and not in the Hugging Face cache") != std::string::npos);
   CHECK_FALSE(fs::exists(d / "out3"));
