@@ -5,7 +5,8 @@
 # target for SECONDS_PER_TARGET (default 10) with its dictionary (fuzz/NAME.dict for fuzz_NAME, else fuzz/json.dict). Prints one table: target,
 # executions, coverage (libFuzzer's cov: edges), corpus size, findings (crash-*/leak-*/timeout-*/oom-*
 # files written). Exit 1 when any target found something. CI runs it with a few seconds per target;
-# docs/FUZZING.md has the long run's table.
+# docs/FUZZING.md has the long run's table. Environment: FUZZ_PARALLEL (targets run at once, default 1),
+# FUZZ_RUNS (stop a target after this many executions as well, default: time only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
@@ -39,16 +40,31 @@ if [ ! -f "$W/model/manifest.json" ]; then
   ASAN_OPTIONS=detect_leaks=0 "$BUILD/bin/tpshard" convert $FIX/tiny-llama -o "$W/model" --tp 1,3 --pp 1,2 --force -q 2>/dev/null
 fi
 seed fuzz_manifest "$W/model/manifest.json"
-seed fuzz_shard "$W/model/tp1/rank0.tps" "$W/model/tp3/rank2.tps"
+if [ ! -f "$W/model_bf16/tp3/rank2.tps" ]; then  # a bf16 shard small enough to stay whole under max_len
+  ASAN_OPTIONS=detect_leaks=0 "$BUILD/bin/tpshard" convert $FIX/tiny-llama-bf16 -o "$W/model_bf16" --tp 3 --force -q 2>/dev/null
+fi
+seed fuzz_shard "$W/model/tp1/rank0.tps" "$W/model/tp3/rank2.tps" "$W/model_bf16/tp3/rank2.tps"
+PAR=${FUZZ_PARALLEL:-1}
+RUNS=()
+[ -n "${FUZZ_RUNS:-}" ] && RUNS=(-runs="$FUZZ_RUNS")
+run_target() {  # run_target TARGET: one libFuzzer run into findings_TARGET, log TARGET.log
+  local t=$1 dict=fuzz/json.dict max_len=65536
+  [ -f "fuzz/${t#fuzz_}.dict" ] && dict=fuzz/${t#fuzz_}.dict
+  [ "$t" = fuzz_chat_template ] && dict=fuzz/jinja.dict  # fuzz/NAME.dict for fuzz_NAME, jinja.dict for templates
+  [ "$t" = fuzz_shard ] && max_len=262144  # a whole shard file (header, table, 4096-aligned data)
+  rm -rf "$W/findings_$t"; mkdir -p "$W/findings_$t"
+  (cd "$W/findings_$t" && "../../fuzz/$t" -max_total_time="$SECS" "${RUNS[@]}" -dict="../../../$dict" -rss_limit_mb=2048 \
+      -malloc_limit_mb=1024 -timeout=10 -max_len="$max_len" -print_final_stats=1 "../corpus_$t" > "../$t.log" 2>&1) || true
+}
+for t in "${TARGETS[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$PAR" ]; do wait -n || true; done
+  run_target "$t" &
+done
+wait
 printf '| target | executions | coverage (edges) | corpus | findings |\n|---|---|---|---|---|\n'
 found=0
 for t in "${TARGETS[@]}"; do
-  rm -rf "$W/findings_$t"; mkdir -p "$W/findings_$t"
   log=$W/$t.log
-  dict=fuzz/json.dict; [ -f "fuzz/${t#fuzz_}.dict" ] && dict=fuzz/${t#fuzz_}.dict
-  [ "$t" = fuzz_chat_template ] && dict=fuzz/jinja.dict  # fuzz/NAME.dict for fuzz_NAME, jinja.dict for templates
-  (cd "$W/findings_$t" && "../../fuzz/$t" -max_total_time="$SECS" -dict="../../../$dict" -rss_limit_mb=2048 \
-      -malloc_limit_mb=1024 -timeout=10 -max_len=65536 -print_final_stats=1 "../corpus_$t" > "../$t.log" 2>&1) || true
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
   corpus=$(ls "$W/corpus_$t" | wc -l)
