@@ -246,7 +246,7 @@ void run_generate_jsonl(RankContext& ctx, const std::string& input_path, const s
   std::unique_ptr<ChatTemplate> chat_holder;
   const JsonlChat chat = load_jsonl_chat(ctx.model_dir, options.chat_template_file, chat_holder);
   JsonlRequests req = read_generate_jsonl(input_path, *ctx.tokenizer, defaults, ctx.runner ? ctx.runner->max_seq_len() : 0,
-                                          ctx.runner ? model_seq_limit(ctx.runner->config()) : 0,
+                                          ctx.runner ? model_position_limit(ctx.runner->config()) : 0,
                                           options.on_bad_record, print, chat);
   std::vector<BatchItem>& items = req.items;
   const std::vector<std::string>& prompts = req.prompts;

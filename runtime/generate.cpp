@@ -22,10 +22,6 @@
 
 namespace tpshard {
 
-int64_t model_seq_limit(const ModelConfig& config) {
-  return model_position_limit(config);
-}
-
 void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who, int64_t model_limit) {
   const int64_t p = static_cast<int64_t>(r.prompt_ids.size());
   // At the model's own limit, raising --max-seq-len is no way out: say so instead of hinting it.
@@ -476,7 +472,7 @@ void BatchGenerator::Impl::finish(Active& a, const std::string& reason) {
 
 size_t BatchGenerator::Impl::add(std::vector<GenerationRequest> requests) {
   for (const GenerationRequest& r : requests)
-    check_request(r, runner_.max_seq_len(), "request " + r.id, model_seq_limit(runner_.config()));
+    check_request(r, runner_.max_seq_len(), "request " + r.id, model_position_limit(runner_.config()));
   const size_t first = requests_.size();
   for (GenerationRequest& r : requests) requests_.push_back(std::move(r));
   results_.resize(requests_.size());

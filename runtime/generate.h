@@ -45,15 +45,10 @@ struct GenerationRequest {
 /// negative token counts, min_new_tokens > max_new_tokens, temperature < 0, top_k < 0, top_p outside
 /// (0, 1], min_p outside [0, 1], repetition_penalty <= 0. Generator checks every request with it before the first step; JSONL jobs
 /// check each line with it while reading, so a bad line is reported before any generation.
-/// model_seq_limit: the model's own context (model_seq_limit(config)); when max_seq_len already equals
+/// model_seq_limit: the model's own context (model_position_limit(config)); when max_seq_len already equals
 /// it, the length errors say the prompt exceeds the model's context instead of hinting --max-seq-len.
 /// 0: unknown (the hint names --max-seq-len).
 void check_request(const GenerationRequest& r, int64_t max_seq_len, const std::string& who, int64_t model_seq_limit = 0);
-
-/// The most positions the model takes: model_position_limit (max_position_embeddings; LongRope:
-/// original_max_position_embeddings), 0 when unset (a sliding window does not limit it). --max-seq-len
-/// cannot exceed it (effective_max_seq_len).
-int64_t model_seq_limit(const ModelConfig& config);
 
 struct GenerationResult {
   std::string id;

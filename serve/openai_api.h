@@ -44,7 +44,7 @@ struct ApiRequest {
 /// Limits the server checks requests against, and the defaults of the fields a request leaves out.
 struct ApiLimits {
   int64_t max_seq_len = 0;      ///< positions per sequence (the runner's)
-  int64_t model_seq_limit = 0;  ///< the model's context (generate.h model_seq_limit), 0: unknown
+  int64_t model_seq_limit = 0;  ///< the model's context (model_position_limit), 0: unknown
   int64_t vocab_size = 0;       ///< the model's (ids must be below it)
   /// The model's generation_config.json values (empty with --generation-config none): a value held here
   /// replaces the OpenAI default of temperature, top_p, top_k, min_p and repetition_penalty (max_new_tokens

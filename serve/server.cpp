@@ -93,7 +93,7 @@ class Server {
     model_name_ = o.model_name.empty() ? std::filesystem::path(ctx.model_dir).filename().string() : o.model_name;
     if (model_name_.empty()) model_name_ = std::filesystem::path(ctx.model_dir).parent_path().filename().string();
     limits_.max_seq_len = ctx.runner->max_seq_len();
-    limits_.model_seq_limit = model_seq_limit(ctx.runner->config());
+    limits_.model_seq_limit = model_position_limit(ctx.runner->config());
     limits_.vocab_size = ctx.runner->config().vocab_size;
     if (o.generation_config == "auto") limits_.defaults = read_generation_defaults(ctx.model_dir);
   }

@@ -223,6 +223,29 @@ struct Checkpoint {
   }
 };
 
+/// A Llama-style HF checkpoint of `d`: model.embed_tokens, per layer self_attn.{q,k,v,o}_proj (q of
+/// heads x head_dim rows, k / v of kv_heads x head_dim), mlp.{gate,up,down}_proj and the layer's `norms`
+/// (name under model.layers.L., size), model.norm, and lm_head unless `tied`.
+Checkpoint llama_checkpoint(const Dims& d, bool tied, const std::vector<std::pair<std::string, int64_t>>& norms) {
+  Checkpoint ck;
+  const int64_t q = d.heads * d.head_dim, kv = d.kv_heads * d.head_dim;
+  ck.add("model.embed_tokens.weight", {d.vocab, d.hidden});
+  for (int l = 0; l < d.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const auto& [name, size] : norms) ck.add(p + name + ".weight", {size});
+    ck.add(p + "self_attn.q_proj.weight", {q, d.hidden});
+    ck.add(p + "self_attn.k_proj.weight", {kv, d.hidden});
+    ck.add(p + "self_attn.v_proj.weight", {kv, d.hidden});
+    ck.add(p + "self_attn.o_proj.weight", {d.hidden, q});
+    ck.add(p + "mlp.gate_proj.weight", {d.inter, d.hidden});
+    ck.add(p + "mlp.up_proj.weight", {d.inter, d.hidden});
+    ck.add(p + "mlp.down_proj.weight", {d.hidden, d.inter});
+  }
+  ck.add("model.norm.weight", {d.hidden});
+  if (!tied) ck.add("lm_head.weight", {d.vocab, d.hidden});
+  return ck;
+}
+
 /// Step 3: write `config` and `ckpt` to HF_DIR, `tpshard convert HF_DIR -o OUT --tp TPS`, then every rank's
 /// tensors (names and shapes) and arena bytes against `shapes`.
 void convert_and_check(const json& config, const Checkpoint& ckpt, const std::vector<int>& tps,
@@ -299,25 +322,8 @@ TEST_CASE("Qwen3-8B config, 2 layers, shape-scaled (hidden 64, MLP 96): tpshard 
   j["hidden_size"] = 64;
   j["intermediate_size"] = 96;
   const Dims d{64, 96, 151936, 32, 8, 128, 2};
-  Checkpoint ck;
-  const int64_t q = 32 * 128, kv = 8 * 128;
-  ck.add("model.embed_tokens.weight", {d.vocab, d.hidden});
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    ck.add(p + "input_layernorm.weight", {d.hidden});
-    ck.add(p + "self_attn.q_proj.weight", {q, d.hidden});
-    ck.add(p + "self_attn.k_proj.weight", {kv, d.hidden});
-    ck.add(p + "self_attn.v_proj.weight", {kv, d.hidden});
-    ck.add(p + "self_attn.q_norm.weight", {128});
-    ck.add(p + "self_attn.k_norm.weight", {128});
-    ck.add(p + "self_attn.o_proj.weight", {d.hidden, q});
-    ck.add(p + "post_attention_layernorm.weight", {d.hidden});
-    ck.add(p + "mlp.gate_proj.weight", {d.inter, d.hidden});
-    ck.add(p + "mlp.up_proj.weight", {d.inter, d.hidden});
-    ck.add(p + "mlp.down_proj.weight", {d.hidden, d.inter});
-  }
-  ck.add("model.norm.weight", {d.hidden});
-  ck.add("lm_head.weight", {d.vocab, d.hidden});
+  const Checkpoint ck = llama_checkpoint(d, false, {{"input_layernorm", d.hidden}, {"post_attention_layernorm", d.hidden},
+                                                     {"self_attn.q_norm", 128}, {"self_attn.k_norm", 128}});
   // tp 3: heads 11 / 11 / 10, KV groups of 4 straddle the ranks (KV heads 0-2, 2-5, 5-7)
   CHECK(rank_part(d, 3, 1).kv_heads == 4);
   convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kQwen3); });
@@ -522,21 +528,8 @@ TEST_CASE("Gemma-2-9B config, 2 layers, shape-scaled (hidden 64, MLP 96; 16 head
   j["intermediate_size"] = 96;
   const Dims d{64, 96, 256000, 16, 8, 256, 2};
   CHECK(parse_hf_config(j, "scaled").layer_windows == std::vector<int64_t>{4096, 0});  // local, then global
-  Checkpoint ck;
-  ck.add("model.embed_tokens.weight", {d.vocab, d.hidden});
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"})
-      ck.add(p + n + ".weight", {d.hidden});
-    ck.add(p + "self_attn.q_proj.weight", {16 * 256, d.hidden});
-    ck.add(p + "self_attn.k_proj.weight", {8 * 256, d.hidden});
-    ck.add(p + "self_attn.v_proj.weight", {8 * 256, d.hidden});
-    ck.add(p + "self_attn.o_proj.weight", {d.hidden, 16 * 256});
-    ck.add(p + "mlp.gate_proj.weight", {d.inter, d.hidden});
-    ck.add(p + "mlp.up_proj.weight", {d.inter, d.hidden});
-    ck.add(p + "mlp.down_proj.weight", {d.hidden, d.inter});
-  }
-  ck.add("model.norm.weight", {d.hidden});
+  const Checkpoint ck = llama_checkpoint(d, true, {{"input_layernorm", d.hidden}, {"post_attention_layernorm", d.hidden},
+                                                    {"pre_feedforward_layernorm", d.hidden}, {"post_feedforward_layernorm", d.hidden}});
   // tp 3: heads 6 / 5 / 5, KV groups of 2: KV heads 0-2, 2-5, 5-7
   CHECK(rank_part(d, 3, 1).kv_heads == 3);
   convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kGemma2); });
@@ -556,20 +549,8 @@ TEST_CASE("OLMo-2-1124-7B config, 2 layers, shape-scaled (hidden 128 = 32 heads 
   j["hidden_size"] = 128;
   j["intermediate_size"] = 192;
   const Dims d{128, 192, 100352, 32, 32, 4, 2};
-  Checkpoint ck;
-  ck.add("model.embed_tokens.weight", {d.vocab, d.hidden});
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) ck.add(p + "self_attn." + n + ".weight", {d.hidden, d.hidden});
-    ck.add(p + "self_attn.q_norm.weight", {d.hidden});  // over the whole projection
-    ck.add(p + "self_attn.k_norm.weight", {d.hidden});
-    ck.add(p + "post_attention_layernorm.weight", {d.hidden});
-    ck.add(p + "post_feedforward_layernorm.weight", {d.hidden});
-    ck.add(p + "mlp.gate_proj.weight", {d.inter, d.hidden});
-    ck.add(p + "mlp.up_proj.weight", {d.inter, d.hidden});
-    ck.add(p + "mlp.down_proj.weight", {d.hidden, d.inter});
-  }
-  ck.add("model.norm.weight", {d.hidden});
-  ck.add("lm_head.weight", {d.vocab, d.hidden});
+  // q / k norms over the whole projection (32 heads of 4)
+  const Checkpoint ck = llama_checkpoint(d, false, {{"self_attn.q_norm", d.hidden}, {"self_attn.k_norm", d.hidden},
+                                                     {"post_attention_layernorm", d.hidden}, {"post_feedforward_layernorm", d.hidden}});
   convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kOlmo2); });
 }

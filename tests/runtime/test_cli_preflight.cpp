@@ -91,13 +91,13 @@ TEST_CASE("check_request: the hint names --max-seq-len only below the model's ow
                            "--max-seq-len if it is below the model's max_position_embeddings");
 
   tpshard::ModelConfig c;
-  CHECK(tpshard::model_seq_limit(c) == 0);
+  CHECK(tpshard::model_position_limit(c) == 0);
   c.max_position_embeddings = 4096;
-  CHECK(tpshard::model_seq_limit(c) == 4096);
+  CHECK(tpshard::model_position_limit(c) == 4096);
   c.sliding_window = 1000;  // attention within the window: no limit on the sequence
-  CHECK(tpshard::model_seq_limit(c) == 4096);
+  CHECK(tpshard::model_position_limit(c) == 4096);
   c.max_position_embeddings = 0;
-  CHECK(tpshard::model_seq_limit(c) == 0);
+  CHECK(tpshard::model_position_limit(c) == 0);
 }
 
 TEST_CASE("tprun generate --input: bad lines fail before the model loads, with FILE:LINE") {

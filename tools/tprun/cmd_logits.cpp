@@ -51,7 +51,7 @@ void add_logits_command(CLI::App& app, GlobalOptions& g) {
         ids = ctx.tokenizer->encode(o->text, true);
       }
       TPS_CHECK(!ids.empty(), "logits: no tokens", "pass at least one id");
-      const int64_t limit = model_seq_limit(ctx.runner->config());
+      const int64_t limit = model_position_limit(ctx.runner->config());
       const bool at_model_limit = limit > 0 && ctx.runner->max_seq_len() >= limit;  // raising it is no way out
       TPS_CHECK(static_cast<int64_t>(ids.size()) <= ctx.runner->max_seq_len(),
                 "logits: " + std::to_string(ids.size()) + " tokens exceed " +

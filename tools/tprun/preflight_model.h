@@ -28,7 +28,7 @@ inline PreflightModel load_preflight_model(const SessionOptions& s) {
   p.manifest = load_manifest(s.model_dir);
   const Manifest& manifest = p.manifest;
   p.max_seq_len = effective_max_seq_len(s, manifest.model);
-  p.model_seq_limit = model_seq_limit(manifest.model);
+  p.model_seq_limit = model_position_limit(manifest.model);
   p.tokenizer = load_model_tokenizer(s.model_dir, manifest.model);
   return p;
 }
