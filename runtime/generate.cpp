@@ -3,7 +3,10 @@
 // runs one decode step for every active request; a finished request frees its slot for the next
 // waiting one. Requests whose prompts start with the same tokens (few-shot examples, a system prompt)
 // are grouped: the common prefix is prefilled once into a slot of its own, which every member reads
-// (SeqChunk::prefix_slot) and only the members' suffixes are prefilled. Every decision depends only on the logits (identical on all ranks) and on counters, so
+// (SeqChunk::prefix_slot) and only the members' suffixes are prefilled. Requests added later (a server adds
+// each on its own) join a prefix still in use when their prompt starts with at least kMinSharedPrefix of
+// its tokens, reading that many of its positions, and form new groups with the requests still waiting.
+// Every decision depends only on the logits (identical on all ranks) and on counters, so
 // all ranks stay in lockstep and results do not depend on how requests were batched.
 #include "runtime/generate.h"
 
@@ -87,6 +90,7 @@ struct Active {
   size_t req = 0;           ///< index into requests
   int slot = 0;
   int prefix = -1;          ///< index into prefixes_, -1: none
+  size_t prefix_len = 0;    ///< positions of the prefix's slot it reads (<= the prefix's length)
   size_t prefilled = 0;     ///< prompt tokens already in the kv_cache
   std::vector<int32_t> output;
   std::unique_ptr<StreamDecoder> decoder;
@@ -125,8 +129,13 @@ class BatchGenerator::Impl {
   const GenerationStats& stats() const { return stats_; }
 
  private:
-  /// Groups requests [first, end) by common prompt prefix (prefixes_, prefix_of_) and queues them group by group.
+  /// Groups requests [first, end) by common prompt prefix (prefixes_, prefix_of_, prefix_len_of_): each joins
+  /// a prefix in use (join_live_prefix) or forms a group with the others and the waiting requests that have
+  /// none; queues them group by group.
   void plan_prefixes(size_t first);
+  /// Request i joins the live prefix it shares the most tokens with (at least kMinSharedPrefix, leaving it
+  /// its last prompt token). False when none qualifies.
+  bool join_live_prefix(size_t i);
   void admit();
   /// Frees a's slot, and its prefix's slot when a was the prefix's last member.
   void release(const Active& a);
@@ -137,7 +146,7 @@ class BatchGenerator::Impl {
   void set_prefix(const Active& a, SeqChunk* c) const {
     if (a.prefix < 0) return;
     c->prefix_slot = prefixes_[a.prefix].slot;
-    c->prefix_len = static_cast<int>(prefixes_[a.prefix].length);
+    c->prefix_len = static_cast<int>(a.prefix_len);
   }
   void step_prefill();
   void step_decode();
@@ -156,6 +165,8 @@ class BatchGenerator::Impl {
   std::deque<size_t> waiting_;
   std::vector<SharedPrefix> prefixes_;
   std::vector<int> prefix_of_;  ///< per request: index into prefixes_, -1: none
+  std::vector<size_t> prefix_len_of_;  ///< per request: the positions of its prefix it reads
+  std::vector<int> live_prefixes_;  ///< prefixes with members left (joinable)
   std::vector<std::unique_ptr<Active>> active_;
   std::vector<int> free_slots_;
   GenerationStats stats_;
@@ -171,15 +182,37 @@ static size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int
   return n;
 }
 
+bool BatchGenerator::Impl::join_live_prefix(size_t i) {
+  const std::vector<int32_t>& prompt = requests_[i].prompt_ids;
+  int best = -1;
+  size_t best_len = 0;
+  for (const int p : live_prefixes_) {
+    const std::vector<int32_t>& t = prefixes_[p].tokens;
+    const size_t limit = std::min(t.size(), prompt.size() - 1);  // prompts are never empty (validate)
+    size_t n = 0;
+    while (n < limit && t[n] == prompt[n]) ++n;
+    if (n >= kMinSharedPrefix && n > best_len) best = p, best_len = n;
+  }
+  if (best < 0) return false;
+  prefix_of_[i] = best;
+  prefix_len_of_[i] = best_len;
+  ++prefixes_[best].members_left;
+  return true;
+}
+
 void BatchGenerator::Impl::plan_prefixes(size_t first) {
   const size_t end_all = requests_.size();
   prefix_of_.resize(end_all, -1);
+  prefix_len_of_.resize(end_all, 0);
   // Requests that want their prompt's log-probabilities prefill it whole (each position's logits).
-  std::vector<size_t> sorted;
-  for (size_t i = first; i < end_all; ++i)
-    if (requests_[i].params.prompt_logprobs < 0) sorted.push_back(i);
-  const size_t n = sorted.size();
+  auto shareable = [&](size_t i) { return requests_[i].params.prompt_logprobs < 0; };
   if (runner_.max_batch() >= 2 && tuning().shared_prefix) {  // a prefix needs a slot besides its members'
+    std::vector<size_t> sorted;  // candidates for new groups: waiting requests without one, then the new ones
+    for (const size_t w : waiting_)
+      if (prefix_of_[w] < 0 && shareable(w)) sorted.push_back(w);
+    for (size_t i = first; i < end_all; ++i)
+      if (shareable(i) && !join_live_prefix(i)) sorted.push_back(i);
+    const size_t n = sorted.size();
     std::stable_sort(sorted.begin(), sorted.end(),
                      [&](size_t a, size_t b) { return requests_[a].prompt_ids < requests_[b].prompt_ids; });
     // In sorted order the common prefix of a run is the least common prefix of neighbours; a run grows
@@ -197,7 +230,11 @@ void BatchGenerator::Impl::plan_prefixes(size_t first) {
         p.length = length;
         p.tokens.assign(requests_[sorted[begin]].prompt_ids.begin(), requests_[sorted[begin]].prompt_ids.begin() + length);
         p.members_left = static_cast<int>(end - begin);
-        for (size_t i = begin; i < end; ++i) prefix_of_[sorted[i]] = static_cast<int>(prefixes_.size());
+        for (size_t i = begin; i < end; ++i) {
+          prefix_of_[sorted[i]] = static_cast<int>(prefixes_.size());
+          prefix_len_of_[sorted[i]] = length;
+        }
+        live_prefixes_.push_back(static_cast<int>(prefixes_.size()));
         prefixes_.push_back(p);
       }
       begin = end;
@@ -237,8 +274,8 @@ void BatchGenerator::Impl::admit() {
     free_slots_.pop_back();
     a->prefix = p;
     if (p >= 0) {
-      a->prefilled = prefixes_[p].length;
-      stats_.shared_prefix_tokens += static_cast<int64_t>(prefixes_[p].length);
+      a->prefix_len = a->prefilled = prefix_len_of_[req];
+      stats_.shared_prefix_tokens += static_cast<int64_t>(a->prefix_len);
     }
     a->decoder = std::make_unique<StreamDecoder>(tok_, true);
     a->decoder->prime(requests_[a->req].prompt_ids);  // output text continues the prompt's (leading space kept)
@@ -260,7 +297,9 @@ void BatchGenerator::Impl::release(const Active& a) {
 
 void BatchGenerator::Impl::leave_prefix(int index) {
   SharedPrefix& p = prefixes_[index];
-  if (--p.members_left == 0 && p.slot >= 0) {
+  if (--p.members_left > 0) return;
+  live_prefixes_.erase(std::find(live_prefixes_.begin(), live_prefixes_.end(), index));
+  if (p.slot >= 0) {
     free_slots_.push_back(p.slot);
     p.slot = -1;
   }

@@ -98,7 +98,9 @@ class BatchGenerator {
   BatchGenerator(const BatchGenerator&) = delete;
   BatchGenerator& operator=(const BatchGenerator&) = delete;
   /// Checks every request (check_request; Error before any is queued) and queues them, grouped by shared
-  /// prompt prefix among themselves. Returns the index of the first; the others follow in order.
+  /// prompt prefix: each joins a prefix still in use when it starts with enough of its tokens, else groups
+  /// with the others and with the waiting requests that have none. Returns the index of the first; the
+  /// others follow in order.
   size_t add(std::vector<GenerationRequest> requests);
   bool busy() const;  ///< requests waiting or running
   /// Admit waiting requests into free slots, run one forward (prefill of the admitted ones, else one decode

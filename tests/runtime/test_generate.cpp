@@ -262,6 +262,59 @@ TEST_CASE("prompts with a common prefix prefill it once, read it shared, and giv
   }
 }
 
+TEST_CASE("requests added one at a time join a prefix in use, or group with the waiting ones, and give the unshared results") {
+  std::vector<int32_t> pa = {1};
+  for (int i = 1; i < 20; ++i) pa.push_back(2 + (3 + i * 7) % 14);
+  auto with = [](std::vector<int32_t> p, size_t keep, std::vector<int32_t> suffix) {
+    p.resize(keep);
+    p.insert(p.end(), suffix.begin(), suffix.end());
+    return p;
+  };
+  for (const float temperature : {0.0f, 1.1f}) {
+    CAPTURE(temperature);
+    auto req = [&](const std::string& id, std::vector<int32_t> prompt) {
+      SamplingParams p;
+      p.temperature = temperature;
+      p.seed = 3;
+      p.max_new_tokens = 6;
+      return GenerationRequest{id, std::move(prompt), p};
+    };
+    const std::vector<GenerationRequest> reqs = {
+        req("r0", with(pa, 20, {2, 3})),     // alone at first
+        req("r1", with(pa, 20, {5})),        // added before a step: groups with the waiting r0 (20 tokens)
+        req("r2", with(pa, 20, {7, 7})),     // added after a step: joins the prefix in use (20)
+        req("r3", with(pa, 17, {9, 9, 9})),  // joins it for its first 17 tokens
+        req("r4", {1, 4, 4}),                // a loner
+        req("r5", with(pa, 20, {6})),        // after every member finished: with r6, a new group
+        req("r6", with(pa, 20, {8, 8}))};
+    FakeTokenizer tok;
+    FakeRunner runner(4, 64, hash_next);
+    BatchGenerator g(runner, tok);
+    g.add({reqs[0]});
+    g.add({reqs[1]});
+    g.step();  // admits r0, r1 and their prefix: 3 of 4 slots
+    CHECK(g.slots_in_use() == 3);
+    g.add({reqs[2]});
+    g.add({reqs[3]});
+    g.add({reqs[4]});
+    while (g.busy()) g.step();
+    CHECK(g.stats().shared_prefix_tokens == 20 + 20 + 20 + 17);
+    g.add({reqs[5]});
+    g.add({reqs[6]});
+    while (g.busy()) g.step();
+    CHECK(g.stats().shared_prefix_tokens == 20 + 20 + 20 + 17 + 20 + 20);
+    CHECK(g.slots_in_use() == 0);
+    CHECK(runner.prefix_chunks > 0);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      CAPTURE(i);
+      FakeRunner alone_runner(1, 64, hash_next);  // one slot: nothing is shared
+      const GenerationResult r = g.take_result(i);
+      CHECK(r.id == reqs[i].id);
+      CHECK(r.output_ids == generate(alone_runner, tok, {reqs[i]})[0].output_ids);
+    }
+  }
+}
+
 namespace {
 
 /// Runs reqs through a BatchGenerator of max_batch slots; before step number s (counting from 0) it cancels
