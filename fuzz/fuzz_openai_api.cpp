@@ -6,6 +6,7 @@
 #include <string>
 
 #include "format/error.h"
+#include "serve/choice_logprobs.h"
 #include "serve/openai_api.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,10 +27,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (size_t i = 0; i < results.size(); ++i) {
         results[i].output_ids = {r.prompts[i].prompt_ids.back()};
         results[i].finish_reason = "length";
+        results[i].text_tokens = 1;
         if (r.prompts[i].params.logprobs >= 0) results[i].logprobs.push_back({results[i].output_ids[0], -1.0f, {}});
       }
       (void)serve::response_body(r, results, *tok, "cmpl-0", 0, "m").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      (void)serve::stream_event(r, 0, "x", "stop", true, "cmpl-0", 0, "m");
+      nlohmann::json lp;
+      if (r.logprobs >= 0) {
+        serve::ChoiceLogprobs c(*tok, r.prompts[0].prompt_ids, r.echo, r.logprobs, r.chat);
+        c.add(results[0]);
+        lp = c.take();
+      }
+      (void)serve::stream_event(r, 0, "x", "stop", true, "cmpl-0", 0, "m", lp);
     } catch (const serve::ApiError&) {
     } catch (const Error&) {
     }

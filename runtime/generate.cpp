@@ -95,6 +95,7 @@ struct Active {
   std::vector<int32_t> output;
   std::unique_ptr<StreamDecoder> decoder;
   std::string text;         ///< decoded output so far
+  std::vector<size_t> token_end;  ///< per output id: text.size() once its text was added
   size_t streamed = 0;      ///< bytes of text given to on_text
 };
 
@@ -153,7 +154,9 @@ class BatchGenerator::Impl {
   /// Choose the next token of `a` from its logits row (or the runner's argmax), then finish or stream.
   void take_token(Active& a, const float* logits_row, int32_t argmax);
   void finish(Active& a, const std::string& reason);
-  void stream(Active& a, size_t upto);
+  /// Gives text[streamed, upto) to on_text with the output ids it completes (results_ text_tokens);
+  /// at_stop: upto is where a stop string starts, and every token that starts before it counts.
+  void stream(Active& a, size_t upto, bool at_stop = false);
 
   ModelRunner& runner_;
   const Tokenizer& tok_;
@@ -313,7 +316,6 @@ bool BatchGenerator::Impl::cancel(size_t index) {
   for (size_t i = 0; i < active_.size(); ++i) {
     Active& a = *active_[i];
     if (a.req != index) continue;
-    res.output_ids = a.output;
     res.text = a.text.substr(0, a.streamed);
     res.finish_reason = "abort";
     release(a);
@@ -461,6 +463,7 @@ void BatchGenerator::Impl::take_token(Active& a, const float* logits_row, int32_
   if (p.logprobs >= 0 && logits_row)
     results_[a.req].logprobs.push_back(row_logprob(logits_row, vocab_, token, p.logprobs));
   a.output.push_back(token);
+  results_[a.req].output_ids.push_back(token);
   if (!p.ignore_eos && eos_.count(token)) {
     finish(a, "eos");
     return;
@@ -469,6 +472,7 @@ void BatchGenerator::Impl::take_token(Active& a, const float* logits_row, int32_
   // Models may have more embedding rows than the tokenizer has tokens (e.g. Pythia: 50304 vs 50277);
   // such ids have no text.
   if (token < tok_.vocab_size()) a.text += a.decoder->push(token);
+  a.token_end.push_back(a.text.size());
   const size_t stop_at = find_stop_string(a.text, old_size, p.stop);
   if (stop_at != std::string::npos) {
     a.text.resize(stop_at);
@@ -482,9 +486,16 @@ void BatchGenerator::Impl::take_token(Active& a, const float* logits_row, int32_
   stream(a, a.text.size() - stop_string_holdback(a.text, p.stop));
 }
 
-void BatchGenerator::Impl::stream(Active& a, size_t upto) {
+void BatchGenerator::Impl::stream(Active& a, size_t upto, bool at_stop) {
+  // Token k's text is text[start(k), token_end[k]). A token counts once its text is given out in full (one
+  // without text: once text after it is); at a stop string, once any of its text is.
+  const auto start = [&a](size_t k) { return k == 0 ? size_t{0} : a.token_end[k - 1]; };
+  GenerationResult& res = results_[a.req];
+  while (res.text_tokens < a.token_end.size() && start(res.text_tokens) < upto &&
+         (at_stop || a.token_end[res.text_tokens] <= upto))
+    ++res.text_tokens;
   if (upto > a.streamed) {
-    if (cb_.on_text) cb_.on_text(a.req, a.text.substr(a.streamed, upto - a.streamed));
+    if (cb_.on_text) cb_.on_text(a.req, a.text.substr(a.streamed, upto - a.streamed), res);
     a.streamed = upto;
   }
 }
@@ -501,9 +512,9 @@ void BatchGenerator::Impl::finish(Active& a, const std::string& reason) {
       why = "stop";
     }
   }
-  stream(a, a.text.size());
+  if (why != "stop") results_[a.req].text_tokens = a.output.size();  // all, those without text (EOS) too
+  stream(a, a.text.size(), why == "stop");
   GenerationResult& res = results_[a.req];
-  res.output_ids = a.output;
   res.text = a.text;
   res.finish_reason = why;
   if (cb_.on_done) cb_.on_done(a.req, res);

@@ -58,6 +58,10 @@ struct GenerationResult {
   int prompt_tokens = 0;
   std::vector<TokenLogprob> logprobs;         ///< per output id, when params.logprobs >= 0
   std::vector<TokenLogprob> prompt_logprobs;  ///< per prompt token after the first, when params.prompt_logprobs >= 0
+  /// The leading output ids whose text has been given out. While running: those whose text was streamed in
+  /// full (a token that adds no text counts once text after it is streamed). Finished: every output id but
+  /// those whose text starts at or after a stop string (stop), or was not streamed yet (abort).
+  size_t text_tokens = 0;
 };
 
 struct GenerationStats {
@@ -71,7 +75,10 @@ struct GenerationStats {
 
 /// Callbacks (called on every rank; print only where tp_rank == 0).
 struct GenerateCallbacks {
-  std::function<void(size_t request_index, const std::string& text_piece)> on_text;  ///< streamed text
+  /// Streamed text. so_far: the request's result so far: output_ids, logprobs, prompt_logprobs, and
+  /// text_tokens, which counts the output ids whose text this piece completes (text held back while a stop
+  /// string may match, or an incomplete UTF-8 character, is given out, with its tokens, later).
+  std::function<void(size_t request_index, const std::string& text_piece, const GenerationResult& so_far)> on_text;
   std::function<void(size_t request_index, const GenerationResult&)> on_done;       ///< a request finished
 };
 

@@ -2,9 +2,12 @@
 """check_openai_client.py: drive a running `tprun serve` with the official `openai` Python client.
 
 Checks what clients rely on: /v1/models lists the served name; a greedy completion equals its streamed
-form; echo + logprobs with max_tokens 0 (how lm-evaluation-harness scores a continuation) gives one
-null then one log-probability per prompt token; chat completions (plain and streamed) agree; n = 2 with a seed
-gives choices 0 and 1 equal to n = 1 with that seed and the next; n = 17 is refused with a 400. Prints one line per check and exits 1 when any fails.
+form, log-probabilities included; echo + logprobs with max_tokens 0 (how lm-evaluation-harness scores a
+continuation) gives one null then one log-probability per prompt token; chat completions (plain and
+streamed) agree, and so do their logprobs (logprobs=True, top_logprobs=2: parsed token, bytes and
+alternatives); top_logprobs without logprobs is refused; n = 2 with a seed gives choices 0 and 1 equal to
+n = 1 with that seed and the next; n = 17 is refused with a 400. Prints one line per check and exits 1
+when any fails.
 
     tprun MODEL_DIR --tp 2 serve --port 8000 &
     python3 scripts/check_openai_client.py --base-url http://127.0.0.1:8000/v1 [--no-chat]
@@ -37,9 +40,14 @@ def main():
     check(r.usage.completion_tokens == len(lp.tokens) == len(lp.token_logprobs),
           f"completion: {r.usage.completion_tokens} tokens with log-probabilities, finish {r.choices[0].finish_reason}")
     check(all(len(t) <= 2 for t in lp.top_logprobs), "completion: at most 2 top_logprobs per token")
-    streamed = "".join(x.choices[0].text for x in c.completions.create(
-        model=model, prompt="Once upon a time", max_tokens=16, temperature=0, stream=True))
+    chunks = list(c.completions.create(model=model, prompt="Once upon a time", max_tokens=16, temperature=0,
+                                       logprobs=2, stream=True))
+    streamed = "".join(x.choices[0].text for x in chunks)
     check(streamed == text, f"stream == non-stream: {text!r}")
+    slp = [x.choices[0].logprobs for x in chunks if x.choices[0].logprobs is not None]
+    check([t for p in slp for t in p.tokens] == lp.tokens and
+          all(abs(a - b) <= 1e-6 for a, b in zip([v for p in slp for v in p.token_logprobs], lp.token_logprobs)),
+          f"streamed logprobs == non-streamed: {len(lp.tokens)} tokens in {len(slp)} chunks")
     e = c.completions.create(model=model, prompt="Once upon a time, there was", max_tokens=0, echo=True, logprobs=1)
     elp = e.choices[0].logprobs.token_logprobs
     check(elp[0] is None and all(isinstance(x, float) and x <= 0 for x in elp[1:]),
@@ -51,6 +59,26 @@ def main():
             model=model, messages=msgs, max_tokens=12, temperature=0, stream=True))
         check(ch.choices[0].message.role == "assistant" and cs == ch.choices[0].message.content,
               f"chat == streamed chat: {cs!r}")
+        lc = c.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0, logprobs=True,
+                                       top_logprobs=2)
+        content = lc.choices[0].logprobs.content
+        check(lc.choices[0].message.content == ch.choices[0].message.content and
+              len(content) == lc.usage.completion_tokens and
+              all(isinstance(t.logprob, float) and t.logprob <= 0 and bytes(t.bytes) == t.token.encode() and
+                  len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob and
+                  t.top_logprobs[0].logprob >= t.logprob - 1e-6 for t in content),
+              f"chat logprobs, top_logprobs 2: {len(content)} tokens, sum {sum(t.logprob for t in content):.4f}")
+        sc = [t for x in c.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0,
+                                                   logprobs=True, top_logprobs=2, stream=True)
+              if x.choices[0].logprobs is not None for t in x.choices[0].logprobs.content]
+        check([(t.token, t.bytes) for t in sc] == [(t.token, t.bytes) for t in content] and
+              all(abs(a.logprob - b.logprob) <= 1e-6 for a, b in zip(sc, content)),
+              "streamed chat logprobs == non-streamed")
+        try:
+            c.chat.completions.create(model=model, messages=msgs, top_logprobs=2)
+            check(False, "top_logprobs without logprobs refused")
+        except openai.BadRequestError as err:
+            check(err.status_code == 400 and "top_logprobs" in err.message, f"top_logprobs without logprobs: {err.message}")
     kw = dict(model=model, prompt="Once upon a time", max_tokens=12, temperature=0.9)
     two = c.completions.create(n=2, seed=7, **kw)
     seeds = [c.completions.create(seed=s, **kw).choices[0].text for s in (7, 8)]

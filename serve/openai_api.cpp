@@ -7,6 +7,7 @@
 
 #include "format/error.h"
 #include "format/json_depth.h"
+#include "serve/choice_logprobs.h"
 
 namespace tpshard::serve {
 namespace {
@@ -143,25 +144,6 @@ void check_fits(const ApiRequest& r, const ApiLimits& limits) {
   }
 }
 
-/// The text token `id` adds after token `prev` (-1: none): decode({prev, id}) minus decode({prev}), so a
-/// SentencePiece "▁upon" after "Once" reads " upon" as in the decoded text. Its bytes may be part of a
-/// UTF-8 character (JSON output replaces what is invalid).
-std::string token_text(const Tokenizer& tok, int32_t prev, int32_t id) {
-  if (id < 0 || id >= tok.vocab_size()) return {};
-  if (prev < 0 || prev >= tok.vocab_size()) return tok.decode({id}, false);
-  const std::string before = tok.decode({prev}, false), both = tok.decode({prev, id}, false);
-  return both.compare(0, before.size(), before) == 0 ? both.substr(before.size()) : tok.decode({id}, false);
-}
-
-json top_object(const Tokenizer& tok, int32_t prev, const TokenLogprob& t) {
-  json o = json::object();
-  for (const auto& [id, lp] : t.top) {
-    const std::string key = token_text(tok, prev, id);
-    if (!o.contains(key)) o[key] = lp;
-  }
-  return o;
-}
-
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
@@ -228,7 +210,11 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
   ApiRequest r;
   r.chat = true;
   r.stream = boolean(body, "stream", false);
-  if (boolean(body, "logprobs", false)) bad("'logprobs' of chat completions is not supported; use /v1/completions");
+  const bool logprobs = boolean(body, "logprobs", false);
+  const int top_logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, 20));
+  if (!logprobs && body.contains("top_logprobs") && !body["top_logprobs"].is_null())
+    bad("'top_logprobs' requires 'logprobs': true");
+  if (logprobs) r.logprobs = top_logprobs;
   const auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty()) bad("'messages' must be a non-empty list");
   std::vector<ChatMessage> messages;
@@ -264,6 +250,7 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
   if (g.prompt_ids.empty()) bad("the rendered conversation has no tokens");
   const int64_t room = limits.max_seq_len - static_cast<int64_t>(g.prompt_ids.size()) + 1;  // as many as fit
   g.params = sampling(body, std::max<int64_t>(1, room), limits.defaults);
+  g.params.logprobs = r.logprobs;
   r.prompts.push_back(std::move(g));
   check_fits(r, limits);
   expand_choices(r, body);
@@ -286,38 +273,14 @@ json response_body(const ApiRequest& req, const std::vector<GenerationResult>& r
     completion_tokens += static_cast<int64_t>(res.output_ids.size());
     json c;
     c["index"] = i;
-    if (req.chat) {
-      c["message"] = {{"role", "assistant"}, {"content", res.text}};
-      c["logprobs"] = nullptr;
+    if (req.chat) c["message"] = {{"role", "assistant"}, {"content", res.text}};
+    else c["text"] = prompt_echo(req, i, tok) + res.text;
+    if (req.logprobs >= 0) {
+      ChoiceLogprobs lp(tok, g.prompt_ids, req.echo, req.logprobs, req.chat);
+      lp.add(res);
+      c["logprobs"] = lp.take();
     } else {
-      std::string text = res.text;
-      if (req.echo) text = tok.decode(g.prompt_ids, true) + text;
-      c["text"] = text;
-      if (req.logprobs >= 0) {
-        json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-        size_t offset = 0;
-        int32_t prev = -1;
-        auto put = [&](int32_t token, const TokenLogprob* lp) {
-          const std::string s = token_text(tok, prev, token);
-          tokens.push_back(s);
-          offsets.push_back(offset);
-          offset += s.size();
-          lps.push_back(lp ? json(lp->logprob) : json());
-          tops.push_back(lp && req.logprobs > 0 ? top_object(tok, prev, *lp) : json());
-          prev = token;
-        };
-        if (req.echo) {
-          for (size_t k = 0; k < g.prompt_ids.size(); ++k)  // the first prompt token has no prediction
-            put(g.prompt_ids[k], k == 0 || k - 1 >= res.prompt_logprobs.size() ? nullptr : &res.prompt_logprobs[k - 1]);
-        } else if (!g.prompt_ids.empty()) {
-          prev = g.prompt_ids.back();
-        }
-        for (size_t k = 0; k < res.output_ids.size(); ++k)
-          put(res.output_ids[k], k < res.logprobs.size() ? &res.logprobs[k] : nullptr);
-        c["logprobs"] = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-      } else {
-        c["logprobs"] = nullptr;
-      }
+      c["logprobs"] = nullptr;
     }
     c["finish_reason"] = openai_finish_reason(res.finish_reason);
     choices.push_back(c);
@@ -333,8 +296,13 @@ json response_body(const ApiRequest& req, const std::vector<GenerationResult>& r
   return j;
 }
 
+std::string prompt_echo(const ApiRequest& req, size_t index, const Tokenizer& tok) {
+  return req.echo && !req.chat ? tok.decode(req.prompts[index].prompt_ids, true) : std::string();
+}
+
 std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
-                         bool first, const std::string& id, int64_t created, const std::string& model) {
+                         bool first, const std::string& id, int64_t created, const std::string& model,
+                         const json& logprobs) {
   json c;
   c["index"] = index;
   if (req.chat) {
@@ -345,7 +313,7 @@ std::string stream_event(const ApiRequest& req, size_t index, const std::string&
   } else {
     c["text"] = text;
   }
-  c["logprobs"] = nullptr;
+  c["logprobs"] = logprobs;
   c["finish_reason"] = finish_reason.empty() ? json() : json(openai_finish_reason(finish_reason));
   json j;
   j["id"] = id;

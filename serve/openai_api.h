@@ -1,8 +1,8 @@
 // openai_api.h: the OpenAI-compatible request and response bodies of `tprun serve` (the subset the
 // `openai` Python client and lm-evaluation-harness's local-completions / local-chat-completions send),
 // as pure functions from JSON to GenerationRequests and from GenerationResults back to JSON.
-// Owns: parsing and validating bodies, token strings, the logprobs object, streaming chunks. Does not own:
-// HTTP (serve/http_server.h) or running the model. Schema: https://platform.openai.com/docs/api-reference
+// Owns: parsing and validating bodies, response bodies, streaming chunks. Does not own: the logprobs objects
+// and token strings (serve/choice_logprobs.h), HTTP (serve/server.h) or running the model. Schema: https://platform.openai.com/docs/api-reference
 // (legacy completions and chat completions).
 #pragma once
 #include <cstdint>
@@ -37,7 +37,9 @@ struct ApiRequest {
   int n = 1;                    ///< choices per prompt (1..kMaxChoices)
   bool stream = false;
   bool echo = false;            ///< completions: the prompt is part of the returned text and logprobs
-  int logprobs = -1;            ///< completions: top alternatives per token (0..20), -1: none
+  /// Log-probabilities with this many top alternatives per token (0..20), -1: none. Completions: `logprobs`;
+  /// chat: `top_logprobs` (default 0) when `logprobs` is true.
+  int logprobs = -1;
   std::vector<GenerationRequest> prompts;
 };
 
@@ -69,21 +71,29 @@ ApiRequest parse_completion(const nlohmann::json& body, const Tokenizer& tok, co
 /// POST /v1/chat/completions body -> ApiRequest: messages [{role, content}] rendered with the model's chat
 /// template (tmpl; nullptr: the model has none -> ApiError) and encoded without extra special tokens;
 /// max_tokens / max_completion_tokens (default: as many as fit), the sampling options of
-/// parse_completion, stream. Throws ApiError as parse_completion.
+/// parse_completion, stream, logprobs (true / false) and top_logprobs (0..20; only with logprobs true).
+/// Throws ApiError as parse_completion.
 ApiRequest parse_chat(const nlohmann::json& body, const Tokenizer& tok, const ChatTemplate* tmpl,
                       const ApiLimits& limits);
 
-/// The response body of a finished request (results: one per choice, in order). usage: prompt_tokens counts
+/// The response body of a finished request (results: one per choice, in order). logprobs, when asked:
+/// completions {tokens, token_logprobs, top_logprobs, text_offset}, chat {content, refusal}
+/// (serve/choice_logprobs.h), of the output ids up to text_tokens (after the prompt's with echo). usage: prompt_tokens counts
 /// each prompt once (not once per choice, as OpenAI), completion_tokens every choice's tokens.
 /// id: "cmpl-N" / "chatcmpl-N"; created: Unix seconds; model: the served model name.
 nlohmann::json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results,
                              const Tokenizer& tok, const std::string& id, int64_t created, const std::string& model);
 
+/// The text completions echo before choice `index`'s output: its decoded prompt with `echo`, else "".
+std::string prompt_echo(const ApiRequest& req, size_t index, const Tokenizer& tok);
+
 /// One server-sent event "data: {...}\n\n" of a streamed response: a text piece of choice `index`, or with
 /// finish_reason (non-empty) the last chunk of that choice. Chat: the first chunk of a choice also
-/// carries delta.role "assistant".
+/// carries delta.role "assistant". logprobs: the chunk's `logprobs` (ChoiceLogprobs::take of its tokens;
+/// null when not asked).
 std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
-                         bool first, const std::string& id, int64_t created, const std::string& model);
+                         bool first, const std::string& id, int64_t created, const std::string& model,
+                         const nlohmann::json& logprobs = nullptr);
 
 /// The OpenAI error body of e.
 nlohmann::json error_body(const ApiError& e);

@@ -27,6 +27,7 @@
 #include "format/error.h"
 #include "runtime/host_exchange.h"
 #include "runtime/request_json.h"
+#include "serve/choice_logprobs.h"
 #include "serve/connection_probe.h"
 #include "serve/openai_api.h"
 
@@ -78,6 +79,7 @@ struct Job {
   size_t remaining = 0;                      ///< prompts not finished
   std::deque<std::string> events;            ///< streaming: server-sent events not yet written
   std::vector<bool> started;                 ///< streaming: choice had its first chunk
+  std::vector<ChoiceLogprobs> logprobs;      ///< streaming with logprobs: per choice, what its chunks sent
   std::string error;                         ///< set when the model loop refused it
   bool done = false;
   bool indexed = false;                      ///< first_index is set (the generator has its prompts)
@@ -113,8 +115,12 @@ class Server {
   void poll_stop_signals();
   /// Under mu_: cancel `job` at the next step (its prompts' generator indices go into the broadcast).
   void cancel_job(const std::shared_ptr<Job>& job);
-  void on_text(size_t index, const std::string& piece);
+  void on_text(size_t index, const std::string& piece, const GenerationResult& so_far);
   void on_done(size_t index, const GenerationResult& r);
+  /// Under mu_, streaming: the next chunk of choice `choice` of `job`: the text (after the echoed prompt in
+  /// its first chunk), the logprobs of the tokens so_far gives out since its last chunk (when asked).
+  void push_chunk(Job& job, size_t choice, const std::string& piece, const GenerationResult& so_far,
+                  const std::string& finish_reason);
   void finish_job(const std::shared_ptr<Job>& job);
 
   RankContext& ctx_;
@@ -279,6 +285,11 @@ void Server::handle_generate(const httplib::Request& http, httplib::Response& re
   job->results.resize(job->req.prompts.size());
   job->remaining = job->req.prompts.size();
   job->started.assign(job->req.prompts.size(), false);
+  if (job->req.stream && job->req.logprobs >= 0) {
+    job->logprobs.reserve(job->req.prompts.size());
+    for (const GenerationRequest& g : job->req.prompts)
+      job->logprobs.emplace_back(*ctx_.tokenizer, g.prompt_ids, job->req.echo, job->req.logprobs, job->req.chat);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_)
@@ -418,15 +429,26 @@ std::string Server::take_arrivals(bool wait) {
   return json{{"add", std::move(batch)}, {"cancel", std::move(cancel)}}.dump();
 }
 
-void Server::on_text(size_t index, const std::string& piece) {
+void Server::push_chunk(Job& job, size_t choice, const std::string& piece, const GenerationResult& so_far,
+                        const std::string& finish_reason) {
+  const std::string text = job.started[choice] ? piece : prompt_echo(job.req, choice, *ctx_.tokenizer) + piece;
+  json logprobs;
+  if (!job.logprobs.empty()) {
+    job.logprobs[choice].add(so_far);
+    logprobs = job.logprobs[choice].take();
+  }
+  job.events.push_back(stream_event(job.req, choice, text, finish_reason, !job.started[choice], job.id, job.created,
+                                    model_name_, logprobs));
+  job.started[choice] = true;
+}
+
+void Server::on_text(size_t index, const std::string& piece, const GenerationResult& so_far) {
   if (!output()) return;
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = by_index_.find(index);
   if (it == by_index_.end() || !it->second->req.stream) return;
   Job& job = *it->second;
-  const size_t choice = index - job.first_index;
-  job.events.push_back(stream_event(job.req, choice, piece, "", !job.started[choice], job.id, job.created, model_name_));
-  job.started[choice] = true;
+  push_chunk(job, index - job.first_index, piece, so_far, "");
   job.cv.notify_all();
 }
 
@@ -439,8 +461,7 @@ void Server::on_done(size_t index, const GenerationResult& r) {
   Job& job = *it->second;
   const size_t choice = index - job.first_index;
   job.results[choice] = r;
-  if (job.req.stream)
-    job.events.push_back(stream_event(job.req, choice, "", r.finish_reason, !job.started[choice], job.id, job.created, model_name_));
+  if (job.req.stream) push_chunk(job, choice, "", r, r.finish_reason);
   job.started[choice] = true;
   if (--job.remaining == 0) {
     job.done = true;
@@ -458,7 +479,7 @@ void Server::run() {
   install_stop_handler();
   if (output()) start_http();
   GenerateCallbacks cb;
-  cb.on_text = [this](size_t i, const std::string& s) { on_text(i, s); };
+  cb.on_text = [this](size_t i, const std::string& s, const GenerationResult& so_far) { on_text(i, s, so_far); };
   cb.on_done = [this](size_t i, const GenerationResult& r) { on_done(i, r); };
   BatchGenerator gen(*ctx_.runner, *ctx_.tokenizer, cb);
   while (true) {

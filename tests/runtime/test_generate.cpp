@@ -120,7 +120,11 @@ TEST_CASE("stop strings end generation, are excluded from text and never streame
   FakeRunner runner(1, 64, next);
   std::string streamed;
   GenerateCallbacks cb;
-  cb.on_text = [&](size_t, const std::string& s) { streamed += s; };
+  std::vector<size_t> text_tokens;  // so_far.text_tokens at each piece
+  cb.on_text = [&](size_t, const std::string& s, const GenerationResult& so_far) {
+    streamed += s;
+    text_tokens.push_back(so_far.text_tokens);
+  };
   int done = 0;
   cb.on_done = [&](size_t i, const GenerationResult& res) {
     CHECK(i == 0);
@@ -133,15 +137,22 @@ TEST_CASE("stop strings end generation, are excluded from text and never streame
   CHECK(r[0].finish_reason == "stop");
   CHECK(streamed == "bcd");
   CHECK(done == 1);
+  // Each piece counts the tokens whose text it completes; 'e' (held back: "ea" might follow) starts the stop
+  // string, so it is not counted, nor is 'a'.
+  CHECK(text_tokens == std::vector<size_t>{1, 2, 3});
+  CHECK(r[0].text_tokens == 3);
 
   p.stop = {"cdx"};  // a prefix that never completes is held back, then released
   streamed.clear();
+  text_tokens.clear();
   FakeRunner runner2(1, 64, next);
   cb.on_done = nullptr;
   p.max_new_tokens = 4;
   const auto r2 = generate(runner2, tok, {{"s", {1}, p}}, cb);
   CHECK(r2[0].text == "bcde");
   CHECK(streamed == "bcde");
+  CHECK(text_tokens == std::vector<size_t>{1, 4});  // 'c' and 'd' were held back, released with 'e' at the end
+  CHECK(r2[0].text_tokens == 4);
   CHECK(r2[0].finish_reason == "length");
 }
 

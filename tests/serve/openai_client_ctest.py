@@ -3,8 +3,8 @@
 
 Converts tests/fixtures/stories260K at tp 2, gives it a ChatML chat template (the model has none), starts
 `tprun serve` on the CPU backend on a free port and runs scripts/check_openai_client.py against it (models,
-completion == its stream, echo + logprobs as lm-evaluation-harness scores, chat and streamed chat, n = 2
-as two seeds, n = 17 refused). Exit 0 when every check passes; 77 (ctest: skipped) when the `openai`
+completion == its stream (logprobs too), echo + logprobs as lm-evaluation-harness scores, chat and streamed
+chat (with logprobs), n = 2 as two seeds, n = 17 refused). Exit 0 when every check passes; 77 (ctest: skipped) when the `openai`
 package is not installed.
 
     python3 tests/serve/openai_client_ctest.py --bin-dir build/bin --work-dir /tmp/openai_client

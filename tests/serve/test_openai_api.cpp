@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "runtime/request_json.h"
+#include "serve/choice_logprobs.h"
 #include "serve/openai_api.h"
 #include "tests/eval/fake_model.h"
 
@@ -169,6 +170,14 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   CHECK(refusal(json{{"prompt", "a"}, {"model", "m"}, {"user", "u"}, {"logit_bias", json::object()}}).empty());
   CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}, {"echo", true}}, true) ==
         "unknown field 'echo'");
+  const json hi = json::array({json{{"role", "user"}, {"content", "x"}}});
+  CHECK(refusal(json{{"messages", hi}, {"top_logprobs", 2}}, true) == "'top_logprobs' requires 'logprobs': true");
+  CHECK(refusal(json{{"messages", hi}, {"logprobs", false}, {"top_logprobs", 0}}, true) ==
+        "'top_logprobs' requires 'logprobs': true");
+  CHECK(refusal(json{{"messages", hi}, {"logprobs", true}, {"top_logprobs", 21}}, true) ==
+        "'top_logprobs' = 21 is outside [0, 20]");
+  CHECK(refusal(json{{"messages", hi}, {"logprobs", 2}}, true) == "'logprobs' must be true or false");
+  CHECK(refusal(json{{"messages", hi}, {"logprobs", true}, {"top_logprobs", 20}}, true).empty());
   CHECK(refusal(json{{"messages", json::array()}}, true).find("'messages'") != std::string::npos);
   CHECK(refusal(json{{"messages", json::array({json{{"content", "x"}}})}}, true).find("'role'") != std::string::npos);
   CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}}})}}, true).find("needs a 'content'") != std::string::npos);
@@ -189,6 +198,7 @@ TEST_CASE("response bodies: text, finish_reason, usage, echo with logprobs (firs
   const size_t prompt_len = r.prompts[0].prompt_ids.size();
   for (size_t k = 1; k < prompt_len; ++k) res.prompt_logprobs.push_back({r.prompts[0].prompt_ids[k], -0.5f, {{'x', -0.1f}}});
   res.logprobs = {{'c', -1.0f, {{'c', -1.0f}}}, {'d', -2.0f, {{'e', -0.2f}}}};
+  res.text_tokens = 2;
   const json j = response_body(r, {res}, tok, "cmpl-7", 100, "m");
   CHECK(j["object"] == "text_completion");
   CHECK(j["id"] == "cmpl-7");
@@ -230,4 +240,65 @@ TEST_CASE("response bodies: text, finish_reason, usage, echo with logprobs (firs
   CHECK(openai_finish_reason("eos") == "stop");
   CHECK(openai_finish_reason("abort") == "abort");
   CHECK(error_body(ApiError{400, "bad"})["error"]["message"] == "bad");
+}
+
+TEST_CASE("chat logprobs: logprobs true with top_logprobs asks for log-probabilities with that many alternatives") {
+  test::ByteTokenizer tok;
+  const ChatTemplate t = chatml_template();
+  const json hi = json::array({json{{"role", "user"}, {"content", "hi"}}});
+  const ApiRequest two = parse_chat(json{{"messages", hi}, {"logprobs", true}, {"top_logprobs", 2}, {"n", 2}}, tok, &t, limits());
+  CHECK(two.logprobs == 2);
+  REQUIRE(two.prompts.size() == 2);
+  CHECK(two.prompts[1].params.logprobs == 2);
+  CHECK(two.prompts[1].params.prompt_logprobs == -1);
+  CHECK(parse_chat(json{{"messages", hi}, {"logprobs", true}}, tok, &t, limits()).prompts[0].params.logprobs == 0);
+  CHECK(parse_chat(json{{"messages", hi}, {"logprobs", false}}, tok, &t, limits()).prompts[0].params.logprobs == -1);
+}
+
+TEST_CASE("ChoiceLogprobs: parts taken as the result grows concatenate to the whole; only text_tokens are reported") {
+  test::ByteTokenizer tok;
+  const std::vector<int32_t> prompt = {test::ByteTokenizer::kBos, 'a', 'b'};
+  GenerationResult res;
+  res.prompt_logprobs = {{'a', -0.5f, {{'a', -0.5f}, {'x', -1.5f}}}, {'b', -0.25f, {{'b', -0.25f}, {'x', -2.5f}}}};
+  res.output_ids = {'c', 0xC3, 0xA9, 'd'};  // "c", then "é" in two byte tokens, then "d"
+  for (size_t k = 0; k < res.output_ids.size(); ++k)
+    res.logprobs.push_back({res.output_ids[k], -1.0f - static_cast<float>(k), {{res.output_ids[k], -1.0f - static_cast<float>(k)}, {'z', -9.0f}}});
+  res.text_tokens = 3;  // 'd' began a stop string: not reported
+  ChoiceLogprobs whole(tok, prompt, true, 2, false);
+  whole.add(res);
+  const json all = whole.take();
+  REQUIRE(all["tokens"].size() == 6);
+  CHECK(all["tokens"][3] == "c");
+  CHECK(all["token_logprobs"][0].is_null());
+  CHECK(all["token_logprobs"][2] == -0.25);
+  CHECK(all["token_logprobs"][5] == -3.0);
+  CHECK(all["top_logprobs"][1] == json{{"a", -0.5}, {"x", -1.5}});
+  CHECK(all["text_offset"] == json::array({0, 3, 4, 5, 6, 7}));
+
+  // The same in parts: the prompt with the first output token, then nothing new, then the rest.
+  ChoiceLogprobs parts(tok, prompt, true, 2, false);
+  GenerationResult so_far = res;
+  so_far.text_tokens = 1;
+  parts.add(so_far);
+  json joined = parts.take();
+  CHECK(joined["tokens"].size() == 4);
+  parts.add(so_far);
+  CHECK(parts.take()["tokens"].empty());
+  parts.add(res);
+  const json rest = parts.take();
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const json& v : rest[key]) joined[key].push_back(v);
+  CHECK(joined == all);
+
+  // Chat: the generated tokens only, with their bytes and a list of alternatives.
+  ChoiceLogprobs chat(tok, prompt, false, 1, true);
+  chat.add(res);
+  const json c = chat.take();
+  CHECK(c["refusal"].is_null());
+  REQUIRE(c["content"].size() == 3);
+  CHECK(c["content"][0] == json{{"token", "c"}, {"logprob", -1.0}, {"bytes", {99}},
+                                 {"top_logprobs", json::array({json{{"token", "c"}, {"logprob", -1.0}, {"bytes", {99}}}})}});
+  CHECK(c["content"][1]["bytes"] == json::array({0xC3}));
+  CHECK(c["content"][2]["bytes"] == json::array({0xA9}));
+  CHECK(c["content"][2]["logprob"] == -3.0);
 }

@@ -1,7 +1,8 @@
 // test_server.cpp: `tprun serve` as a user runs it (a process, tp 2 on the CPU backend, 3 kv_cache slots)
 // against what the library computes in-process for the same model: greedy and seeded completions of
-// concurrent requests, streaming, echo + logprobs (lm-evaluation-harness loglikelihood), chat with the
-// model's template, tokenize / detokenize, and bad requests that leave the server serving.
+// concurrent requests, streaming, echo + logprobs (lm-evaluation-harness loglikelihood), streamed and chat
+// logprobs, chat with the model's template, tokenize / detokenize, and bad requests that leave the server
+// serving.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -478,4 +479,195 @@ TEST_CASE("tprun serve: a non-streaming client that closes its connection while 
   CHECK(after["usage"]["completion_tokens"] == 5);
   CHECK(after["choices"][0]["finish_reason"] == "length");
   CHECK(health(port)["status"] == "ok");
+}
+
+namespace {
+
+/// Choice 0 of a streamed response: its text and its chunks' logprobs objects, in order.
+struct StreamedChoice {
+  std::string text;
+  std::vector<std::string> texts;  ///< per chunk
+  std::vector<json> logprobs;      ///< per chunk
+};
+
+StreamedChoice stream_choice(int port, const std::string& path, json body) {
+  body["stream"] = true;
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post(path.c_str(), body.dump(), "application/json");
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  StreamedChoice s;
+  for (const json& e : stream_events(r->body)) {
+    const json& choice = e["choices"][0];
+    const std::string piece = choice.contains("text") ? choice["text"].get<std::string>()
+                                                      : choice["delta"].value("content", std::string());
+    s.text += piece;
+    s.texts.push_back(piece);
+    s.logprobs.push_back(choice["logprobs"]);
+  }
+  return s;
+}
+
+/// The completions logprobs objects of `parts` joined list by list.
+json join_completion_logprobs(const std::vector<json>& parts) {
+  json all = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const json& p : parts) {
+    REQUIRE(p.is_object());
+    for (auto& [key, list] : all.items())
+      for (const json& v : p.at(key)) list.push_back(v);
+  }
+  return all;
+}
+
+/// Two completions logprobs objects agree: the same tokens and offsets, log-probabilities within tol.
+void check_same_logprobs(const json& a, const json& b, double tol) {
+  REQUIRE(a["tokens"].size() == b["tokens"].size());
+  CHECK(a["tokens"] == b["tokens"]);
+  CHECK(a["text_offset"] == b["text_offset"]);
+  for (size_t k = 0; k < a["tokens"].size(); ++k) {
+    CAPTURE(k);
+    REQUIRE(a["token_logprobs"][k].is_null() == b["token_logprobs"][k].is_null());
+    if (!a["token_logprobs"][k].is_null())
+      CHECK(std::abs(a["token_logprobs"][k].get<double>() - b["token_logprobs"][k].get<double>()) <= tol);
+    const json& ta = a["top_logprobs"][k];
+    const json& tb = b["top_logprobs"][k];
+    REQUIRE(ta.size() == tb.size());
+    for (auto& [tok, lp] : ta.items()) {
+      REQUIRE(tb.contains(tok));
+      CHECK(std::abs(lp.get<double>() - tb[tok].get<double>()) <= tol);
+    }
+  }
+}
+
+std::string joined_tokens(const json& lp) {
+  std::string s;
+  for (const json& t : lp["tokens"]) s += t.get<std::string>();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("logprobs: streamed chunks add up to the response's (stop strings, echo); chat logprobs equal completions'") {
+  const std::string prompt = "Once upon a time";
+  const json messages = json::array({json{{"role", "user"}, {"content", "Tell me a story"}}});
+  std::vector<int32_t> chat_ids;
+  GenerationResult chat_result;
+  run_on_ranks(session(1), [&](RankContext& ctx) {
+    chat_ids = ctx.tokenizer->encode(apply_chat_template(model_dir(), {{"user", "Tell me a story"}}, true), false);
+    GenerationRequest r;
+    r.id = "0";
+    r.prompt_ids = chat_ids;
+    r.params.max_new_tokens = 10;
+    r.params.temperature = 0;
+    chat_result = generate(*ctx.runner, *ctx.tokenizer, {r})[0];
+  });
+  ServerProcess server;
+  const int port = server.port();
+
+  // Completions: each chunk carries the tokens of its text; the chunks' logprobs are the response's.
+  const json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 2}};
+  const json whole = post(port, "/v1/completions", body);
+  const json& lp = whole["choices"][0]["logprobs"];
+  const std::string text = whole["choices"][0]["text"];
+  REQUIRE(lp["tokens"].size() == 12);
+  CHECK(joined_tokens(lp) == text);
+  CHECK(lp["top_logprobs"][0].size() == 2);
+  const StreamedChoice s = stream_choice(port, "/v1/completions", body);
+  CHECK(s.text == text);
+  int chunks_with_tokens = 0;
+  for (size_t i = 0; i < s.texts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(joined_tokens(s.logprobs[i]) == s.texts[i]);  // no stop string: a chunk's tokens spell its text
+    chunks_with_tokens += s.logprobs[i]["tokens"].empty() ? 0 : 1;
+  }
+  CHECK(chunks_with_tokens >= 2);
+  check_same_logprobs(join_completion_logprobs(s.logprobs), lp, 1e-6);
+
+  // Stop strings: one that starts inside token k (token k is reported, the rest not), one that starts at
+  // token k's first byte (held back while it might match: tokens from k on are not reported).
+  for (const bool inside : {true, false}) {
+    CAPTURE(inside);
+    size_t k = 0, at = 0;
+    std::string stop;
+    for (k = 2; k + 2 < lp["tokens"].size(); ++k) {
+      at = lp["text_offset"][k].get<size_t>() + (inside ? 1 : 0);
+      if (lp["tokens"][k].get<std::string>().size() < 2 || at + 3 > text.size()) continue;
+      stop = text.substr(at, 3);
+      if (text.find(stop) == at) break;
+    }
+    REQUIRE(k + 2 < lp["tokens"].size());
+    CAPTURE(stop);
+    json with_stop = body;
+    with_stop["stop"] = stop;
+    const json cut = post(port, "/v1/completions", with_stop);
+    CHECK(cut["choices"][0]["text"] == text.substr(0, at));
+    CHECK(cut["choices"][0]["finish_reason"] == "stop");
+    const json& cut_lp = cut["choices"][0]["logprobs"];
+    CHECK(cut_lp["tokens"].size() == (inside ? k + 1 : k));
+    for (size_t j = 0; j < cut_lp["tokens"].size(); ++j) CHECK(cut_lp["token_logprobs"][j] == lp["token_logprobs"][j]);
+    const StreamedChoice cs = stream_choice(port, "/v1/completions", with_stop);
+    CHECK(cs.text == text.substr(0, at));
+    check_same_logprobs(join_completion_logprobs(cs.logprobs), cut_lp, 1e-6);
+  }
+
+  // echo: the prompt's tokens come first, in the first chunk, with the echoed text.
+  const json echo = {{"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", 1}, {"echo", true}};
+  const json echoed = post(port, "/v1/completions", echo);
+  const StreamedChoice es = stream_choice(port, "/v1/completions", echo);
+  CHECK(es.text == echoed["choices"][0]["text"]);
+  CHECK(es.texts[0].rfind(prompt, 0) != std::string::npos);
+  REQUIRE(es.logprobs[0]["token_logprobs"].size() >= 5);  // BOS + the prompt's 4 or more tokens
+  CHECK(es.logprobs[0]["token_logprobs"][0].is_null());
+  check_same_logprobs(join_completion_logprobs(es.logprobs), echoed["choices"][0]["logprobs"], 1e-6);
+
+  // Chat: streamed == not streamed, and both equal the completions logprobs of the rendered prompt
+  // followed by the generated tokens (echo, max_tokens 0: every position prefilled at once).
+  const json chat_body = {{"messages", messages}, {"max_tokens", 10}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}};
+  const json chat = post(port, "/v1/chat/completions", chat_body);
+  CHECK(chat["choices"][0]["message"]["content"] == chat_result.text);
+  const json& content = chat["choices"][0]["logprobs"]["content"];
+  CHECK(chat["choices"][0]["logprobs"]["refusal"].is_null());
+  REQUIRE(content.size() == chat_result.output_ids.size());
+  const StreamedChoice chat_s = stream_choice(port, "/v1/chat/completions", chat_body);
+  CHECK(chat_s.text == chat_result.text);
+  json streamed_content = json::array();
+  for (const json& p : chat_s.logprobs)
+    for (const json& e : p.at("content")) streamed_content.push_back(e);
+  REQUIRE(streamed_content.size() == content.size());
+  std::vector<int32_t> ids = chat_ids;
+  ids.insert(ids.end(), chat_result.output_ids.begin(), chat_result.output_ids.end());
+  const json scored = post(port, "/v1/completions", {{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}});
+  const json& sl = scored["choices"][0]["logprobs"];
+  REQUIRE(sl["tokens"].size() == ids.size());
+  for (size_t k = 0; k < content.size(); ++k) {
+    CAPTURE(k);
+    const json& e = content[k];
+    const size_t at = chat_ids.size() + k;
+    CHECK(e["token"] == streamed_content[k]["token"]);
+    CHECK(e["bytes"] == streamed_content[k]["bytes"]);
+    CHECK(std::abs(e["logprob"].get<double>() - streamed_content[k]["logprob"].get<double>()) <= 1e-6);
+    CHECK(e["token"] == sl["tokens"][at]);
+    const std::string token = e["token"];
+    std::vector<int> bytes;
+    for (const unsigned char b : token) bytes.push_back(b);
+    CHECK(e["bytes"] == json(bytes));
+    CHECK(std::abs(e["logprob"].get<double>() - sl["token_logprobs"][at].get<double>()) <= 1e-5);
+    REQUIRE(e["top_logprobs"].size() == 2);
+    for (const json& t : e["top_logprobs"]) {
+      REQUIRE(sl["top_logprobs"][at].contains(t["token"].get<std::string>()));
+      CHECK(std::abs(t["logprob"].get<double>() - sl["top_logprobs"][at][t["token"].get<std::string>()].get<double>()) <= 1e-5);
+    }
+  }
+
+  // top_logprobs needs logprobs true, and is at most 20.
+  int status = 0;
+  const json no_logprobs = post(port, "/v1/chat/completions", {{"messages", messages}, {"top_logprobs", 2}}, &status);
+  CHECK(status == 400);
+  CHECK(no_logprobs["error"]["message"] == "'top_logprobs' requires 'logprobs': true");
+  const json too_many =
+      post(port, "/v1/chat/completions", {{"messages", messages}, {"logprobs", true}, {"top_logprobs", 21}}, &status);
+  CHECK(status == 400);
+  CHECK(too_many["error"]["message"].get<std::string>().find("'top_logprobs' = 21") != std::string::npos);
 }

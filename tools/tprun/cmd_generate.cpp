@@ -211,13 +211,13 @@ void generate_and_print(RankContext& ctx, const std::vector<std::vector<int32_t>
   GenerateCallbacks cb;
   std::unique_ptr<OrderedPrinter> printer;
   if (out && single) {
-    cb.on_text = [](size_t, const std::string& piece) {
+    cb.on_text = [](size_t, const std::string& piece, const GenerationResult&) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       cli::flush_stdout();
     };
   } else if (out) {
     printer = std::make_unique<OrderedPrinter>(prompts.size());
-    cb.on_text = [&printer](size_t i, const std::string& piece) { printer->on_text(i, piece); };
+    cb.on_text = [&printer](size_t i, const std::string& piece, const GenerationResult&) { printer->on_text(i, piece); };
     cb.on_done = [&printer](size_t i, const GenerationResult& r) { printer->on_done(i, r); };
   }
   GenerationStats stats;

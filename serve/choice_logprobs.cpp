@@ -1,0 +1,88 @@
+// choice_logprobs.cpp: see choice_logprobs.h.
+#include "serve/choice_logprobs.h"
+
+#include <algorithm>
+
+namespace tpshard::serve {
+namespace {
+
+using json = nlohmann::json;
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (const char c : s) b.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return b;
+}
+
+}  // namespace
+
+std::string token_text(const Tokenizer& tok, int32_t prev, int32_t id) {
+  if (id < 0 || id >= tok.vocab_size()) return {};
+  if (prev < 0 || prev >= tok.vocab_size()) return tok.decode({id}, false);
+  const std::string before = tok.decode({prev}, false), both = tok.decode({prev, id}, false);
+  return both.compare(0, before.size(), before) == 0 ? both.substr(before.size()) : tok.decode({id}, false);
+}
+
+ChoiceLogprobs::ChoiceLogprobs(const Tokenizer& tok, const std::vector<int32_t>& prompt, bool echo, int top, bool chat)
+    : tok_(tok), prompt_(prompt), echo_(echo), top_(top), chat_(chat) {
+  if (!echo_ && !prompt_.empty()) prev_ = prompt_.back();
+  take();  // empty lists
+}
+
+void ChoiceLogprobs::add(const GenerationResult& so_far) {
+  if (echo_ && !prompt_added_) {
+    for (size_t k = 0; k < prompt_.size(); ++k)  // the first prompt token has no prediction
+      put(prompt_[k], k == 0 || k - 1 >= so_far.prompt_logprobs.size() ? nullptr : &so_far.prompt_logprobs[k - 1]);
+  }
+  prompt_added_ = true;
+  const size_t end = std::min(so_far.text_tokens, so_far.output_ids.size());
+  for (; outputs_added_ < end; ++outputs_added_)
+    put(so_far.output_ids[outputs_added_],
+        outputs_added_ < so_far.logprobs.size() ? &so_far.logprobs[outputs_added_] : nullptr);
+}
+
+void ChoiceLogprobs::put(int32_t token, const TokenLogprob* lp) {
+  const std::string s = token_text(tok_, prev_, token);
+  if (chat_) {
+    json top = json::array();
+    for (size_t j = 0; lp && j < lp->top.size() && j < static_cast<size_t>(top_); ++j) {
+      const std::string t = token_text(tok_, prev_, lp->top[j].first);
+      top.push_back({{"token", t}, {"logprob", lp->top[j].second}, {"bytes", bytes_of(t)}});
+    }
+    content_.push_back({{"token", s}, {"logprob", lp ? json(lp->logprob) : json()}, {"bytes", bytes_of(s)},
+                        {"top_logprobs", std::move(top)}});
+  } else {
+    tokens_.push_back(s);
+    text_offset_.push_back(offset_);
+    token_logprobs_.push_back(lp ? json(lp->logprob) : json());
+    json top;  // {token string: log-probability}, the first of equal strings kept; null without alternatives
+    if (lp && top_ > 0) {
+      top = json::object();
+      for (size_t j = 0; j < lp->top.size() && j < static_cast<size_t>(top_); ++j) {
+        const std::string t = token_text(tok_, prev_, lp->top[j].first);
+        if (!top.contains(t)) top[t] = lp->top[j].second;
+      }
+    }
+    top_logprobs_.push_back(std::move(top));
+  }
+  offset_ += s.size();
+  prev_ = token;
+}
+
+json ChoiceLogprobs::take() {
+  json out;
+  if (chat_) {
+    out = {{"content", std::move(content_)}, {"refusal", nullptr}};
+    content_ = json::array();
+  } else {
+    out = {{"tokens", std::move(tokens_)}, {"token_logprobs", std::move(token_logprobs_)},
+           {"top_logprobs", std::move(top_logprobs_)}, {"text_offset", std::move(text_offset_)}};
+    tokens_ = json::array();
+    token_logprobs_ = json::array();
+    top_logprobs_ = json::array();
+    text_offset_ = json::array();
+  }
+  return out;
+}
+
+}  // namespace tpshard::serve
