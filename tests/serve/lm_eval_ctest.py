@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""lm_eval_ctest.py: lm-evaluation-harness (`lm_eval --model local-completions`) against `tprun serve` (ctest lm_eval).
+"""lm_eval_ctest.py: lm-evaluation-harness (`lm_eval --model local-completions` and `local-chat-completions`)
+against `tprun serve` (ctest lm_eval).
 
-Converts tests/fixtures/stories260K at tp 2, starts `tprun serve` on the CPU backend on a free port and runs
-two local tasks (no dataset download):
+Converts tests/fixtures/stories260K at tp 2, starts `tprun serve` on the CPU backend on a free port (with a
+ChatML chat template: the model has none) and runs two local tasks (no dataset download):
 
   (a) triviaqa_tprun (scripts/lm_eval_triviaqa/): the prompts of `tprun eval triviaqa --shots 5` on the
       committed TriviaQA sample. Checks: lm_eval's exact_match equals the summary's exact_match of
@@ -12,6 +13,9 @@ two local tasks (no dataset download):
       log-likelihoods lm_eval reports equals, within 1e-4, the sum over the continuation's tokens of
       log_softmax(`tprun logits --ids` of each prefix) at tp 1, for the token ids lm_eval sent (its own
       context / continuation split, computed with lm_eval's code), and acc is 1.0.
+  (c) triviaqa_tprun again with `--model local-chat-completions --apply_chat_template --num_fewshot 1` (the
+      shot as an earlier turn of the conversation; 5 would exceed stories260K's 512 positions): for each question, lm_eval's generation equals `tprun generate --input` of a
+      record with the messages lm_eval sent (the same template, greedy, stop "\n", 10 tokens).
 
 stories260K answers none of the TriviaQA questions right, so both exact matches of (a) are 0; the task's
 metric is also checked against tprun eval's scorer on crafted answers (right in some spellings, wrong in
@@ -29,11 +33,11 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
+
+from serve_ctest_util import Server, write_chatml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(REPO, "tests/fixtures/stories260K")
@@ -48,12 +52,6 @@ from lm_eval.models.openai_completions import LocalCompletionsAPI
 m = LocalCompletionsAPI(model="stories260K", base_url=sys.argv[1], tokenizer=sys.argv[2], tokenized_requests=True)
 print(json.dumps([list(map(list, m._encode_pair(c, x))) for c, x in json.load(sys.stdin)]))
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log_softmax_at(logits, token):
@@ -118,32 +116,22 @@ def main():
     with open(preds) as f:
         tprun_out = {p["id"]: p for p in map(json.loads, f)}
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1/completions"
-    log = open(os.path.join(args.work_dir, "serve.log"), "w")
-    server = subprocess.Popen([tprun, model, "--tp", "2", *common, "--max-batch", "4", "serve", "--port", str(port),
-                               "--served-model-name", "stories260K", "--idle-exit", "120"],
-                              stdout=log, stderr=subprocess.STDOUT)
+    template = write_chatml(args.work_dir)
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_HOME=os.path.join(args.work_dir, "hf_home"), TOKENIZERS_PARALLELISM="false")
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-                break
-            except OSError:
-                if server.poll() is not None or time.time() > deadline:
-                    print(f"FAIL: tprun serve did not start (see {log.name})")
-                    return 1
-
-                time.sleep(0.2)
-
-        def run_lm_eval(task, include, model_args):
-            out = os.path.join(args.work_dir, task)
-            cmd = [lm_eval, "run", "--model", "local-completions", "--include_path", os.path.join(REPO, include),
-                   "--tasks", task, "--model_args", f"model=stories260K,base_url={url},num_concurrent=4,max_retries=1,"
-                   + model_args, "--output_path", out, "--log_samples"]
+        server = Server(tprun, model, args.work_dir, ["--tp", "2", *common, "--max-batch", "4"],
+                        ["--served-model-name", "stories260K", "--chat-template", template])
+    except RuntimeError as e:
+        print(f"FAIL: {e}")
+        return 1
+    url = f"{server.url}/v1/completions"
+    with server:
+        def run_lm_eval(task, include, model_args, lm="local-completions", base_url=url, extra=(), tag=""):
+            out = os.path.join(args.work_dir, task + tag)
+            cmd = [lm_eval, "run", "--model", lm, "--include_path", os.path.join(REPO, include),
+                   "--tasks", task, "--model_args", f"model=stories260K,base_url={base_url},num_concurrent=4,max_retries=1,"
+                   + model_args, "--output_path", out, "--log_samples", *extra]
             with open(out + ".log", "w") as lf:
                 r = subprocess.run(cmd, cwd=REPO, env=env, stdout=lf, stderr=subprocess.STDOUT, timeout=300)
             if r.returncode != 0:
@@ -224,14 +212,39 @@ def main():
         check(n == 12 and worst <= 1e-4,
               f"tiny_mc: {n} log-likelihoods equal tprun logits' within 1e-4 (worst difference {worst:.2e})")
         check(acc == 1.0, f"tiny_mc: acc {acc}")
+
+        # (c) chat: lm_eval's local-chat-completions, one shot as an earlier turn; each generation equals
+        # tprun generate --input of the messages it sent.
+        out = run_lm_eval("triviaqa_tprun", "scripts/lm_eval_triviaqa", "tokenizer_backend=None",
+                          lm="local-chat-completions", base_url=f"{server.url}/v1/chat/completions",
+                          extra=["--apply_chat_template", "--num_fewshot", "1"], tag="_chat")  # 5 shots in ChatML exceed 512 positions
+        samples = samples_of(out, "triviaqa_tprun")
+        records = os.path.join(args.work_dir, "chat_records.jsonl")
+        n_turns = set()
+        with open(records, "w") as f:
+            for s in samples:
+                messages = s["arguments"]["gen_args_0"]["arg_0"]
+                if isinstance(messages, list) and len(messages) == 1 and isinstance(messages[0], str):
+                    messages = messages[0]  # the samples file holds the chat history as a JSON string
+                messages = json.loads(messages) if isinstance(messages, str) else messages
+                n_turns.add(len(messages))
+                f.write(json.dumps({"id": s["doc"]["question_id"], "messages": messages, "stop": "\n"}) + "\n")
+        chat_out = os.path.join(args.work_dir, "chat_out.jsonl")
+        subprocess.run([tprun, model, "--tp", "2", *common, "generate", "--input", records, "--output", chat_out,
+                        "--chat-template", template, "--max-new-tokens", "10", "--temperature", "0"], check=True,
+                       stdout=subprocess.DEVNULL)
+        with open(chat_out) as f:
+            want = {r["id"]: r["text"] for r in map(json.loads, f)}
+        same = 0
+        for s in samples:
+            got, exp = s["resps"][0][0], want.get(s["doc"]["question_id"])
+            same += got == exp
+            if got != exp:
+                print(f"  {s['doc']['question_id']}: lm_eval chat {got!r} != tprun generate {exp!r}")
+        check(len(samples) == len(want) == 27 and same == len(samples) and n_turns == {3},
+              f"triviaqa_tprun chat: {same}/{len(samples)} generations equal tprun generate's of the same messages "
+              f"(turns per conversation: {sorted(n_turns)})")
         print(f"lm_eval ctest: {time.time() - t0:.1f} s", flush=True)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
     return 1 if fails else 0
 
 

@@ -13,21 +13,12 @@ import argparse
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
+
+from serve_ctest_util import Server, write_chatml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
@@ -43,35 +34,17 @@ def main():
     model = os.path.join(args.work_dir, "model")
     subprocess.run([os.path.join(args.bin_dir, "tpshard"), "convert", os.path.join(REPO, "tests/fixtures/stories260K"),
                     "-o", model, "--tp", "2", "-q"], check=True)
-    template = os.path.join(args.work_dir, "chatml.jinja")
-    with open(template, "w") as f:
-        f.write(CHATML)
-    port = free_port()
-    log = open(os.path.join(args.work_dir, "serve.log"), "w")
-    server = subprocess.Popen([os.path.join(args.bin_dir, "tprun"), model, "--tp", "2", "--device", "cpu", "--threads", "1",
-                               "serve", "--port", str(port), "--chat-template", template, "--idle-exit", "120"],
-                              stdout=log, stderr=subprocess.STDOUT)
+    template = write_chatml(args.work_dir)
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-                break
-            except OSError:
-                if server.poll() is not None or time.time() > deadline:
-                    print(f"FAIL: tprun serve did not start (see {log.name})")
-                    return 1
-                time.sleep(0.2)
+        server = Server(os.path.join(args.bin_dir, "tprun"), model, args.work_dir,
+                        ["--tp", "2", "--device", "cpu", "--threads", "1"], ["--chat-template", template])
+    except RuntimeError as e:
+        print(f"FAIL: {e}")
+        return 1
+    with server:
         r = subprocess.run([sys.executable, os.path.join(REPO, "scripts/check_openai_client.py"),
-                            "--base-url", f"http://127.0.0.1:{port}/v1"], timeout=120)
+                            "--base-url", f"{server.url}/v1"], timeout=120)
         return r.returncode
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 if __name__ == "__main__":
