@@ -137,7 +137,9 @@ void expand_choices(ApiRequest& r, const json& body) {
 void check_fits(const ApiRequest& r, const ApiLimits& limits) {
   for (const GenerationRequest& g : r.prompts) {
     try {
-      check_request(g, limits.max_seq_len, "prompt " + g.id, limits.model_seq_limit);
+      // chat: the conversation as the chat template rendered it
+      check_request(g, limits.max_seq_len, r.chat ? std::string("messages (rendered by the chat template)") : "prompt " + g.id,
+                    limits.model_seq_limit);
     } catch (const Error& e) {
       bad(std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")"));
     }

@@ -160,7 +160,10 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   CHECK(refusal(json{{"prompt", "a"}, {"frequency_penalty", 0.5}}).find("not supported") != std::string::npos);
   CHECK(refusal(json{{"prompt", json::array({1, 999})}}).find("outside the vocabulary") != std::string::npos);
   CHECK(refusal(json{{"prompt", json::array({1, -1})}}).find("outside the vocabulary") != std::string::npos);
-  CHECK(refusal(json{{"prompt", std::string(70, 'a')}}).find("exceeds") != std::string::npos);
+  CHECK(refusal(json{{"prompt", std::string(70, 'a')}}).find("prompt 0: prompt of 71 tokens exceeds") != std::string::npos);
+  // chat: the rendered conversation is what must fit, and the error says so
+  CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", std::string(70, 'a')}}})}}, true)
+            .find("messages (rendered by the chat template): prompt of") != std::string::npos);
   CHECK(refusal(json{{"prompt", "aaaa"}, {"max_tokens", 100}}).find("max_new_tokens") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"stop", json::array({1})}}).find("'stop'") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"max_tokens", 1e300}}).find("'max_tokens' must be an integer") != std::string::npos);
