@@ -1,6 +1,6 @@
 // test_real_configs.cpp: published config.json files of one model per family (tests/fixtures/configs, sources
 // in its README.md): Qwen3-8B, Phi-3-mini-4k-instruct, GPT-J-6B, Falcon-7B-instruct; and the written-out
-// fields of Gemma-2-9B and OLMo-2-1124-7B (published_configs.h: no file committed). For each:
+// fields of Gemma-2-9B, OLMo-2-1124-7B and StarCoder2-3B (published_configs.h: no file committed). For each:
 //  1. the real file parsed by the model registry, with the values it derives (heads, KV heads, head_dim,
 //     MLP size, vocabulary, rotary dims, the family's own fields);
 //  2. `tpshard plan` on the real file: every tp_rank's weight bytes against a count made here from the
@@ -145,6 +145,26 @@ Shapes falcon_shapes(const Dims& d, int tp, int r) {
     s[blk(l, "attn_qkv.weight")] = {(p.heads + 2 * p.kv_heads) * hd, H};
     s[blk(l, "attn_output.weight")] = {H, p.heads * hd};
     s[blk(l, "ffn_up.weight")] = {p.mlp, H};
+    s[blk(l, "ffn_down.weight")] = {H, p.mlp};
+  }
+  return s;
+}
+
+/// StarCoder2: LayerNorms with biases, q/k/v fused per rank with their biases, o_proj and the plain MLP
+/// (c_fc / c_proj) with biases, LM head tied to the embedding.
+Shapes starcoder2_shapes(const Dims& d, int tp, int r) {
+  const RankPart p = rank_part(d, tp, r);
+  const int64_t H = d.hidden, hd = d.head_dim, qkv = (p.heads + 2 * p.kv_heads) * hd;
+  Shapes s{{"token_embd.weight", {p.vocab_rows, H}}, {"output_norm.weight", {H}}, {"output_norm.bias", {H}}};
+  for (int l = 0; l < d.layers; ++l) {
+    for (const char* n : {"attn_norm.weight", "attn_norm.bias", "ffn_norm.weight", "ffn_norm.bias", "attn_output.bias",
+                          "ffn_down.bias"})
+      s[blk(l, n)] = {H};
+    s[blk(l, "attn_qkv.weight")] = {qkv, H};
+    s[blk(l, "attn_qkv.bias")] = {qkv};
+    s[blk(l, "attn_output.weight")] = {H, p.heads * hd};
+    s[blk(l, "ffn_up.weight")] = {p.mlp, H};
+    s[blk(l, "ffn_up.bias")] = {p.mlp};
     s[blk(l, "ffn_down.weight")] = {H, p.mlp};
   }
   return s;
@@ -553,4 +573,69 @@ TEST_CASE("OLMo-2-1124-7B config, 2 layers, shape-scaled (hidden 128 = 32 heads 
   const Checkpoint ck = llama_checkpoint(d, false, {{"self_attn.q_norm", d.hidden}, {"self_attn.k_norm", d.hidden},
                                                      {"post_attention_layernorm", d.hidden}, {"post_feedforward_layernorm", d.hidden}});
   convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return llama_shapes(d, tp, r, kOlmo2); });
+}
+
+// ---- StarCoder2-3B (bigcode/starcoder2-3b): its config.json fields written out (published_configs.h) ----
+
+TEST_CASE("StarCoder2-3B config: GQA 24/2, sliding window 4096 on every layer, biases, LayerNorm, tied; tpshard plan at tp 2 and 3") {
+  const ModelConfig c = parse_hf_config(starcoder2_3b(), "starcoder2-3b");
+  CHECK(c.arch == Arch::Starcoder2);
+  CHECK(c.hidden_size == 3072);
+  CHECK(c.num_hidden_layers == 30);
+  CHECK(c.num_attention_heads == 24);
+  CHECK(c.num_key_value_heads == 2);
+  CHECK(c.head_dim == 128);
+  CHECK(c.rotary_ndims == 128);
+  CHECK(c.intermediate_size == 12288);
+  CHECK(c.vocab_size == 49152);
+  CHECK(c.max_position_embeddings == 16384);
+  CHECK(c.sliding_window == 4096);
+  CHECK(c.layer_windows == std::vector<int64_t>(30, 4096));
+  CHECK(c.norm == NormKind::LayerNorm);
+  CHECK(c.norm_eps == 1e-5);
+  CHECK(c.hidden_act == Activation::GeluTanh);
+  CHECK_FALSE(c.gated_mlp);
+  CHECK(c.attention_bias);
+  CHECK(c.attention_out_bias);
+  CHECK(c.mlp_bias);
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.rope_theta == 999999.4420358813);
+  CHECK(c.torch_dtype.empty());
+  CHECK(c.bos_token_ids == std::vector<int64_t>{0});
+  CHECK(c.eos_token_ids == std::vector<int64_t>{0});
+
+  const Dims full{3072, 12288, 49152, 24, 2, 128, 30};
+  for (int tp : {2, 3}) check_plan_json(starcoder2_3b(), c, tp, [&](int t, int r) { return starcoder2_shapes(full, t, r); });
+}
+
+TEST_CASE("StarCoder2-3B config, 2 layers, shape-scaled (hidden 192 = 24 heads of 8, MLP 256): tpshard convert --tp 1,2,3") {
+  json j = starcoder2_3b();
+  j["num_hidden_layers"] = 2;
+  j["hidden_size"] = 192;
+  j["intermediate_size"] = 256;
+  const Dims d{192, 256, 49152, 24, 2, 8, 2};
+  Checkpoint ck;
+  ck.add("model.embed_tokens.weight", {d.vocab, d.hidden});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* n : {"input_layernorm", "post_attention_layernorm"}) {
+      ck.add(p + n + ".weight", {d.hidden});
+      ck.add(p + n + ".bias", {d.hidden});
+    }
+    for (const auto& [n, rows] : std::vector<std::pair<std::string, int64_t>>{{"q_proj", 24 * 8}, {"k_proj", 2 * 8}, {"v_proj", 2 * 8}}) {
+      ck.add(p + "self_attn." + n + ".weight", {rows, d.hidden});
+      ck.add(p + "self_attn." + n + ".bias", {rows});
+    }
+    ck.add(p + "self_attn.o_proj.weight", {d.hidden, d.hidden});
+    ck.add(p + "self_attn.o_proj.bias", {d.hidden});
+    ck.add(p + "mlp.c_fc.weight", {d.inter, d.hidden});
+    ck.add(p + "mlp.c_fc.bias", {d.inter});
+    ck.add(p + "mlp.c_proj.weight", {d.hidden, d.inter});
+    ck.add(p + "mlp.c_proj.bias", {d.hidden});
+  }
+  ck.add("model.norm.weight", {d.hidden});
+  ck.add("model.norm.bias", {d.hidden});
+  // tp 3: heads 8 / 8 / 8, KV groups of 12: rank 1's heads 8-15 fall in both groups
+  CHECK(rank_part(d, 3, 1).kv_heads == 2);
+  convert_and_check(j, ck, {1, 2, 3}, [&](int tp, int r) { return starcoder2_shapes(d, tp, r); });
 }
