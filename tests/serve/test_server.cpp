@@ -124,6 +124,18 @@ SessionOptions session(int tp) {
   return o;
 }
 
+/// The greedy reference of the chat tests: "Tell me a story" rendered by the fixture's template (its ids in
+/// *ids), 10 new tokens.
+GenerationResult greedy_chat(RankContext& ctx, std::vector<int32_t>* ids) {
+  *ids = ctx.tokenizer->encode(apply_chat_template(model_dir(), {{"user", "Tell me a story"}}, true), false);
+  GenerationRequest r;
+  r.id = "0";
+  r.prompt_ids = *ids;
+  r.params.max_new_tokens = 10;
+  r.params.temperature = 0;
+  return generate(*ctx.runner, *ctx.tokenizer, {r})[0];
+}
+
 }  // namespace
 
 TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat and bad requests against the library") {
@@ -146,13 +158,7 @@ TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat
         (sample ? sampled : greedy).push_back(generate(*ctx.runner, *ctx.tokenizer, {r})[0]);
       }
     scores = score_sequences(*ctx.runner, {ctx.tokenizer->encode(prompts[0] + " there was", true)}, 0);
-    chat_ids = ctx.tokenizer->encode(apply_chat_template(model_dir(), {{"user", "Tell me a story"}}, true), false);
-    GenerationRequest r;
-    r.id = "0";
-    r.prompt_ids = chat_ids;
-    r.params.max_new_tokens = 10;
-    r.params.temperature = 0;
-    chat_result = generate(*ctx.runner, *ctx.tokenizer, {r})[0];
+    chat_result = greedy_chat(ctx, &chat_ids);
   });
 
   ServerProcess server;
@@ -555,13 +561,7 @@ TEST_CASE("logprobs: streamed chunks add up to the response's (stop strings, ech
   std::vector<int32_t> chat_ids;
   GenerationResult chat_result;
   run_on_ranks(session(1), [&](RankContext& ctx) {
-    chat_ids = ctx.tokenizer->encode(apply_chat_template(model_dir(), {{"user", "Tell me a story"}}, true), false);
-    GenerationRequest r;
-    r.id = "0";
-    r.prompt_ids = chat_ids;
-    r.params.max_new_tokens = 10;
-    r.params.temperature = 0;
-    chat_result = generate(*ctx.runner, *ctx.tokenizer, {r})[0];
+    chat_result = greedy_chat(ctx, &chat_ids);
   });
   ServerProcess server;
   const int port = server.port();
