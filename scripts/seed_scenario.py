@@ -412,6 +412,51 @@ def run_hf_peer(args, hf: Path, s, prompts):
     return res
 
 
+def logits_of(args, model: Path, tp, prompt, max_seq):
+    """`tprun logits --text PROMPT` at this tp size: the last position's logits (a list of floats)."""
+    cmd = [args.tprun, str(model), "--tp", str(tp), "--pp", str(args.pp), "--device", args.device,
+           "--max-batch", "1", "--max-seq-len", str(max_seq), "logits", "--text", prompt]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        log(f"tp {tp}: tprun logits failed (exit {r.returncode}):\n" + "\n".join(r.stderr.splitlines()[-5:]))
+        return None
+    return json.loads(r.stdout)["logits"]
+
+
+def compare_logits(args, model: Path, tps, prompts, max_seq):
+    """Per tp size after the first: the largest |logit difference| from the first tp size over the first
+    --logits-check prompts, that size's spread (max - min) and the reference's top-1 - top-2 gaps, and how
+    many top-1 tokens agree. Lines for the checks section: (text, ok); ok when every top-1 agrees wherever
+    the reference's gap exceeds twice the largest difference seen."""
+    ref = [logits_of(args, model, tps[0], p, max_seq) for p in prompts[:args.logits_check]]
+    out = []
+    for tp in tps[1:]:
+        worst, spread, gaps, same, decided, decided_same = 0.0, 0.0, [], 0, 0, 0
+        for p, a in zip(prompts[:args.logits_check], ref):
+            b = logits_of(args, model, tp, p, max_seq)
+            if a is None or b is None:
+                out.append((f"tp {tp}: logits vs tp {tps[0]}: tprun logits failed", False))
+                break
+            diff = max(abs(x - y) for x, y in zip(a, b))
+            worst = max(worst, diff)
+            spread = max(spread, max(a) - min(a))
+            top = sorted(range(len(a)), key=lambda i: a[i], reverse=True)[:2]
+            gap = a[top[0]] - a[top[1]]
+            gaps.append(gap)
+            agree = top[0] == max(range(len(b)), key=lambda i: b[i])
+            same += agree
+            if gap > 2 * diff:
+                decided += 1
+                decided_same += agree
+        else:
+            n = len(gaps)
+            out.append((f"tp {tp} vs tp {tps[0]}, last-position logits of {n} prompts: max |diff| {worst:.4g} "
+                        f"(logit spread {spread:.4g}; top-1 - top-2 gaps {', '.join(f'{g:.3g}' for g in gaps)}); "
+                        f"top-1 equal {same}/{n}, {decided_same}/{decided} where the gap exceeds 2 x |diff|",
+                        decided_same == decided))
+    return out
+
+
 def fmt_mib(b):
     return "-" if b is None else f"{b / MIB:.1f}"
 
@@ -441,6 +486,9 @@ def main():
                          "cannot hold the checkpoint and its shards)")
     ap.add_argument("--pp", type=int, default=1, help="pipeline stages of every run (tp x pp ranks; on one GPU "
                     "the ranks share it and bench-load's per-rank device totals show the balance)")
+    ap.add_argument("--logits-check", type=int, default=0, metavar="N",
+                    help="also compare `tprun logits` of the first N prompts at every tp size with the first one "
+                         "(max |difference|, top-1 agreement where the top-1 - top-2 gap is clear)")
     ap.add_argument("--peer", choices=["none", "hf"], default="none",
                     help="hf: also run Hugging Face transformers (device_map=auto, batched greedy generate) on the "
                          "same prompts and add its row (scripts/hf_peer.py)")
@@ -465,6 +513,7 @@ def main():
     if args.device == "cuda":
         for r in results:
             r["bench"] = run_bench_load(args, model, r["tp"], max_seq)
+    logit_checks = compare_logits(args, model, tps, prompts, max_seq) if args.logits_check and len(tps) > 1 else []
     peer = run_hf_peer(args, hf, s, prompts) if args.peer == "hf" else None
 
     # ---- the table ----
@@ -562,6 +611,7 @@ def main():
                          f"{peer['prompt_tokens'] / peer['prefill_s']:.1f}",
                          f"{len(prompts) * steps / peer['decode_s']:.1f}" if peer["decode_s"] > 0 else "-",
                          f"{1000 * peer['decode_s'] / steps:.1f}", same])
+    checks += logit_checks
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     print("| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
