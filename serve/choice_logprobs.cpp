@@ -6,7 +6,7 @@
 namespace tpshard::serve {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json bytes_of(const std::string& s) {
   json b = json::array();
@@ -17,10 +17,16 @@ json bytes_of(const std::string& s) {
 }  // namespace
 
 std::string token_text(const Tokenizer& tok, int32_t prev, int32_t id) {
-  if (id < 0 || id >= tok.vocab_size()) return {};
-  if (prev < 0 || prev >= tok.vocab_size()) return tok.decode({id}, false);
-  const std::string before = tok.decode({prev}, false), both = tok.decode({prev, id}, false);
-  return both.compare(0, before.size(), before) == 0 ? both.substr(before.size()) : tok.decode({id}, false);
+  if (id < 0 || id >= tok.vocab_size() || tok.is_special(id)) return {};
+  if (prev < 0 || prev >= tok.vocab_size()) return tok.decode({id}, true);
+  const std::string before = tok.decode({prev}, true), both = tok.decode({prev, id}, true);
+  return both.compare(0, before.size(), before) == 0 ? both.substr(before.size()) : tok.decode({id}, true);
+}
+
+/// What a token is shown as: the text it adds, or a special token's own text.
+static std::string shown(const Tokenizer& tok, int32_t prev, int32_t id) {
+  if (id >= 0 && id < tok.vocab_size() && tok.is_special(id)) return tok.decode({id}, false);
+  return token_text(tok, prev, id);
 }
 
 ChoiceLogprobs::ChoiceLogprobs(const Tokenizer& tok, const std::vector<int32_t>& prompt, bool echo, int top, bool chat)
@@ -42,11 +48,11 @@ void ChoiceLogprobs::add(const GenerationResult& so_far) {
 }
 
 void ChoiceLogprobs::put(int32_t token, const TokenLogprob* lp) {
-  const std::string s = token_text(tok_, prev_, token);
+  const std::string s = shown(tok_, prev_, token);
   if (chat_) {
     json top = json::array();
     for (size_t j = 0; lp && j < lp->top.size() && j < static_cast<size_t>(top_); ++j) {
-      const std::string t = token_text(tok_, prev_, lp->top[j].first);
+      const std::string t = shown(tok_, prev_, lp->top[j].first);
       top.push_back({{"token", t}, {"logprob", lp->top[j].second}, {"bytes", bytes_of(t)}});
     }
     content_.push_back({{"token", s}, {"logprob", lp ? json(lp->logprob) : json()}, {"bytes", bytes_of(s)},
@@ -59,13 +65,13 @@ void ChoiceLogprobs::put(int32_t token, const TokenLogprob* lp) {
     if (lp && top_ > 0) {
       top = json::object();
       for (size_t j = 0; j < lp->top.size() && j < static_cast<size_t>(top_); ++j) {
-        const std::string t = token_text(tok_, prev_, lp->top[j].first);
-        if (!top.contains(t)) top[t] = lp->top[j].second;
+        const std::string t = shown(tok_, prev_, lp->top[j].first);
+        if (!top.contains(t)) top[t] = lp->top[j].second;  // lp->top is most likely first: kept in that order
       }
     }
     top_logprobs_.push_back(std::move(top));
   }
-  offset_ += s.size();
+  offset_ += token_text(tok_, prev_, token).size();  // what it adds to the returned text
   prev_ = token;
 }
 

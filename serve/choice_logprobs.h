@@ -14,14 +14,18 @@
 
 namespace tpshard::serve {
 
-/// The text token `id` adds after token `prev` (-1: none): decode({prev, id}) minus decode({prev}), so a
-/// SentencePiece "▁upon" after "Once" reads " upon" as in the decoded text. Its bytes may be part of a
-/// UTF-8 character (JSON output replaces what is invalid; chat's `bytes` keep them).
+/// The text token `id` adds after token `prev` (-1: none) in the text the response returns (special tokens
+/// skipped, as in decoded output): decode({prev, id}) minus decode({prev}), so a SentencePiece "▁upon"
+/// after "Once" reads " upon", and "▁Once" right after BOS reads "Once". "" for a special token. Its bytes
+/// may be part of a UTF-8 character (JSON output replaces what is invalid; chat's `bytes` keep them).
 std::string token_text(const Tokenizer& tok, int32_t prev, int32_t id);
 
 /// The logprobs of one choice, added token by token and taken out in parts (one per streamed chunk, or
 /// one for the whole response). A token's log-probability is GenerationResult's (log_softmax of the
-/// logits, before penalties and temperature); its string is token_text after the token before it.
+/// logits, before penalties and temperature); its string is token_text after the token before it (a special
+/// token: its own text, such as "<s>", which adds nothing to the returned text). Completions' text_offset
+/// indexes the returned text (with echo, the prompt's text first); top_logprobs objects list the
+/// alternatives most likely first. Objects are ordered_json, so their keys keep that order when printed.
 class ChoiceLogprobs {
  public:
   /// prompt: the choice's prompt ids (kept by reference: they must outlive this); echo (completions): the
@@ -35,7 +39,7 @@ class ChoiceLogprobs {
 
   /// The object of the tokens added since the last take() (the first: since the start); empty lists when
   /// none were.
-  nlohmann::json take();
+  nlohmann::ordered_json take();
 
  private:
   void put(int32_t token, const TokenLogprob* lp);
@@ -49,8 +53,8 @@ class ChoiceLogprobs {
   size_t outputs_added_ = 0;
   int32_t prev_ = -1;   ///< the token before the next one
   size_t offset_ = 0;   ///< completions: text_offset of the next token
-  nlohmann::json tokens_, token_logprobs_, top_logprobs_, text_offset_;  ///< completions, since the last take()
-  nlohmann::json content_;                                               ///< chat, since the last take()
+  nlohmann::ordered_json tokens_, token_logprobs_, top_logprobs_, text_offset_;  ///< completions, since the last take()
+  nlohmann::ordered_json content_;                                               ///< chat, since the last take()
 };
 
 }  // namespace tpshard::serve

@@ -13,6 +13,7 @@ namespace tpshard::serve {
 namespace {
 
 using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
 
 [[noreturn]] void bad(const std::string& message) { throw ApiError{400, message}; }
 
@@ -146,7 +147,7 @@ void check_fits(const ApiRequest& r, const ApiLimits& limits) {
   }
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
 
 }  // namespace
 
@@ -264,16 +265,16 @@ std::string openai_finish_reason(const std::string& ours) {
   return "stop";
 }
 
-json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results, const Tokenizer& tok,
+nlohmann::ordered_json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results, const Tokenizer& tok,
                    const std::string& id, int64_t created, const std::string& model) {
-  json choices = json::array();
+  ordered_json choices = ordered_json::array();
   int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerationResult& res = results[i];
     const GenerationRequest& g = req.prompts[i];
     if (i % static_cast<size_t>(std::max(1, req.n)) == 0) prompt_tokens += static_cast<int64_t>(g.prompt_ids.size());
     completion_tokens += static_cast<int64_t>(res.output_ids.size());
-    json c;
+    ordered_json c;
     c["index"] = i;
     if (req.chat) c["message"] = {{"role", "assistant"}, {"content", res.text}};
     else c["text"] = prompt_echo(req, i, tok) + res.text;
@@ -287,7 +288,7 @@ json response_body(const ApiRequest& req, const std::vector<GenerationResult>& r
     c["finish_reason"] = openai_finish_reason(res.finish_reason);
     choices.push_back(c);
   }
-  json j;
+  ordered_json j;
   j["id"] = id;
   j["object"] = req.chat ? "chat.completion" : "text_completion";
   j["created"] = created;
@@ -304,11 +305,11 @@ std::string prompt_echo(const ApiRequest& req, size_t index, const Tokenizer& to
 
 std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
                          bool first, const std::string& id, int64_t created, const std::string& model,
-                         const json& logprobs) {
+                         const ordered_json& logprobs) {
   json c;
   c["index"] = index;
   if (req.chat) {
-    json delta = json::object();
+    ordered_json delta = ordered_json::object();
     if (first) delta["role"] = "assistant";
     if (!text.empty() || finish_reason.empty()) delta["content"] = text;
     c["delta"] = delta;
@@ -316,13 +317,13 @@ std::string stream_event(const ApiRequest& req, size_t index, const std::string&
     c["text"] = text;
   }
   c["logprobs"] = logprobs;
-  c["finish_reason"] = finish_reason.empty() ? json() : json(openai_finish_reason(finish_reason));
-  json j;
+  c["finish_reason"] = finish_reason.empty() ? ordered_json() : ordered_json(openai_finish_reason(finish_reason));
+  ordered_json j;
   j["id"] = id;
   j["object"] = req.chat ? "chat.completion.chunk" : "text_completion";
   j["created"] = created;
   j["model"] = model;
-  j["choices"] = json::array({c});
+  j["choices"] = ordered_json::array({c});
   return "data: " + dump(j) + "\n\n";
 }
 

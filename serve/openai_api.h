@@ -81,7 +81,7 @@ ApiRequest parse_chat(const nlohmann::json& body, const Tokenizer& tok, const Ch
 /// (serve/choice_logprobs.h), of the output ids up to text_tokens (after the prompt's with echo). usage: prompt_tokens counts
 /// each prompt once (not once per choice, as OpenAI), completion_tokens every choice's tokens.
 /// id: "cmpl-N" / "chatcmpl-N"; created: Unix seconds; model: the served model name.
-nlohmann::json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results,
+nlohmann::ordered_json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results,
                              const Tokenizer& tok, const std::string& id, int64_t created, const std::string& model);
 
 /// The text completions echo before choice `index`'s output: its decoded prompt with `echo`, else "".
@@ -93,7 +93,7 @@ std::string prompt_echo(const ApiRequest& req, size_t index, const Tokenizer& to
 /// null when not asked).
 std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
                          bool first, const std::string& id, int64_t created, const std::string& model,
-                         const nlohmann::json& logprobs = nullptr);
+                         const nlohmann::ordered_json& logprobs = nullptr);
 
 /// The OpenAI error body of e.
 nlohmann::json error_body(const ApiError& e);

@@ -432,7 +432,7 @@ std::string Server::take_arrivals(bool wait) {
 void Server::push_chunk(Job& job, size_t choice, const std::string& piece, const GenerationResult& so_far,
                         const std::string& finish_reason) {
   const std::string text = job.started[choice] ? piece : prompt_echo(job.req, choice, *ctx_.tokenizer) + piece;
-  json logprobs;
+  nlohmann::ordered_json logprobs;
   if (!job.logprobs.empty()) {
     job.logprobs[choice].add(so_far);
     logprobs = job.logprobs[choice].take();

@@ -276,7 +276,9 @@ TEST_CASE("ChoiceLogprobs: parts taken as the result grows concatenate to the wh
   CHECK(all["token_logprobs"][2] == -0.25);
   CHECK(all["token_logprobs"][5] == -3.0);
   CHECK(all["top_logprobs"][1] == json{{"a", -0.5}, {"x", -1.5}});
-  CHECK(all["text_offset"] == json::array({0, 3, 4, 5, 6, 7}));
+  // offsets index the returned text "abc\xC3\xA9": BOS is shown as "<s>" but adds nothing to it
+  CHECK(all["tokens"][0] == "<s>");
+  CHECK(all["text_offset"] == json::array({0, 0, 1, 2, 3, 4}));
 
   // The same in parts: the prompt with the first output token, then nothing new, then the rest.
   ChoiceLogprobs parts(tok, prompt, true, 2, false);
@@ -292,6 +294,15 @@ TEST_CASE("ChoiceLogprobs: parts taken as the result grows concatenate to the wh
   for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
     for (const json& v : rest[key]) joined[key].push_back(v);
   CHECK(joined == all);
+
+  // Alternatives are listed most likely first (not by their strings), in the printed object too.
+  GenerationResult ranked;
+  ranked.output_ids = {'b'};
+  ranked.logprobs = {{'b', -0.1f, {{'z', -0.05f}, {'b', -0.1f}, {'a', -4.0f}}}};
+  ranked.text_tokens = 1;
+  ChoiceLogprobs order(tok, prompt, false, 3, false);
+  order.add(ranked);
+  CHECK(order.take()["top_logprobs"][0].dump() == R"({"z":-0.05000000074505806,"b":-0.10000000149011612,"a":-4.0})");
 
   // Chat: the generated tokens only, with their bytes and a list of alternatives.
   ChoiceLogprobs chat(tok, prompt, false, 1, true);

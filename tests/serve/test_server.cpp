@@ -621,6 +621,22 @@ TEST_CASE("logprobs: streamed chunks add up to the response's (stop strings, ech
   REQUIRE(es.logprobs[0]["token_logprobs"].size() >= 5);  // BOS + the prompt's 4 or more tokens
   CHECK(es.logprobs[0]["token_logprobs"][0].is_null());
   check_same_logprobs(join_completion_logprobs(es.logprobs), echoed["choices"][0]["logprobs"], 1e-6);
+  // Each token's string stands in the returned text at its text_offset (BOS is shown as "<s>" and adds
+  // nothing); SentencePiece's "▁Once" right after BOS reads "Once", as the text does.
+  {
+    const json& lp = echoed["choices"][0]["logprobs"];
+    const std::string text = echoed["choices"][0]["text"];
+    CHECK(lp["tokens"][0] == "<s>");
+    CHECK(lp["text_offset"][0] == 0);
+    CHECK(lp["tokens"][1] == "Once");
+    std::string rebuilt;
+    for (size_t i = 1; i < lp["tokens"].size(); ++i) {
+      const std::string t = lp["tokens"][i];
+      CHECK(lp["text_offset"][i] == rebuilt.size());
+      rebuilt += t;
+    }
+    CHECK(rebuilt == text);
+  }
 
   // Chat: streamed == not streamed, and both equal the completions logprobs of the rendered prompt
   // followed by the generated tokens (echo, max_tokens 0: every position prefilled at once).
