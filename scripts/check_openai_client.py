@@ -48,6 +48,12 @@ def main():
     check([t for p in slp for t in p.tokens] == lp.tokens and
           all(abs(a - b) <= 1e-6 for a, b in zip([v for p in slp for v in p.token_logprobs], lp.token_logprobs)),
           f"streamed logprobs == non-streamed: {len(lp.tokens)} tokens in {len(slp)} chunks")
+    uc = list(c.completions.create(model=model, prompt="Once upon a time", max_tokens=16, temperature=0, stream=True,
+                                   stream_options={"include_usage": True}))
+    check(all(x.usage is None for x in uc[:-1]) and not uc[-1].choices and uc[-1].usage is not None and
+          uc[-1].usage.completion_tokens == r.usage.completion_tokens and
+          uc[-1].usage.prompt_tokens == r.usage.prompt_tokens and "".join(x.choices[0].text for x in uc[:-1]) == text,
+          f"stream_options include_usage: a last chunk with usage {uc[-1].usage}")
     e = c.completions.create(model=model, prompt="Once upon a time, there was", max_tokens=0, echo=True, logprobs=1)
     elp = e.choices[0].logprobs.token_logprobs
     check(elp[0] is None and all(isinstance(x, float) and x <= 0 for x in elp[1:]),
@@ -55,8 +61,11 @@ def main():
     if not args.no_chat:
         msgs = [{"role": "user", "content": "Tell me a story."}]
         ch = c.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0)
-        cs = "".join((x.choices[0].delta.content or "") for x in c.chat.completions.create(
-            model=model, messages=msgs, max_tokens=12, temperature=0, stream=True))
+        cchunks = list(c.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+        cs = "".join((x.choices[0].delta.content or "") for x in cchunks if x.choices)
+        check(not cchunks[-1].choices and cchunks[-1].usage.completion_tokens == ch.usage.completion_tokens,
+              f"streamed chat, include_usage: usage {cchunks[-1].usage}")
         check(ch.choices[0].message.role == "assistant" and cs == ch.choices[0].message.content,
               f"chat == streamed chat: {cs!r}")
         lc = c.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0, logprobs=True,

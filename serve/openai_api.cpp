@@ -135,6 +135,30 @@ void expand_choices(ApiRequest& r, const json& body) {
   r.prompts = std::move(choices);
 }
 
+/// `stream_options`: an object with at most `include_usage` (a boolean), and only with `stream` true.
+void stream_options(const json& body, ApiRequest* r) {
+  const auto it = body.find("stream_options");
+  if (it == body.end() || it->is_null()) return;
+  if (!r->stream) bad("'stream_options' is only allowed with 'stream': true");
+  if (!it->is_object()) bad("'stream_options' must be an object");
+  for (const auto& [key, value] : it->items()) {
+    if (key != "include_usage") bad("'stream_options." + key + "' is not supported (only 'include_usage')");
+    if (!value.is_boolean()) bad("'stream_options.include_usage' must be a boolean");
+    r->stream_usage = value.get<bool>();
+  }
+}
+
+/// usage of a response: prompt_tokens counts each prompt once, completion_tokens every choice's tokens.
+ordered_json usage_of(const ApiRequest& req, const std::vector<GenerationResult>& results) {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < results.size() && i < req.prompts.size(); ++i) {
+    if (i % static_cast<size_t>(std::max(1, req.n)) == 0) prompt_tokens += static_cast<int64_t>(req.prompts[i].prompt_ids.size());
+    completion_tokens += static_cast<int64_t>(results[i].output_ids.size());
+  }
+  return {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
 void check_fits(const ApiRequest& r, const ApiLimits& limits) {
   for (const GenerationRequest& g : r.prompts) {
     try {
@@ -168,6 +192,7 @@ ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLim
   check_fields(body, known);
   ApiRequest r;
   r.stream = boolean(body, "stream", false);
+  stream_options(body, &r);
   r.echo = boolean(body, "echo", false);
   r.logprobs = static_cast<int>(integer(body, "logprobs", -1, -1, 20));
   if (body.contains("logprobs") && body["logprobs"].is_boolean()) bad("'logprobs' of completions is an integer (0..20)");
@@ -213,6 +238,7 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
   ApiRequest r;
   r.chat = true;
   r.stream = boolean(body, "stream", false);
+  stream_options(body, &r);
   const bool logprobs = boolean(body, "logprobs", false);
   const int top_logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, 20));
   if (!logprobs && body.contains("top_logprobs") && !body["top_logprobs"].is_null())
@@ -268,12 +294,9 @@ std::string openai_finish_reason(const std::string& ours) {
 nlohmann::ordered_json response_body(const ApiRequest& req, const std::vector<GenerationResult>& results, const Tokenizer& tok,
                    const std::string& id, int64_t created, const std::string& model) {
   ordered_json choices = ordered_json::array();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerationResult& res = results[i];
     const GenerationRequest& g = req.prompts[i];
-    if (i % static_cast<size_t>(std::max(1, req.n)) == 0) prompt_tokens += static_cast<int64_t>(g.prompt_ids.size());
-    completion_tokens += static_cast<int64_t>(res.output_ids.size());
     ordered_json c;
     c["index"] = i;
     if (req.chat) c["message"] = {{"role", "assistant"}, {"content", res.text}};
@@ -294,8 +317,7 @@ nlohmann::ordered_json response_body(const ApiRequest& req, const std::vector<Ge
   j["created"] = created;
   j["model"] = model;
   j["choices"] = choices;
-  j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
-                {"total_tokens", prompt_tokens + completion_tokens}};
+  j["usage"] = usage_of(req, results);
   return j;
 }
 
@@ -324,6 +346,19 @@ std::string stream_event(const ApiRequest& req, size_t index, const std::string&
   j["created"] = created;
   j["model"] = model;
   j["choices"] = ordered_json::array({c});
+  if (req.stream_usage) j["usage"] = nullptr;
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string stream_usage_event(const ApiRequest& req, const std::vector<GenerationResult>& results, const std::string& id,
+                               int64_t created, const std::string& model) {
+  ordered_json j;
+  j["id"] = id;
+  j["object"] = req.chat ? "chat.completion.chunk" : "text_completion";
+  j["created"] = created;
+  j["model"] = model;
+  j["choices"] = ordered_json::array();
+  j["usage"] = usage_of(req, results);
   return "data: " + dump(j) + "\n\n";
 }
 

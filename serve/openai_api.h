@@ -36,6 +36,7 @@ struct ApiRequest {
   bool chat = false;
   int n = 1;                    ///< choices per prompt (1..kMaxChoices)
   bool stream = false;
+  bool stream_usage = false;    ///< `stream_options.include_usage`: chunks carry "usage": null, a last chunk the usage
   bool echo = false;            ///< completions: the prompt is part of the returned text and logprobs
   /// Log-probabilities with this many top alternatives per token (0..20), -1: none. Completions: `logprobs`;
   /// chat: `top_logprobs` (default 0) when `logprobs` is true.
@@ -94,6 +95,11 @@ std::string prompt_echo(const ApiRequest& req, size_t index, const Tokenizer& to
 std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
                          bool first, const std::string& id, int64_t created, const std::string& model,
                          const nlohmann::ordered_json& logprobs = nullptr);
+
+/// The last event of a stream with `stream_options.include_usage`, before [DONE]: no choices, the usage
+/// of the whole response (as response_body counts it).
+std::string stream_usage_event(const ApiRequest& req, const std::vector<GenerationResult>& results, const std::string& id,
+                               int64_t created, const std::string& model);
 
 /// The OpenAI error body of e.
 nlohmann::json error_body(const ApiError& e);

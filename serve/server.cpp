@@ -349,6 +349,10 @@ void Server::handle_generate(const httplib::Request& http, httplib::Response& re
         const std::string e = "data: " + error_body(ApiError{400, job->error}).dump() + "\n\n";
         sink.write(e.data(), e.size());
       }
+      if (job->error.empty() && job->req.stream_usage) {
+        const std::string u = stream_usage_event(job->req, job->results, job->id, job->created, model_name_);
+        sink.write(u.data(), u.size());
+      }
       sink.write("data: [DONE]\n\n", 14);
       sink.done();
     }

@@ -189,6 +189,11 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   test::ByteTokenizer tok;
   CHECK_THROWS_AS(parse_chat(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}}, tok, nullptr, limits()),
                   ApiError);
+  CHECK(refusal(json{{"prompt", "a"}, {"stream_options", {{"include_usage", true}}}}) == "'stream_options' is only allowed with 'stream': true");
+  CHECK(refusal(json{{"prompt", "a"}, {"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}})
+            .find("'stream_options.continuous_usage_stats' is not supported") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"stream", true}, {"stream_options", {{"include_usage", 1}}}}) ==
+        "'stream_options.include_usage' must be a boolean");
 }
 
 TEST_CASE("response bodies: text, finish_reason, usage, echo with logprobs (first token null), chat, stream chunks") {
@@ -243,6 +248,18 @@ TEST_CASE("response bodies: text, finish_reason, usage, echo with logprobs (firs
   CHECK(openai_finish_reason("eos") == "stop");
   CHECK(openai_finish_reason("abort") == "abort");
   CHECK(error_body(ApiError{400, "bad"})["error"]["message"] == "bad");
+
+  // stream_options.include_usage: every chunk has "usage": null, a last chunk has no choices and the usage.
+  ApiRequest su = parse_completion(json{{"prompt", "ab"}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}, tok, limits());
+  CHECK(su.stream_usage);
+  CHECK(json::parse(stream_event(su, 0, "c", "", true, "cmpl-8", 100, "m").substr(6))["usage"].is_null());
+  GenerationResult two;
+  two.output_ids = {'c', 'd'};
+  const json u = json::parse(stream_usage_event(su, {two}, "cmpl-8", 100, "m").substr(6));
+  CHECK(u["choices"].empty());
+  CHECK(u["usage"] == json{{"prompt_tokens", 3}, {"completion_tokens", 2}, {"total_tokens", 5}});
+  CHECK(u["object"] == "text_completion");
+  CHECK_FALSE(json::parse(stream_event(r, 0, "c", "", true, "cmpl-7", 100, "m").substr(6)).contains("usage"));
 }
 
 TEST_CASE("chat logprobs: logprobs true with top_logprobs asks for log-probabilities with that many alternatives") {
