@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "format/error.h"
@@ -17,19 +18,29 @@ using ordered_json = nlohmann::ordered_json;
 
 [[noreturn]] void bad(const std::string& message) { throw ApiError{400, message}; }
 
+/// A number as an error message shows it: at most 6 significant digits (1e+308, 0.5, 100).
+std::string fmt_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
 double number(const json& body, const char* key, double fallback, double lo, double hi) {
   const auto it = body.find(key);
   if (it == body.end() || it->is_null()) return fallback;
   if (!it->is_number()) bad(std::string("'") + key + "' must be a number");
   const double v = it->get<double>();
-  if (!(v >= lo && v <= hi)) bad(std::string("'") + key + "' = " + std::to_string(v) + " is outside [" +
-                                 std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  if (!(v >= lo && v <= hi)) bad(std::string("'") + key + "' = " + fmt_number(v) + " is outside [" + fmt_number(lo) + ", " + fmt_number(hi) + "]");
   return v;
 }
 
 int64_t integer(const json& body, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
   const auto it = body.find(key);
   if (it == body.end() || it->is_null()) return fallback;
+  if (it->is_number_float() && std::isfinite(it->get<double>()) && std::floor(it->get<double>()) == it->get<double>() &&
+      std::fabs(it->get<double>()) >= 9.2e18)  // an integer too large for JSON's integer types
+    bad(std::string("'") + key + "' = " + fmt_number(it->get<double>()) + " is outside [" + std::to_string(lo) + ", " +
+        std::to_string(hi) + "]");
   if (!it->is_number_integer()) bad(std::string("'") + key + "' must be an integer");
   const int64_t v = it->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(it->get<uint64_t>(), INT64_MAX))
                                              : it->get<int64_t>();
@@ -71,7 +82,8 @@ std::vector<const char*> with(std::vector<const char*> v, std::initializer_list<
 
 /// The options common to completions and chat completions; d: the model's defaults of omitted fields.
 SamplingParams sampling(const json& body, int64_t default_max_tokens, const GenerationDefaults& d) {
-  const int64_t n = integer(body, "n", 1, 1, INT32_MAX);
+  const int64_t n = integer(body, "n", 1, INT64_MIN, INT64_MAX);
+  if (n < 1) bad("'n' = " + std::to_string(n) + " is below 1 (choices per prompt)");
   if (n > kMaxChoices) bad("'n' = " + std::to_string(n) + " is above " + std::to_string(kMaxChoices) + " (choices per prompt)");
   const int64_t best_of = integer(body, "best_of", n, 1, INT32_MAX);
   if (best_of != 1 && best_of != n) bad("'best_of' must be 1 or equal to 'n' (every choice is returned)");
@@ -166,7 +178,11 @@ void check_fits(const ApiRequest& r, const ApiLimits& limits) {
       check_request(g, limits.max_seq_len, r.chat ? std::string("messages (rendered by the chat template)") : "prompt " + g.id,
                     limits.model_seq_limit);
     } catch (const Error& e) {
-      bad(std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")"));
+      // check_request speaks of the generator's options; a client sent the API's fields
+      std::string m = std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")");
+      for (const auto& [ours, api] : {std::pair<std::string, std::string>{"max_new_tokens", "max_tokens"}, {"min_new_tokens", "min_tokens"}})
+        for (size_t at = m.find(ours); at != std::string::npos; at = m.find(ours, at + api.size())) m.replace(at, ours.size(), api);
+      bad(m);
     }
   }
 }
@@ -194,7 +210,7 @@ ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLim
   r.stream = boolean(body, "stream", false);
   stream_options(body, &r);
   r.echo = boolean(body, "echo", false);
-  r.logprobs = static_cast<int>(integer(body, "logprobs", -1, -1, 20));
+  r.logprobs = static_cast<int>(integer(body, "logprobs", -1, 0, 20));  // null or absent: none
   if (body.contains("logprobs") && body["logprobs"].is_boolean()) bad("'logprobs' of completions is an integer (0..20)");
   const SamplingParams p = sampling(body, 16, limits.defaults);
   const auto it = body.find("prompt");
@@ -202,11 +218,14 @@ ApiRequest parse_completion(const json& body, const Tokenizer& tok, const ApiLim
   std::vector<std::vector<int32_t>> prompts;
   if (it->is_string()) {
     prompts.push_back(tok.encode(it->get<std::string>(), true));
-  } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
+  } else if (it->is_array() && it->empty()) {
+    bad("'prompt' is an empty list");
+  } else if (it->is_array() && (*it)[0].is_number_integer()) {
     prompts.push_back(token_list(*it, limits));
-  } else if (it->is_array() && !it->empty()) {
+  } else if (it->is_array()) {
     for (const json& e : *it) {
       if (e.is_string()) prompts.push_back(tok.encode(e.get<std::string>(), true));
+      else if (e.is_array() && e.empty()) bad("prompt " + std::to_string(prompts.size()) + " is an empty list of token ids");
       else if (e.is_array()) prompts.push_back(token_list(e, limits));
       else bad("'prompt' must be a string, a list of strings, a list of token ids or a list of such lists");
     }

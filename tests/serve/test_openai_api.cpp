@@ -149,7 +149,7 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   CHECK(refusal(json::object()).find("'prompt' is required") != std::string::npos);
   CHECK(refusal(json{{"prompt", 5}}).find("'prompt' must be") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"n", 17}}) == "'n' = 17 is above 16 (choices per prompt)");
-  CHECK(refusal(json{{"prompt", "a"}, {"n", 0}}).find("'n' = 0 is outside") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"n", 0}}) == "'n' = 0 is below 1 (choices per prompt)");
   CHECK(refusal(json{{"prompt", "a"}, {"n", 2}, {"best_of", 3}}).find("'best_of'") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"n", 16}, {"best_of", 16}}).empty());
   CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}, {"n", 17}}, true)
@@ -164,9 +164,21 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   // chat: the rendered conversation is what must fit, and the error says so
   CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", std::string(70, 'a')}}})}}, true)
             .find("messages (rendered by the chat template): prompt of") != std::string::npos);
-  CHECK(refusal(json{{"prompt", "aaaa"}, {"max_tokens", 100}}).find("max_new_tokens") != std::string::npos);
+  // the API's field names, not the generator's
+  const std::string too_many = refusal(json{{"prompt", "aaaa"}, {"max_tokens", 100}});
+  CHECK(too_many.find("max_tokens 100") != std::string::npos);
+  CHECK(too_many.find("max_new_tokens") == std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"max_tokens", 2}, {"min_tokens", 5}}).find("min_tokens 5 is greater than max_tokens 2") !=
+        std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"stop", json::array({1})}}).find("'stop'") != std::string::npos);
-  CHECK(refusal(json{{"prompt", "a"}, {"max_tokens", 1e300}}).find("'max_tokens' must be an integer") != std::string::npos);
+  CHECK(refusal(json{{"prompt", "a"}, {"max_tokens", 1e300}}) == "'max_tokens' = 1e+300 is outside [0, 2147483647]");
+  CHECK(refusal(json{{"prompt", "a"}, {"max_tokens", 2.5}}) == "'max_tokens' must be an integer");
+  CHECK(refusal(json{{"prompt", "a"}, {"seed", 1e23}}).find("'seed' = 1e+23 is outside") == 0);
+  CHECK(refusal(json{{"prompt", "a"}, {"temperature", 1e308}}) == "'temperature' = 1e+308 is outside [0, 100]");
+  CHECK(refusal(json{{"prompt", "a"}, {"logprobs", -1}}) == "'logprobs' = -1 is outside [0, 20]");
+  CHECK(refusal(json{{"prompt", "a"}, {"logprobs", nullptr}}).empty());
+  CHECK(refusal(json{{"prompt", json::array()}}) == "'prompt' is an empty list");
+  CHECK(refusal(json{{"prompt", json::array({json::array({5}), json::array()})}}) == "prompt 1 is an empty list of token ids");
   CHECK(refusal(json{{"prompt", "a"}, {"max_token", 5}}) == "unknown field 'max_token'");  // a typo is not ignored
   CHECK(refusal(json{{"prompt", "a"}, {"logit_bias", {{"5", 1}}}}).find("'logit_bias'") != std::string::npos);
   CHECK(refusal(json{{"prompt", "a"}, {"suffix", "x"}}).find("'suffix'") != std::string::npos);

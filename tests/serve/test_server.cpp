@@ -251,7 +251,7 @@ TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat
     int status = 0;
     const json too_long = post(port, "/v1/completions", {{"prompt", json::array({1, 2})}, {"max_tokens", 100000}}, &status);
     CHECK(status == 400);
-    CHECK(too_long["error"]["message"].get<std::string>().find("max_new_tokens") != std::string::npos);
+    CHECK(too_long["error"]["message"].get<std::string>().find("max_tokens 100000") != std::string::npos);
     // a request naming another model: 404 naming both names; naming this one: served
     const json other = post(port, "/v1/completions", {{"model", "gpt-4"}, {"prompt", prompts[1]}, {"max_tokens", 2}}, &status);
     CHECK(status == 404);
