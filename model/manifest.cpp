@@ -98,6 +98,20 @@ void canonical(const nlohmann::json& v, std::string& out) {
   }
 }
 
+/// The nearest directory above `path` (at most 3 levels up) that holds manifest.json, "" when none: where
+/// a user pointed at a shard file or a tpN/ folder of a converted model.
+std::string enclosing_model_dir(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) return {};
+  for (int up = 0; up < 3 && p.has_parent_path() && p.parent_path() != p; ++up) {
+    p = p.parent_path();
+    std::error_code missing;  // set when there is no such file: not an error here
+    if (std::filesystem::is_regular_file(p / "manifest.json", missing)) return p.string();
+  }
+  return {};
+}
+
 }  // namespace
 
 uint64_t model_section_xxh3(const nlohmann::json& model) {
@@ -117,10 +131,11 @@ Manifest load_manifest(const std::string& model_dir) {
       throw Error(path + ": cannot open (" + std::strerror(err) + ")",
                   "make the model directory readable for this user (chmod -R a+rX DIR), or run as its owner");
     std::error_code ec;
-    if (err == ENOTDIR && std::filesystem::is_regular_file(model_dir, ec)) {  // e.g. MODEL/manifest.json itself
-      const std::string parent = std::filesystem::path(model_dir).parent_path().string();
+    if (err == ENOTDIR && std::filesystem::is_regular_file(model_dir, ec)) {  // e.g. MODEL/manifest.json or a shard
+      const std::string dir = enclosing_model_dir(model_dir);
       throw Error(model_dir + ": is a file, not a model directory",
-                  "pass the directory that holds manifest.json" + (parent.empty() ? std::string() : " (" + parent + ")"));
+                  dir.empty() ? std::string("pass the directory written by `tpshard convert` (it holds manifest.json)")
+                              : "pass the model directory that holds manifest.json: " + dir);
     }
     // a checkpoint not converted yet (a Hugging Face or llama2.c directory): say how to convert it
     std::string hint = "point at a directory written by `tpshard convert` (it holds manifest.json)";
@@ -128,6 +143,8 @@ Manifest load_manifest(const std::string& model_dir) {
       if (std::filesystem::exists(std::filesystem::path(model_dir) / "config.json", ec))
         hint = model_dir + " is a Hugging Face checkpoint, not converted yet: `tpshard convert " + model_dir +
                " -o OUT --tp N`, then run OUT";
+      else if (const std::string dir = enclosing_model_dir(model_dir); !dir.empty())
+        hint = "pass the model directory that holds manifest.json: " + dir;  // e.g. MODEL/tp2
       else if (const std::string h = missing_config_hint(model_dir); h.rfind("check that", 0) != 0)
         hint = h;  // llama2.c or GGUF
     }

@@ -124,7 +124,17 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   // MODEL/manifest.json given for MODEL: the directory is suggested
   CHECK(run_tpshard("verify " + (d / "out/manifest.json"), log) == 1);
   CHECK(read_text(log) == "error: " + (d / "out/manifest.json") + ": is a file, not a model directory\n"
-                          "hint: pass the directory that holds manifest.json (" + (d / "out") + ")\n");
+                          "hint: pass the model directory that holds manifest.json: " + (d / "out") + "\n");
+  // a shard file, or the tpN folder that holds it: the model directory above is named
+  std::string a_shard;
+  for (const auto& e : fs::recursive_directory_iterator(d / "out"))
+    if (e.path().extension() == ".tps") a_shard = e.path().string();
+  REQUIRE_FALSE(a_shard.empty());
+  CHECK(run_tpshard("verify " + a_shard, log) == 1);
+  CHECK(read_text(log).find("hint: pass the model directory that holds manifest.json: " + (d / "out") + "\n") != std::string::npos);
+  const std::string tp_dir = fs::path(a_shard).parent_path().string();
+  CHECK(run_tpshard("verify " + tp_dir, log) == 1);
+  CHECK(read_text(log).find("hint: pass the model directory that holds manifest.json: " + (d / "out") + "\n") != std::string::npos);
 }
 
 TEST_CASE("a model directory that is a checkpoint not converted yet (Hugging Face, llama2.c): the hint says how to convert") {
