@@ -242,9 +242,13 @@ void Server::start_http() {
   // cpp-httplib (the Debian build) listens with a backlog of 5: a burst of clients overflows the accept
   // queue, and a connection dropped there is reset about a minute later. The listening socket is the
   // first that the socket-options hook sees; listen() again with the system's maximum raises the backlog.
+  // SO_REUSEADDR only: a restarted server binds while the last one's connections are in TIME_WAIT.
+  // cpp-httplib's default options set SO_REUSEPORT instead, which lets a second server bind the same port
+  // and take part of its connections; without it that bind fails with EADDRINUSE.
   int listen_fd = -1;
   http_.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     if (listen_fd < 0) listen_fd = static_cast<int>(sock);
   });
   errno = 0;

@@ -52,16 +52,42 @@ std::string model_dir() {
   return dir;
 }
 
+/// Starts `tprun serve` (tp 2 on the CPU backend, 3 kv_cache slots, --idle-exit idle_exit; extra: more serve
+/// options) on `port`, its stdout and stderr in `log`.
+pid_t spawn_serve(int port, const std::string& extra, const std::string& log, int idle_exit = 60) {
+  const std::string cmd = "exec " + std::string(TPSHARD_BIN_DIR) + "/tprun " + model_dir() +
+                          " --tp 2 --device cpu --threads 1 --max-batch 3 serve --port " + std::to_string(port) +
+                          " --idle-exit " + std::to_string(idle_exit) + " " + extra + " > " + log + " 2>&1";
+  const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+  return pid;
+}
+
+/// The wait status of `pid` once it exits, or -1 when it still runs after `seconds` (then it is killed).
+int wait_exit(pid_t pid, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 /// A `tprun serve` process (extra: more serve options), killed when the test ends.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::string& extra = "") : port_(find_free_port()) {
-    const std::string cmd = "exec " + std::string(TPSHARD_BIN_DIR) + "/tprun " + model_dir() +
-                            " --tp 2 --device cpu --threads 1 --max-batch 3 serve --port " + std::to_string(port_) +
-                            " --idle-exit 60 " + extra + " > " + TPSHARD_TEST_OUT_DIR + "/serve" +
-                            std::to_string(port_) + ".log 2>&1";
-    const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
-    REQUIRE(posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+  explicit ServerProcess(const std::string& extra = "", int idle_exit = 60)
+      : port_(find_free_port()), log_(std::string(TPSHARD_TEST_OUT_DIR) + "/serve" + std::to_string(port_) + ".log") {
+    pid_ = spawn_serve(port_, extra, log_, idle_exit);
     httplib::Client c("127.0.0.1", port_);
     for (int i = 0; i < 300; ++i) {
       if (auto r = c.Get("/health"); r && r->status == 200) return;
@@ -70,14 +96,23 @@ class ServerProcess {
     FAIL("tprun serve did not answer /health within 30 s");
   }
   ~ServerProcess() {
+    if (pid_ == 0) return;
     kill(pid_, SIGTERM);
     int status = 0;
     waitpid(pid_, &status, 0);
   }
   int port() const { return port_; }
+  const std::string& log_path() const { return log_; }
+  /// The wait status once it exits by itself (-1: still running after `seconds`, then killed).
+  int wait(double seconds) {
+    const int status = wait_exit(pid_, seconds);
+    pid_ = 0;
+    return status;
+  }
 
  private:
   int port_;
+  std::string log_;
   pid_t pid_ = 0;
 };
 
@@ -670,4 +705,20 @@ TEST_CASE("logprobs: streamed chunks add up to the response's (stop strings, ech
       post(port, "/v1/chat/completions", {{"messages", messages}, {"logprobs", true}, {"top_logprobs", 21}}, &status);
   CHECK(status == 400);
   CHECK(too_many["error"]["message"].get<std::string>().find("'top_logprobs' = 21") != std::string::npos);
+}
+
+TEST_CASE("a second tprun serve on a port a tprun server listens on fails to bind and exits non-zero; the first serves on") {
+  ServerProcess first;
+  const std::string log = std::string(TPSHARD_TEST_OUT_DIR) + "/serve_second" + std::to_string(first.port()) + ".log";
+  // (--idle-exit 5: a second server that did bind stops by itself, with status 0.)
+  const int status = wait_exit(spawn_serve(first.port(), "", log, 5), 120);
+  const std::string out = read_file(log);
+  CAPTURE(out);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(out.find("cannot listen on 127.0.0.1:" + std::to_string(first.port()) + " (Address already in use)") !=
+        std::string::npos);
+  CHECK(out.find("serving") == std::string::npos);
+  CHECK(health(first.port())["status"] == "ok");
 }
