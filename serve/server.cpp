@@ -429,7 +429,10 @@ std::string Server::take_arrivals(bool wait) {
   }
   const bool idle_out = opts_.idle_exit_s > 0 && batch.empty() && wait && !draining_ &&
                         std::chrono::duration<double>(Clock::now() - last_request_).count() > opts_.idle_exit_s;
-  if (idle_out) return "stop";
+  if (idle_out) {
+    std::fprintf(stderr, "tprun: no request for %g s (--idle-exit): exiting\n", opts_.idle_exit_s);
+    return "stop";
+  }
   return json{{"add", std::move(batch)}, {"cancel", std::move(cancel)}}.dump();
 }
 

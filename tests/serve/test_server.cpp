@@ -722,3 +722,14 @@ TEST_CASE("a second tprun serve on a port a tprun server listens on fails to bin
   CHECK(out.find("serving") == std::string::npos);
   CHECK(health(first.port())["status"] == "ok");
 }
+
+TEST_CASE("tprun serve --idle-exit: exits 0 after that long without a request, saying why on stderr") {
+  ServerProcess server("", 1);
+  const int status = server.wait(60);
+  const std::string out = read_file(server.log_path());
+  CAPTURE(out);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(out.find("tprun: no request for 1 s (--idle-exit): exiting\n") != std::string::npos);
+}
