@@ -733,3 +733,112 @@ TEST_CASE("tprun serve --idle-exit: exits 0 after that long without a request, s
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(out.find("tprun: no request for 1 s (--idle-exit): exiting\n") != std::string::npos);
 }
+
+TEST_CASE("request bodies: JSON read whatever the Content-Type up to 64 MiB; over it 413 naming the limit; encodings") {
+  ServerProcess server;
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(60, 0);
+  const std::string request = json{{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}}.dump();
+  const std::string padded = request + std::string(100000, ' ');  // 100 KB: above cpp-httplib's 8 KiB form limit
+  std::string want;
+  {
+    auto r = c.Post("/v1/completions", request, "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    want = json::parse(r->body)["choices"][0]["text"];
+  }
+  // curl -d's and Python urllib's default type, another type, none at all: read as JSON all the same.
+  for (const char* type : {"application/x-www-form-urlencoded", "text/plain", ""}) {
+    CAPTURE(type);
+    httplib::Headers headers;
+    if (*type) headers.emplace("Content-Type", type);
+    auto r = c.Post("/v1/completions", headers, padded.data(), padded.size(), "");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CAPTURE(r->body);
+    CHECK(json::parse(r->body)["choices"][0]["text"] == want);
+    auto t = c.Post("/tokenize", json{{"prompt", "Once upon a time"}}.dump() + std::string(100000, ' '),
+                    "application/x-www-form-urlencoded");
+    REQUIRE(t);
+    CHECK(t->status == 200);
+  }
+  // Above 64 MiB: 413 naming the limit, by Content-Length and in chunks (no Content-Length).
+  const size_t limit = size_t{64} << 20;
+  {
+    const std::string huge(limit + 1, ' ');
+    auto r = c.Post("/v1/completions", huge, "application/x-www-form-urlencoded");
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CAPTURE(r->body);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find(std::to_string(limit) + " bytes") !=
+          std::string::npos);
+  }
+  {
+    httplib::Client chunked("127.0.0.1", server.port());
+    auto r = chunked.Post("/v1/completions", [&](size_t offset, httplib::DataSink& sink) {
+      static const std::string block(1 << 20, ' ');
+      if (offset > limit) sink.done();
+      else sink.write(block.data(), block.size());
+      return true;
+    }, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find(std::to_string(limit) + " bytes") !=
+          std::string::npos);
+  }
+  // A body that is not what its Content-Encoding says, and an encoding the server does not undo: named.
+  {
+    httplib::Headers gz{{"Content-Encoding", "gzip"}};
+    auto r = c.Post("/v1/completions", gz, request, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find("gzip") != std::string::npos);
+    httplib::Headers zstd{{"Content-Encoding", "zstd"}};
+    r = c.Post("/v1/completions", zstd, request, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 415);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find("'zstd'") != std::string::npos);
+  }
+  // Still serving on a new connection.
+  httplib::Client again("127.0.0.1", server.port());
+  auto r = again.Post("/v1/completions", request, "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+}
+
+TEST_CASE("GET /v1/models/NAME (models.retrieve); 405 for another method on a known path, 404 for an unknown path") {
+  ServerProcess server;
+  httplib::Client c("127.0.0.1", server.port());
+  auto list = c.Get("/v1/models");
+  REQUIRE(list);
+  const json model = json::parse(list->body)["data"][0];
+  auto one = c.Get(("/v1/models/" + model["id"].get<std::string>()).c_str());
+  REQUIRE(one);
+  CHECK(one->status == 200);
+  CHECK(json::parse(one->body) == model);
+  auto other = c.Get("/v1/models/gpt-4o");
+  REQUIRE(other);
+  CHECK(other->status == 404);
+  CHECK(json::parse(other->body)["error"]["type"] == "not_found_error");
+  CHECK(json::parse(other->body)["error"]["message"].get<std::string>().find("'gpt-4o'") != std::string::npos);
+
+  auto get = c.Get("/v1/completions");
+  REQUIRE(get);
+  CHECK(get->status == 405);
+  CHECK(get->get_header_value("Allow") == "POST");
+  CHECK(json::parse(get->body)["error"]["message"].get<std::string>().find("GET") != std::string::npos);
+  auto post = c.Post("/v1/models", "{}", "application/json");
+  REQUIRE(post);
+  CHECK(post->status == 405);
+  CHECK(post->get_header_value("Allow") == "GET");
+  auto del = c.Delete("/v1/chat/completions");
+  REQUIRE(del);
+  CHECK(del->status == 405);
+  auto unknown = c.Get("/v1/engines");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(json::parse(unknown->body)["error"]["message"].get<std::string>().find("no endpoint GET /v1/engines") == 0);
+  auto unknown_post = c.Post("/v1/embeddings", "{}", "application/json");
+  REQUIRE(unknown_post);
+  CHECK(unknown_post->status == 404);
+}
