@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """check_openai_client.py: drive a running `tprun serve` with the official `openai` Python client.
 
-Checks what clients rely on: /v1/models lists the served name; a greedy completion equals its streamed
-form, log-probabilities included; echo + logprobs with max_tokens 0 (how lm-evaluation-harness scores a
-continuation) gives one null then one log-probability per prompt token; chat completions (plain and
+Checks what clients rely on: /v1/models lists the served name, models.retrieve returns it (another name:
+404); a greedy completion equals its streamed form, log-probabilities included; echo + logprobs with
+max_tokens 0 (how lm-evaluation-harness scores a continuation) gives one null then one log-probability per
+prompt token; chat completions (plain and
 streamed) agree, and so do their logprobs (logprobs=True, top_logprobs=2: parsed token, bytes and
 alternatives); top_logprobs without logprobs is refused; n = 2 with a seed gives choices 0 and 1 equal to
 n = 1 with that seed and the next; n = 17 is refused with a 400. Prints one line per check and exits 1
@@ -34,6 +35,13 @@ def main():
     models = [m.id for m in c.models.list()]
     check(len(models) == 1, f"/v1/models lists one model: {models}")
     model = models[0]
+    m = c.models.retrieve(model)
+    check(m.id == model and m.object == "model", f"models.retrieve({model!r}): {m.id}")
+    try:
+        c.models.retrieve("no-such-model")
+        check(False, "models.retrieve of another name: no error")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, "models.retrieve of another name: 404")
     r = c.completions.create(model=model, prompt="Once upon a time", max_tokens=16, temperature=0, logprobs=2)
     text = r.choices[0].text
     lp = r.choices[0].logprobs

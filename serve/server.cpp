@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,9 @@ constexpr auto kIdlePoll = std::chrono::milliseconds(20);
 
 /// How often the thread of a waiting non-streaming request checks that its client is still connected.
 constexpr auto kClientPoll = std::chrono::milliseconds(100);
+
+/// The largest request body, after Content-Encoding is undone; a larger one gets 413.
+constexpr size_t kMaxBodyBytes = size_t{64} << 20;
 
 /// The most HTTP connection threads (cpp-httplib's pool): --max-queued + 8, within [8, this].
 constexpr int kMaxHttpThreads = 256;
@@ -105,7 +109,12 @@ class Server {
  private:
   bool output() const { return ctx_.replica_ranks->rank() == 0; }
   void start_http();
-  void handle_generate(const httplib::Request& http, httplib::Response& res, bool chat);
+  /// Registers the POST endpoint `path`: `handler` gets the body read by read_body.
+  using BodyHandler = std::function<void(const httplib::Request&, const std::string& body, httplib::Response&)>;
+  void post(const std::string& path, BodyHandler handler);
+  /// Registers 405 for every method but `allowed` on `path` (a regular expression).
+  void refuse_other_methods(const std::string& path, const std::string& allowed);
+  void handle_generate(const httplib::Request& http, const std::string& body, httplib::Response& res, bool chat);
   /// Model loop (output rank): the step's broadcast {"add": the requests that arrived (moved to pending_),
   /// "cancel": generator indices of cancelled jobs}; waits up to kIdlePoll for a request when `wait`.
   /// "stop" once idle_exit_s passed without a request, or when draining and nothing is left in flight.
@@ -158,7 +167,88 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e).dump(), "application/json");
 }
 
-json parse_body(const httplib::Request& http) { return serve::parse_body(http.body); }
+/// The methods cpp-httplib routes (any other gets its 400).
+bool known_method(const std::string& m) {
+  for (const char* k : {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
+    if (m == k) return true;
+  return false;
+}
+
+/// The 404 message of a path no endpoint has.
+std::string no_endpoint(const httplib::Request& q) {
+  return "no endpoint " + q.method + " " + q.path +
+         " (see GET /v1/models; POST /v1/completions, /v1/chat/completions)";
+}
+
+/// Reads the request body through cpp-httplib's content reader into *body, whatever its Content-Type (JSON
+/// sent as application/x-www-form-urlencoded, curl -d's and urllib's default, or text/plain, or none), after
+/// undoing its Content-Encoding (gzip, deflate, br), at most kMaxBodyBytes of it. Otherwise sends the error
+/// (413 over the limit, 415 an unsupported Content-Encoding or a multipart body, 400 a body that cannot be
+/// read or decoded) and returns false. (cpp-httplib reads a body for a regular handler itself and refuses a
+/// form-encoded one above 8 KiB, CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH, fixed in its library.)
+bool read_body(const httplib::Request& q, httplib::Response& res, const httplib::ContentReader& reader,
+               std::string* body) {
+  auto fail = [&res](int status, const std::string& message) {
+    send_error(res, ApiError{status, message});
+    return false;
+  };
+  const std::string encoding = q.get_header_value("Content-Encoding");
+  const bool decoded = encoding == "gzip" || encoding == "deflate" || encoding == "br";  // cpp-httplib undoes these
+  bool over = false;
+  bool ok = false;
+  if (q.is_multipart_form_data()) {  // read to its end (the connection then carries the next request), refused below
+    size_t seen = 0;
+    ok = reader([](const httplib::MultipartFormData&) { return true; }, [&](const char*, size_t n) {
+      seen += n;
+      over = seen > kMaxBodyBytes;
+      return !over;
+    });
+  } else {
+    ok = reader([&](const char* data, size_t n) {
+      over = body->size() + n > kMaxBodyBytes;
+      if (!over) body->append(data, n);
+      return !over;
+    });
+  }
+  // (cpp-httplib's own 413: a Content-Length above set_payload_max_length, the same limit.)
+  if (over || res.status == 413)
+    return fail(413, "the request body is larger than the server's limit of " + std::to_string(kMaxBodyBytes) +
+                         " bytes (64 MiB)");
+  if (!encoding.empty() && encoding != "identity" && !decoded)
+    return fail(415, "Content-Encoding '" + encoding + "' is not supported: send the body as is, or with gzip, deflate or br");
+  if (!ok && decoded) return fail(400, "the body is not valid " + encoding + " data (its Content-Encoding)");
+  if (!ok)
+    return fail(400, "the body could not be read to its end (connection closed, read timeout, or bad chunked encoding)");
+  if (q.is_multipart_form_data())
+    return fail(415, "a multipart/form-data body is not read: send the JSON object as the body (Content-Type: application/json)");
+  return true;
+}
+
+void Server::post(const std::string& path, BodyHandler handler) {
+  http_.Post(path, [handler = std::move(handler)](const httplib::Request& q, httplib::Response& res,
+                                                  const httplib::ContentReader& reader) {
+    std::string body;
+    if (read_body(q, res, reader, &body)) handler(q, body, res);
+  });
+}
+
+void Server::refuse_other_methods(const std::string& path, const std::string& allowed) {
+  auto refuse = [allowed](const httplib::Request& q, httplib::Response& res) {
+    res.set_header("Allow", allowed);
+    send_error(res, ApiError{405, "method " + q.method + " is not allowed for " + q.path + " (use " + allowed + ")"});
+  };
+  // A refused request with a body is read first (so the connection can carry the next request).
+  auto refuse_body = [refuse](const httplib::Request& q, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string body;
+    if (read_body(q, res, reader, &body)) refuse(q, res);
+  };
+  if (allowed != "GET") http_.Get(path, refuse);  // HEAD too
+  if (allowed != "POST") http_.Post(path, refuse_body);
+  http_.Put(path, refuse_body);
+  http_.Patch(path, refuse_body);
+  http_.Delete(path, refuse_body);
+  http_.Options(path, refuse);
+}
 
 void Server::start_http() {
   try {
@@ -166,7 +256,8 @@ void Server::start_http() {
   } catch (const Error& e) {
     chat_template_error_ = e.what();
   }
-  http_.set_payload_max_length(64u << 20);  // a larger body gets 413 from cpp-httplib
+  // A larger Content-Length gets 413 before the body is read (read_body sends its error object).
+  http_.set_payload_max_length(kMaxBodyBytes);
   if (!opts_.api_key.empty())
     http_.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& res) {
       if (q.path == "/health" || q.get_header_value("Authorization") == "Bearer " + opts_.api_key)
@@ -178,12 +269,16 @@ void Server::start_http() {
   // for the model. Connections beyond them wait for a free thread (neither counted nor refused).
   const size_t threads = static_cast<size_t>(std::clamp(opts_.max_queued + 8, 8, kMaxHttpThreads));
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // An unknown path or method gets the OpenAI error object too (cpp-httplib sends an empty body).
+  // What cpp-httplib answers itself gets the OpenAI error object too (it sends an empty body): 404 for a
+  // GET to an unknown path, 400 for a method it does not know or a request it cannot parse.
   http_.set_error_handler([](const httplib::Request& q, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const std::string what = res.status == 404 ? "no endpoint " + q.method + " " + q.path +
-                                                     " (see GET /v1/models; POST /v1/completions, /v1/chat/completions)"
-                                               : "HTTP " + std::to_string(res.status) + " for " + q.method + " " + q.path;
+    const std::string what =
+        res.status == 404   ? no_endpoint(q)
+        : res.status == 400 && !q.method.empty() && !known_method(q.method)
+            ? "method " + q.method + " is not supported (GET, POST)"
+        : res.status == 400 ? std::string("the request line or headers cannot be parsed")
+                            : "HTTP " + std::to_string(res.status) + " for " + q.method + " " + q.path;
     send_error(res, ApiError{res.status, what});
   });
   http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -202,14 +297,21 @@ void Server::start_http() {
     if (draining_) res.status = 503;  // load balancers: send new requests elsewhere
     res.set_content(h.dump(), "application/json");
   });
-  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    json m = {{"id", model_name_}, {"object", "model"}, {"created", 0}, {"owned_by", "tpshard"},
-              {"max_model_len", limits_.max_seq_len}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+  const json model = {{"id", model_name_}, {"object", "model"}, {"created", 0}, {"owned_by", "tpshard"},
+                      {"max_model_len", limits_.max_seq_len}};
+  http_.Get("/v1/models", [model](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   });
-  http_.Post("/tokenize", [this](const httplib::Request& http, httplib::Response& res) {
+  // The openai client's models.retrieve (the name may hold '/': "org/name").
+  http_.Get(R"(/v1/models/(.+))", [this, model](const httplib::Request& q, httplib::Response& res) {
+    if (q.matches[1].str() != model_name_)
+      return send_error(res, ApiError{404, "the model '" + q.matches[1].str() + "' does not exist: this server serves '" +
+                                               model_name_ + "'"});
+    res.set_content(model.dump(), "application/json");
+  });
+  post("/tokenize", [this](const httplib::Request&, const std::string& text, httplib::Response& res) {
     try {
-      const json body = parse_body(http);
+      const json body = parse_body(text);
       if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
         throw ApiError{400, "'prompt' (a string) is required"};
       const bool special = body.value("add_special_tokens", true);
@@ -220,9 +322,9 @@ void Server::start_http() {
       send_error(res, e);
     }
   });
-  http_.Post("/detokenize", [this](const httplib::Request& http, httplib::Response& res) {
+  post("/detokenize", [this](const httplib::Request&, const std::string& text, httplib::Response& res) {
     try {
-      const json body = parse_body(http);
+      const json body = parse_body(text);
       if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
         throw ApiError{400, "'tokens' (a list of ids) is required"};
       std::vector<int32_t> ids;
@@ -237,14 +339,33 @@ void Server::start_http() {
       send_error(res, e);
     }
   });
-  http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
-  http_.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
+  post("/v1/completions",
+       [this](const httplib::Request& q, const std::string& b, httplib::Response& r) { handle_generate(q, b, r, false); });
+  post("/v1/chat/completions",
+       [this](const httplib::Request& q, const std::string& b, httplib::Response& r) { handle_generate(q, b, r, true); });
+  // A known path with another method: 405 (with Allow); any other path: 404 (a request with a body is read
+  // first, so a large form-encoded one is not refused by cpp-httplib's 8 KiB form limit instead).
+  for (const char* p : {"/health", "/v1/models", R"(/v1/models/(.+))"}) refuse_other_methods(p, "GET");
+  for (const char* p : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"})
+    refuse_other_methods(p, "POST");
+  auto unknown_body = [](const httplib::Request& q, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string body;
+    if (read_body(q, res, reader, &body)) send_error(res, ApiError{404, no_endpoint(q)});
+  };
+  http_.Post(".*", unknown_body);
+  http_.Put(".*", unknown_body);
+  http_.Patch(".*", unknown_body);
+  http_.Delete(".*", unknown_body);
   // cpp-httplib (the Debian build) listens with a backlog of 5: a burst of clients overflows the accept
   // queue, and a connection dropped there is reset about a minute later. The listening socket is the
   // first that the socket-options hook sees; listen() again with the system's maximum raises the backlog.
+  // SO_REUSEADDR only: a restarted server binds while the last one's connections are in TIME_WAIT.
+  // cpp-httplib's default options set SO_REUSEPORT instead, which lets a second server bind the same port
+  // and take part of its connections; without it that bind fails with EADDRINUSE.
   int listen_fd = -1;
   http_.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     if (listen_fd < 0) listen_fd = static_cast<int>(sock);
   });
   errno = 0;
@@ -260,10 +381,10 @@ void Server::start_http() {
                model_name_.c_str(), opts_.host.c_str(), opts_.port);
 }
 
-void Server::handle_generate(const httplib::Request& http, httplib::Response& res, bool chat) {
+void Server::handle_generate(const httplib::Request& http, const std::string& text, httplib::Response& res, bool chat) {
   auto job = std::make_shared<Job>();
   try {
-    const json body = parse_body(http);
+    const json body = parse_body(text);
     // A request for another model is refused (as vLLM does), so that a client pointed at the wrong server
     // does not score this model under another name; a request without "model" is served.
     const auto model = body.find("model");
@@ -429,7 +550,10 @@ std::string Server::take_arrivals(bool wait) {
   }
   const bool idle_out = opts_.idle_exit_s > 0 && batch.empty() && wait && !draining_ &&
                         std::chrono::duration<double>(Clock::now() - last_request_).count() > opts_.idle_exit_s;
-  if (idle_out) return "stop";
+  if (idle_out) {
+    std::fprintf(stderr, "tprun: no request for %g s (--idle-exit): exiting\n", opts_.idle_exit_s);
+    return "stop";
+  }
   return json{{"add", std::move(batch)}, {"cancel", std::move(cancel)}}.dump();
 }
 

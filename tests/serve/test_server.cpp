@@ -52,16 +52,42 @@ std::string model_dir() {
   return dir;
 }
 
+/// Starts `tprun serve` (tp 2 on the CPU backend, 3 kv_cache slots, --idle-exit idle_exit; extra: more serve
+/// options) on `port`, its stdout and stderr in `log`.
+pid_t spawn_serve(int port, const std::string& extra, const std::string& log, int idle_exit = 60) {
+  const std::string cmd = "exec " + std::string(TPSHARD_BIN_DIR) + "/tprun " + model_dir() +
+                          " --tp 2 --device cpu --threads 1 --max-batch 3 serve --port " + std::to_string(port) +
+                          " --idle-exit " + std::to_string(idle_exit) + " " + extra + " > " + log + " 2>&1";
+  const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+  return pid;
+}
+
+/// The wait status of `pid` once it exits, or -1 when it still runs after `seconds` (then it is killed).
+int wait_exit(pid_t pid, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 /// A `tprun serve` process (extra: more serve options), killed when the test ends.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::string& extra = "") : port_(find_free_port()) {
-    const std::string cmd = "exec " + std::string(TPSHARD_BIN_DIR) + "/tprun " + model_dir() +
-                            " --tp 2 --device cpu --threads 1 --max-batch 3 serve --port " + std::to_string(port_) +
-                            " --idle-exit 60 " + extra + " > " + TPSHARD_TEST_OUT_DIR + "/serve" +
-                            std::to_string(port_) + ".log 2>&1";
-    const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
-    REQUIRE(posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+  explicit ServerProcess(const std::string& extra = "", int idle_exit = 60)
+      : port_(find_free_port()), log_(std::string(TPSHARD_TEST_OUT_DIR) + "/serve" + std::to_string(port_) + ".log") {
+    pid_ = spawn_serve(port_, extra, log_, idle_exit);
     httplib::Client c("127.0.0.1", port_);
     for (int i = 0; i < 300; ++i) {
       if (auto r = c.Get("/health"); r && r->status == 200) return;
@@ -70,14 +96,23 @@ class ServerProcess {
     FAIL("tprun serve did not answer /health within 30 s");
   }
   ~ServerProcess() {
+    if (pid_ == 0) return;
     kill(pid_, SIGTERM);
     int status = 0;
     waitpid(pid_, &status, 0);
   }
   int port() const { return port_; }
+  const std::string& log_path() const { return log_; }
+  /// The wait status once it exits by itself (-1: still running after `seconds`, then killed).
+  int wait(double seconds) {
+    const int status = wait_exit(pid_, seconds);
+    pid_ = 0;
+    return status;
+  }
 
  private:
   int port_;
+  std::string log_;
   pid_t pid_ = 0;
 };
 
@@ -686,4 +721,140 @@ TEST_CASE("logprobs: streamed chunks add up to the response's (stop strings, ech
       post(port, "/v1/chat/completions", {{"messages", messages}, {"logprobs", true}, {"top_logprobs", 21}}, &status);
   CHECK(status == 400);
   CHECK(too_many["error"]["message"].get<std::string>().find("'top_logprobs' = 21") != std::string::npos);
+}
+
+TEST_CASE("a second tprun serve on a port a tprun server listens on fails to bind and exits non-zero; the first serves on") {
+  ServerProcess first;
+  const std::string log = std::string(TPSHARD_TEST_OUT_DIR) + "/serve_second" + std::to_string(first.port()) + ".log";
+  // (--idle-exit 5: a second server that did bind stops by itself, with status 0.)
+  const int status = wait_exit(spawn_serve(first.port(), "", log, 5), 120);
+  const std::string out = read_file(log);
+  CAPTURE(out);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(out.find("cannot listen on 127.0.0.1:" + std::to_string(first.port()) + " (Address already in use)") !=
+        std::string::npos);
+  CHECK(out.find("serving") == std::string::npos);
+  CHECK(health(first.port())["status"] == "ok");
+}
+
+TEST_CASE("tprun serve --idle-exit: exits 0 after that long without a request, saying why on stderr") {
+  ServerProcess server("", 1);
+  const int status = server.wait(60);
+  const std::string out = read_file(server.log_path());
+  CAPTURE(out);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(out.find("tprun: no request for 1 s (--idle-exit): exiting\n") != std::string::npos);
+}
+
+TEST_CASE("request bodies: JSON read whatever the Content-Type up to 64 MiB; over it 413 naming the limit; encodings") {
+  ServerProcess server;
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(60, 0);
+  const std::string request = json{{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}}.dump();
+  const std::string padded = request + std::string(100000, ' ');  // 100 KB: above cpp-httplib's 8 KiB form limit
+  std::string want;
+  {
+    auto r = c.Post("/v1/completions", request, "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    want = json::parse(r->body)["choices"][0]["text"];
+  }
+  // curl -d's and Python urllib's default type, another type, none at all: read as JSON all the same.
+  for (const char* type : {"application/x-www-form-urlencoded", "text/plain", ""}) {
+    CAPTURE(type);
+    httplib::Headers headers;
+    if (*type) headers.emplace("Content-Type", type);
+    auto r = c.Post("/v1/completions", headers, padded.data(), padded.size(), "");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CAPTURE(r->body);
+    CHECK(json::parse(r->body)["choices"][0]["text"] == want);
+    auto t = c.Post("/tokenize", json{{"prompt", "Once upon a time"}}.dump() + std::string(100000, ' '),
+                    "application/x-www-form-urlencoded");
+    REQUIRE(t);
+    CHECK(t->status == 200);
+  }
+  // Above 64 MiB: 413 naming the limit, by Content-Length and in chunks (no Content-Length).
+  const size_t limit = size_t{64} << 20;
+  {
+    const std::string huge(limit + 1, ' ');
+    auto r = c.Post("/v1/completions", huge, "application/x-www-form-urlencoded");
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CAPTURE(r->body);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find(std::to_string(limit) + " bytes") !=
+          std::string::npos);
+  }
+  {
+    httplib::Client chunked("127.0.0.1", server.port());
+    auto r = chunked.Post("/v1/completions", [&](size_t offset, httplib::DataSink& sink) {
+      static const std::string block(1 << 20, ' ');
+      if (offset > limit) sink.done();
+      else sink.write(block.data(), block.size());
+      return true;
+    }, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find(std::to_string(limit) + " bytes") !=
+          std::string::npos);
+  }
+  // A body that is not what its Content-Encoding says, and an encoding the server does not undo: named.
+  {
+    httplib::Headers gz{{"Content-Encoding", "gzip"}};
+    auto r = c.Post("/v1/completions", gz, request, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find("gzip") != std::string::npos);
+    httplib::Headers zstd{{"Content-Encoding", "zstd"}};
+    r = c.Post("/v1/completions", zstd, request, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 415);
+    CHECK(json::parse(r->body)["error"]["message"].get<std::string>().find("'zstd'") != std::string::npos);
+  }
+  // Still serving on a new connection.
+  httplib::Client again("127.0.0.1", server.port());
+  auto r = again.Post("/v1/completions", request, "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+}
+
+TEST_CASE("GET /v1/models/NAME (models.retrieve); 405 for another method on a known path, 404 for an unknown path") {
+  ServerProcess server;
+  httplib::Client c("127.0.0.1", server.port());
+  auto list = c.Get("/v1/models");
+  REQUIRE(list);
+  const json model = json::parse(list->body)["data"][0];
+  auto one = c.Get(("/v1/models/" + model["id"].get<std::string>()).c_str());
+  REQUIRE(one);
+  CHECK(one->status == 200);
+  CHECK(json::parse(one->body) == model);
+  auto other = c.Get("/v1/models/gpt-4o");
+  REQUIRE(other);
+  CHECK(other->status == 404);
+  CHECK(json::parse(other->body)["error"]["type"] == "not_found_error");
+  CHECK(json::parse(other->body)["error"]["message"].get<std::string>().find("'gpt-4o'") != std::string::npos);
+
+  auto get = c.Get("/v1/completions");
+  REQUIRE(get);
+  CHECK(get->status == 405);
+  CHECK(get->get_header_value("Allow") == "POST");
+  CHECK(json::parse(get->body)["error"]["message"].get<std::string>().find("GET") != std::string::npos);
+  auto post = c.Post("/v1/models", "{}", "application/json");
+  REQUIRE(post);
+  CHECK(post->status == 405);
+  CHECK(post->get_header_value("Allow") == "GET");
+  auto del = c.Delete("/v1/chat/completions");
+  REQUIRE(del);
+  CHECK(del->status == 405);
+  auto unknown = c.Get("/v1/engines");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(json::parse(unknown->body)["error"]["message"].get<std::string>().find("no endpoint GET /v1/engines") == 0);
+  auto unknown_post = c.Post("/v1/embeddings", "{}", "application/json");
+  REQUIRE(unknown_post);
+  CHECK(unknown_post->status == 404);
 }
