@@ -14,8 +14,8 @@ mkdir -p models
 python3 scripts/llama2c_to_hf.py assets/stories260K models/stories260K-hf
 TP=${TP:-1}
 PROMPT=${PROMPT:-Once upon a time}
-# shards for tp 1 and 2, and for $TP when it is another size (tpshard convert refuses sizes the model's
-# heads do not divide, with the sizes that work)
+# shards for tp 1 and 2, and for $TP when it is another size (sizes that do not divide the heads are split
+# unevenly; tpshard convert refuses a size above the model's head count, naming the sizes that work)
 TPS=$(printf '1\n2\n%s\n' "$TP" | sort -un | paste -sd, -)
 build/bin/tpshard convert models/stories260K-hf -o models/stories260K --tp "$TPS" --force
 # The story is the prompt followed by the streamed continuation on stdout; tprun's status lines (stderr:

@@ -858,3 +858,12 @@ TEST_CASE("GET /v1/models/NAME (models.retrieve); 405 for another method on a kn
   REQUIRE(unknown_post);
   CHECK(unknown_post->status == 404);
 }
+
+TEST_CASE("tprun serve --api-key with an empty key is a usage error (it would check nothing)") {
+  const std::string log = std::string(TPSHARD_TEST_OUT_DIR) + "/serve_empty_key.log";
+  const int status = wait_exit(spawn_serve(18999, "--api-key ''", log, 1), 60);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(read_file(log).find("error: --api-key: an empty --api-key would check nothing: give a non-empty KEY") !=
+        std::string::npos);
+}

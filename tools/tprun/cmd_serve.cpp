@@ -22,7 +22,10 @@ void add_serve_command(CLI::App& app, GlobalOptions& g) {
   sub->add_option("--served-model-name", o->model_name, "the model name of responses (default: the directory's name)");
   sub->add_option("--idle-exit", o->idle_exit_s, "stop after this many seconds without a request (default 0: never)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every request but /health");
+  sub->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every request but /health")
+      ->check([](const std::string& key) {  // an empty KEY would leave every request unchecked
+        return key.empty() ? std::string("an empty --api-key would check nothing: give a non-empty KEY") : std::string();
+      });
   sub->add_option("--chat-template", o->chat_template_file,
                   "Jinja chat template file for /v1/chat/completions instead of the model's own");
   sub->add_option("--max-queued", o->max_queued, "requests in flight at most; more get 429 (default 1024)")
