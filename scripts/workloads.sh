@@ -10,6 +10,8 @@
 #   internlm2   InternLM2-chat-20B shape, bf16, IL_LAYERS of 48 layers (default 48), tp IL_TP (default 1,2,4)
 #   qwen72b     NVLM-D-72B's language model (Qwen2-72B shape), bf16, Q_LAYERS of 80 layers (default 10), tp 1, 2, 4, 6
 #   pp          GPT-NeoX-20B shape at NEOX_LAYERS, tp 1 x pp 2
+# GPU rows also compare the last-position logits of 4 prompts across tp sizes (seed_scenario.py --logits-check):
+# in 16-bit, greedy texts of random weights can part at near-ties while the logits agree.
 # With one GPU, tp > 1 runs its ranks on that GPU (TPSHARD_TEST_SHARE_GPUS=1, the peer communicator): memory
 # per rank (bench-load) and identical outputs are meaningful there, speed is not. Checkpoints are random
 # weights drawn on the GPU; converted models go to $CONVERTED_ROOT (default /dev/shm, the disk of the lent
@@ -58,10 +60,10 @@ for r in "${ROWS[@]}"; do
     continue
   fi
   case $r in
-    neo27b) row neo27b --shape gptneo27b --tp 1,2,5,10 ;;
-    neox20b) row neox20b --shape neox20b --scale-layers "${NEOX_LAYERS:-44}" --tp "${NEOX_TP:-1,4}" ;;
-    internlm2) row internlm2 --shape internlm2-20b --scale-layers "${IL_LAYERS:-48}" --tp "${IL_TP:-1,2,4}" ;;
-    qwen72b) row qwen72b --shape qwen2-72b --scale-layers "${Q_LAYERS:-10}" --tp 1,2,4,6 ;;
+    neo27b) row neo27b --shape gptneo27b --tp 1,2,5,10 --logits-check 4 ;;
+    neox20b) row neox20b --shape neox20b --scale-layers "${NEOX_LAYERS:-44}" --tp "${NEOX_TP:-1,4}" --logits-check 4 ;;
+    internlm2) row internlm2 --shape internlm2-20b --scale-layers "${IL_LAYERS:-48}" --tp "${IL_TP:-1,2,4}" --logits-check 4 ;;
+    qwen72b) row qwen72b --shape qwen2-72b --scale-layers "${Q_LAYERS:-10}" --tp 1,2,4,6 --logits-check 4 ;;
     pp) row pp --shape neox20b --scale-layers "${NEOX_LAYERS:-44}" --tp 1 --pp 2 ;;
     *) echo "unknown row $r (neo27b neox20b internlm2 qwen72b pp)" >&2; exit 2 ;;
   esac
