@@ -88,6 +88,10 @@ TEST_CASE("tpshard convert / inspect / verify / plan: exit codes and messages") 
   const std::string v = read_text(log);
   CHECK(v.find("BAD " + shard + ": tensor blk.1.attn_output.weight: XXH3") != std::string::npos);
   CHECK(v.find("error: 1 of ") != std::string::npos);  // every file is checked, the bad one is counted
+  // stdout's "ok" lines and stderr's "BAD" line and error keep their order in one file
+  CHECK(v.find("ok  tp2/rank0.tps") < v.find("BAD "));
+  CHECK(v.find("BAD ") < v.find("error: 1 of "));
+  CHECK(v.rfind("ok  ") < v.find("error: 1 of "));
   CHECK(v.find("first: " + shard + ": tensor blk.1.attn_output.weight") != std::string::npos);
   CHECK(run_tpshard("verify " + (d / "out") + " --tp 4", log) == 0);  // other tp sizes are intact
 

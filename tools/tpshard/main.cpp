@@ -21,6 +21,8 @@
 #include "tools/tpshard/commands.h"
 
 int main(int argc, char** argv) {
+  // line by line: verify's "ok" lines (stdout) and "BAD" lines and errors (stderr) keep their order in one file
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   using namespace tpshard;
   CLI::App app{"tpshard: convert Hugging Face checkpoints into per-rank tensor-parallel shards"};
   app.set_version_flag("--version", version_text());
