@@ -17,6 +17,7 @@
 
 #include "format/error.h"
 #include "format/json_depth.h"
+#include "format/json_error.h"
 
 namespace tpshard::eval {
 
@@ -72,6 +73,8 @@ inline nlohmann::json parse_jsonl_line(const std::string& line, const std::strin
     const size_t col = text.find("column "), colon = col == std::string::npos ? col : text.find(": ", col);
     if (colon == std::string::npos) throw Error(where + ": not valid JSON: " + text, hint);
     throw Error(where + ":" + text.substr(col + 7, colon - col - 7) + ": not valid JSON: " + text.substr(colon + 2), hint);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double's range (1e320): out_of_range
+    throw Error(where + ": not valid JSON: " + json_error_text(e), hint);
   }
   if (!repeated.empty()) throw Error(where + ": key \"" + repeated + "\" appears twice in one object", hint);
   return j;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <iterator>
 #include <sstream>
 
@@ -31,6 +33,19 @@ const char* kRerun = "the manifest is corrupt or from another tool; re-run tpsha
 template <typename T>
 T field(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) throw Error(where + ": field \"" + key + "\" is missing", kRerun);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // an integer field holds a JSON integer that fits T: get<T>() of a float (1e300) or of an integer out of
+    // T's range would cast it (undefined behaviour for floats out of range)
+    const json& v = j[key];
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                      : v.is_number_integer()
+                          ? v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                (v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) <=
+                                                             static_cast<uint64_t>(std::numeric_limits<T>::max()))
+                          : false;
+    if (!fits)
+      throw Error(where + ": field \"" + key + "\" is not an integer in the range of its type (" + (v.is_number() ? v.dump() : std::string(v.type_name())) + ")", kRerun);
+  }
   try {
     return j[key].get<T>();
   } catch (const json::exception&) {

@@ -6,7 +6,8 @@
 # executions, coverage (libFuzzer's cov: edges), corpus size, findings (crash-*/leak-*/timeout-*/oom-*
 # files written). Exit 1 when any target found something. CI runs it with a few seconds per target;
 # docs/FUZZING.md has the long run's table. Environment: FUZZ_PARALLEL (targets run at once, default 1),
-# FUZZ_RUNS (stop a target after this many executions as well, default: time only).
+# FUZZ_RUNS (stop a target after this many executions as well, default: time only), FUZZ_TARGETS (a
+# space-separated subset of the targets, default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
@@ -16,6 +17,7 @@ CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -D
   -DTPSHARD_BUILD_TESTS=OFF ${CMAKE_ARGS:-} > /dev/null
 TARGETS=(fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_safetensors fuzz_config fuzz_manifest fuzz_shard fuzz_jsonl fuzz_openai_api
   fuzz_torch_bin fuzz_chat_template)
+[ -n "${FUZZ_TARGETS:-}" ] && read -r -a TARGETS <<< "$FUZZ_TARGETS"
 T=(); for t in "${TARGETS[@]}"; do T+=(--target "$t"); done
 cmake --build "$BUILD" -j "$JOBS" "${T[@]}" --target tpshard > "$BUILD/fuzz_build.log" 2>&1 ||
   { tail -30 "$BUILD/fuzz_build.log"; exit 1; }

@@ -166,3 +166,14 @@ TEST_CASE("a results file or input line nested thousands of levels deep is refus
                        doctest::Contains("in.jsonl:7: JSON nested deeper"), tpshard::Error);
   std::filesystem::remove(path);
 }
+
+TEST_CASE("a JSONL line with a number beyond double's range (1e320) is an Error naming the line, not an escaped exception") {
+  CHECK_THROWS_WITH_AS(tpshard::eval::parse_jsonl_line("{\"id\": 1e320, \"prompt\": \"x\"}", "in.jsonl:3", "fix it"),
+                       doctest::Contains("in.jsonl:3: not valid JSON"), tpshard::Error);
+  // the input fuzz_jsonl found (tests/fixtures/fuzz/jsonl_number_1e320.jsonl)
+  std::ifstream f(std::string(TPSHARD_TEST_FIXTURES) + "/fuzz/jsonl_number_1e320.jsonl");
+  std::string line;
+  REQUIRE(std::getline(f, line));
+  CHECK_THROWS_WITH_AS(tpshard::eval::parse_jsonl_line(line, "in.jsonl:4", "fix it"), doctest::Contains("in.jsonl:4"),
+                       tpshard::Error);
+}

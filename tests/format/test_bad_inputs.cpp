@@ -362,3 +362,32 @@ TEST_CASE("a manifest.json nested thousands of levels deep is refused at parse t
   CHECK_THROWS_WITH_AS(load_manifest(d.path.string()), doctest::Contains("manifest.json: JSON nested deeper than 100 levels"),
                        Error);
 }
+
+TEST_CASE("a manifest.json integer field holding a float beyond its type (1e300) or a negative byte count is an Error, not a cast") {
+  ScratchDir d;
+  TinyModel m;
+  ConvertOptions o;
+  o.hf_dir = make_ok(d, &m);
+  o.out_dir = d / "out";
+  o.progress = false;
+  convert_checkpoint(o);
+  const std::string path = d / "out/manifest.json";
+  const nlohmann::json good = nlohmann::json::parse(read_text(path));
+  REQUIRE(good["tp"]["1"][0].contains("bytes"));
+  for (const nlohmann::json& bad : {nlohmann::json(1e300), nlohmann::json(-5), nlohmann::json(2.5)}) {
+    CAPTURE(bad.dump());
+    nlohmann::json j = good;
+    j["tp"]["1"][0]["bytes"] = bad;
+    write_text(path, j.dump());
+    CHECK_THROWS_WITH_AS(load_manifest((d / "out")), doctest::Contains("field \"bytes\" is not an integer in the range of its type"),
+                         Error);
+  }
+  write_text(path, good.dump());
+  CHECK(load_manifest(d / "out").shards.count(1) == 1);
+}
+
+TEST_CASE("fuzz regression: manifest.json whose shard \"bytes\" is 6103041e300 (tests/fixtures/fuzz)") {
+  ScratchDir d;
+  fs::copy_file(std::string(TPSHARD_FIXTURES) + "/fuzz/manifest_bytes_1e300.json", d / "manifest.json");
+  CHECK_THROWS_WITH_AS(load_manifest(d.path.string()), doctest::Contains("field \"bytes\" is not an integer"), Error);
+}
