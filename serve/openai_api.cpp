@@ -277,7 +277,8 @@ ApiRequest parse_chat(const json& body, const Tokenizer& tok, const ChatTemplate
       content = c.get<std::string>();
     } else if (c.is_array()) {  // content parts: only text
       for (const json& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           bad("message content parts must be {\"type\": \"text\", \"text\": ...}");
         content += part["text"].get<std::string>();
       }

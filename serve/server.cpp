@@ -314,6 +314,8 @@ void Server::start_http() {
       const json body = parse_body(text);
       if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
         throw ApiError{400, "'prompt' (a string) is required"};
+      if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_boolean())
+        throw ApiError{400, "'add_special_tokens' must be true or false"};
       const bool special = body.value("add_special_tokens", true);
       const std::vector<int32_t> ids = ctx_.tokenizer->encode(body["prompt"].get<std::string>(), special);
       res.set_content(json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", limits_.max_seq_len}}.dump(),

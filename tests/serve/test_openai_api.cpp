@@ -3,6 +3,8 @@
 // byte tokenizer of the eval tests' fakes.
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include "runtime/request_json.h"
 #include "serve/choice_logprobs.h"
 #include "serve/openai_api.h"
@@ -201,6 +203,14 @@ TEST_CASE("completions and chat: bad bodies get a 400 naming the field") {
   test::ByteTokenizer tok;
   CHECK_THROWS_AS(parse_chat(json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}}, tok, nullptr, limits()),
                   ApiError);
+  // fuzz_openai_api: a content part whose "type" is not a string (tests/fixtures/fuzz/openai_chat_part_type_array.json)
+  {
+    std::ifstream f(std::string(TPSHARD_FIXTURES_DIR) + "/fuzz/openai_chat_part_type_array.json");
+    const json found = json::parse(f);
+    CHECK(refusal(found, true) == "message content parts must be {\"type\": \"text\", \"text\": ...}");
+    CHECK(refusal(json{{"messages", json::array({json{{"role", "user"}, {"content", json::array({json{{"type", 5}, {"text", "x"}}})}}})}}, true)
+              .find("content parts") != std::string::npos);
+  }
   CHECK(refusal(json{{"prompt", "a"}, {"stream_options", {{"include_usage", true}}}}) == "'stream_options' is only allowed with 'stream': true");
   CHECK(refusal(json{{"prompt", "a"}, {"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}})
             .find("'stream_options.continuous_usage_stats' is not supported") != std::string::npos);

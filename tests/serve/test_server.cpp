@@ -266,6 +266,10 @@ TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat
     const json t = post(port, "/tokenize", {{"prompt", prompts[2]}});
     const json d = post(port, "/detokenize", {{"tokens", t["tokens"]}});
     CHECK(d["prompt"].get<std::string>().find(prompts[2]) != std::string::npos);
+    int st = 0;
+    const json wrong = post(port, "/tokenize", {{"prompt", "x"}, {"add_special_tokens", "yes"}}, &st);
+    CHECK(st == 400);
+    CHECK(wrong["error"]["message"] == "'add_special_tokens' must be true or false");
     httplib::Client c("127.0.0.1", port);
     auto m = c.Get("/v1/models");
     REQUIRE(m);
