@@ -16,19 +16,6 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
-std::string token_text(const Tokenizer& tok, int32_t prev, int32_t id) {
-  if (id < 0 || id >= tok.vocab_size() || tok.is_special(id)) return {};
-  if (prev < 0 || prev >= tok.vocab_size()) return tok.decode({id}, true);
-  const std::string before = tok.decode({prev}, true), both = tok.decode({prev, id}, true);
-  return both.compare(0, before.size(), before) == 0 ? both.substr(before.size()) : tok.decode({id}, true);
-}
-
-/// What a token is shown as: the text it adds, or a special token's own text.
-static std::string shown(const Tokenizer& tok, int32_t prev, int32_t id) {
-  if (id >= 0 && id < tok.vocab_size() && tok.is_special(id)) return tok.decode({id}, false);
-  return token_text(tok, prev, id);
-}
-
 ChoiceLogprobs::ChoiceLogprobs(const Tokenizer& tok, const std::vector<int32_t>& prompt, bool echo, int top, bool chat)
     : tok_(tok), prompt_(prompt), echo_(echo), top_(top), chat_(chat) {
   if (!echo_ && !prompt_.empty()) prev_ = prompt_.back();
@@ -48,11 +35,26 @@ void ChoiceLogprobs::add(const GenerationResult& so_far) {
 }
 
 void ChoiceLogprobs::put(int32_t token, const TokenLogprob* lp) {
-  const std::string s = shown(tok_, prev_, token);
+  // The text token id adds to the returned text after prev_ (special tokens skipped, as in decoded output):
+  // decode({prev_, id}) minus decode({prev_}), so a SentencePiece "▁upon" after "Once" reads " upon" and
+  // "▁Once" right after BOS reads "Once"; "" for a special token. decode({prev_}) is shared by the token
+  // and its alternatives. A token is shown as that text, a special token as its own text ("<s>").
+  const bool prev_ok = prev_ >= 0 && prev_ < tok_.vocab_size();
+  const std::string before = prev_ok ? tok_.decode({prev_}, true) : std::string();
+  auto special = [&](int32_t id) { return id >= 0 && id < tok_.vocab_size() && tok_.is_special(id); };
+  auto adds = [&](int32_t id) -> std::string {
+    if (id < 0 || id >= tok_.vocab_size() || special(id)) return {};
+    if (!prev_ok) return tok_.decode({id}, true);
+    const std::string both = tok_.decode({prev_, id}, true);
+    return both.compare(0, before.size(), before) == 0 ? both.substr(before.size()) : tok_.decode({id}, true);
+  };
+  auto shown = [&](int32_t id) { return special(id) ? tok_.decode({id}, false) : adds(id); };
+  const std::string added = adds(token);
+  const std::string s = special(token) ? tok_.decode({token}, false) : added;
   if (chat_) {
     json top = json::array();
     for (size_t j = 0; lp && j < lp->top.size() && j < static_cast<size_t>(top_); ++j) {
-      const std::string t = shown(tok_, prev_, lp->top[j].first);
+      const std::string t = shown(lp->top[j].first);
       top.push_back({{"token", t}, {"logprob", lp->top[j].second}, {"bytes", bytes_of(t)}});
     }
     content_.push_back({{"token", s}, {"logprob", lp ? json(lp->logprob) : json()}, {"bytes", bytes_of(s)},
@@ -65,13 +67,13 @@ void ChoiceLogprobs::put(int32_t token, const TokenLogprob* lp) {
     if (lp && top_ > 0) {
       top = json::object();
       for (size_t j = 0; j < lp->top.size() && j < static_cast<size_t>(top_); ++j) {
-        const std::string t = shown(tok_, prev_, lp->top[j].first);
+        const std::string t = shown(lp->top[j].first);
         if (!top.contains(t)) top[t] = lp->top[j].second;  // lp->top is most likely first: kept in that order
       }
     }
     top_logprobs_.push_back(std::move(top));
   }
-  offset_ += token_text(tok_, prev_, token).size();  // what it adds to the returned text
+  offset_ += added.size();  // what it adds to the returned text
   prev_ = token;
 }
 

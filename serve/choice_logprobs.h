@@ -14,16 +14,12 @@
 
 namespace tpshard::serve {
 
-/// The text token `id` adds after token `prev` (-1: none) in the text the response returns (special tokens
-/// skipped, as in decoded output): decode({prev, id}) minus decode({prev}), so a SentencePiece "▁upon"
-/// after "Once" reads " upon", and "▁Once" right after BOS reads "Once". "" for a special token. Its bytes
-/// may be part of a UTF-8 character (JSON output replaces what is invalid; chat's `bytes` keep them).
-std::string token_text(const Tokenizer& tok, int32_t prev, int32_t id);
-
 /// The logprobs of one choice, added token by token and taken out in parts (one per streamed chunk, or
 /// one for the whole response). A token's log-probability is GenerationResult's (log_softmax of the
-/// logits, before penalties and temperature); its string is token_text after the token before it (a special
-/// token: its own text, such as "<s>", which adds nothing to the returned text). Completions' text_offset
+/// logits, before penalties and temperature); its string is the text it adds to the returned text after
+/// the token before it (SentencePiece's "▁upon" after "Once" reads " upon"; a special token: its own text,
+/// such as "<s>", which adds nothing). Its bytes may be part of a UTF-8 character (JSON output replaces
+/// what is invalid; chat's `bytes` keep them). Completions' text_offset
 /// indexes the returned text (with echo, the prompt's text first); top_logprobs objects list the
 /// alternatives most likely first. Objects are ordered_json, so their keys keep that order when printed.
 class ChoiceLogprobs {

@@ -345,6 +345,20 @@ std::string prompt_echo(const ApiRequest& req, size_t index, const Tokenizer& to
   return req.echo && !req.chat ? tok.decode(req.prompts[index].prompt_ids, true) : std::string();
 }
 
+namespace {
+
+/// The fields every streamed chunk starts with.
+ordered_json chunk_head(const ApiRequest& req, const std::string& id, int64_t created, const std::string& model) {
+  ordered_json j;
+  j["id"] = id;
+  j["object"] = req.chat ? "chat.completion.chunk" : "text_completion";
+  j["created"] = created;
+  j["model"] = model;
+  return j;
+}
+
+}  // namespace
+
 std::string stream_event(const ApiRequest& req, size_t index, const std::string& text, const std::string& finish_reason,
                          bool first, const std::string& id, int64_t created, const std::string& model,
                          const ordered_json& logprobs) {
@@ -360,11 +374,7 @@ std::string stream_event(const ApiRequest& req, size_t index, const std::string&
   }
   c["logprobs"] = logprobs;
   c["finish_reason"] = finish_reason.empty() ? ordered_json() : ordered_json(openai_finish_reason(finish_reason));
-  ordered_json j;
-  j["id"] = id;
-  j["object"] = req.chat ? "chat.completion.chunk" : "text_completion";
-  j["created"] = created;
-  j["model"] = model;
+  ordered_json j = chunk_head(req, id, created, model);
   j["choices"] = ordered_json::array({c});
   if (req.stream_usage) j["usage"] = nullptr;
   return "data: " + dump(j) + "\n\n";
@@ -372,11 +382,7 @@ std::string stream_event(const ApiRequest& req, size_t index, const std::string&
 
 std::string stream_usage_event(const ApiRequest& req, const std::vector<GenerationResult>& results, const std::string& id,
                                int64_t created, const std::string& model) {
-  ordered_json j;
-  j["id"] = id;
-  j["object"] = req.chat ? "chat.completion.chunk" : "text_completion";
-  j["created"] = created;
-  j["model"] = model;
+  ordered_json j = chunk_head(req, id, created, model);
   j["choices"] = ordered_json::array();
   j["usage"] = usage_of(req, results);
   return "data: " + dump(j) + "\n\n";
