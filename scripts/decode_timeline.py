@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""decode_timeline.py PROFILE.sqlite: where a decode step's time goes, kernel by kernel, from an Nsight
-Systems trace (`nsys profile --cuda-graph-trace=node -t cuda`, exported with `nsys export --type sqlite`),
+"""decode_timeline.py [--prefill] PROFILE.sqlite: where a decode (or, with --prefill, a prefill) step's time
+goes, kernel by kernel, from an Nsight Systems trace (`nsys profile --cuda-graph-trace=node -t cuda`, exported with `nsys export --type sqlite`),
 as scripts/decode_timeline.sh records it on the GPU machine.
 
 Decode steps are delimited by argmax_merge_advance_kernel (the last kernel of every decode graph). For the
@@ -10,6 +10,8 @@ last complete steps of every GPU it prints:
     dependent launch start early and wait, so start-to-end overstates them);
   - one step kernel by kernel: start and end (us after the previous step's end) and the overlap with
     the previous kernel.
+--prefill: steps are delimited by embedding_kernel (the first kernel of every step); for the last complete
+steps it prints the same per-kernel table and the time the GPU sat idle between kernels (host-bound gaps).
 Reads only the CUPTI kernel table; standard library only.
 """
 import collections
@@ -62,11 +64,39 @@ def report(dev, ks):
         prev_end = max(prev_end, end)
 
 
+def report_prefill(dev, ks):
+    """Per kernel name over the last STEPS complete prefill steps (embedding_kernel to embedding_kernel)."""
+    starts = [i for i, k in enumerate(ks) if "embedding_kernel" in k[2]]
+    print(f"\n## GPU {dev}: {len(ks)} kernels, {len(starts)} steps")
+    if len(starts) < STEPS + 1:
+        print("too few steps in the trace")
+        return
+    spans = [(starts[j], starts[j + 1]) for j in range(len(starts) - STEPS - 1, len(starts) - 1)]
+    agg = collections.defaultdict(lambda: [0.0, 0.0, 0])
+    idle = total = 0.0
+    for a, b in spans:
+        total += (ks[b][0] - ks[a][0]) / 1e3
+        prev_end = ks[a][0]
+        for start, end, name in ks[a:b]:
+            idle += max(0, start - prev_end) / 1e3
+            agg[name][0] += (end - start) / 1e3
+            agg[name][1] += max(0, end - max(start, prev_end)) / 1e3
+            agg[name][2] += 1
+            prev_end = max(prev_end, end)
+    print(f"step us: {total / STEPS:.1f} (GPU idle between kernels {idle / STEPS:.1f})")
+    print("\n| kernel | launches per step | mean start-to-end us | exposed us per step | % of step |")
+    print("|---|---|---|---|---|")
+    for name, (dur, exposed, count) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {name[:60]} | {count / STEPS:.0f} | {dur / count:.2f} | {exposed / STEPS:.1f} | "
+              f"{100 * exposed / total:.1f} |")
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: decode_timeline.py PROFILE.sqlite")
-    for dev, ks in sorted(kernels(sys.argv[1]).items()):
-        report(dev, ks)
+    args = [a for a in sys.argv[1:] if a != "--prefill"]
+    if len(args) != 1:
+        sys.exit("usage: decode_timeline.py [--prefill] PROFILE.sqlite")
+    for dev, ks in sorted(kernels(args[0]).items()):
+        (report_prefill if "--prefill" in sys.argv else report)(dev, ks)
 
 
 if __name__ == "__main__":
