@@ -8,6 +8,7 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/attention_decode.cuh"
+#include "kernels/attention_prefill.cuh"
 #include "kernels/attention_rotary.cuh"
 #include "kernels/common.cuh"
 #include "kernels/pdl.cuh"
@@ -233,6 +234,8 @@ void attention_validate(const AttentionParams& p) {
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if ((p.decode || p.rotary_append) && attention_decode_supported(p)) {
     attention_decode(p, stream);
+  } else if (attention_prefill_supported(p)) {
+    attention_prefill(p, stream);
   } else {
     attention_tiled(p, stream);
   }

@@ -36,6 +36,12 @@ struct AttentionParams {
   /// decode kernel reads each token's prefix itself.
   float* cascade_partial = nullptr;
   int cascade_max_splits = 0;       ///< prefix splits cascade_partial holds per (token, head)
+  /// Query tiles (optional, prefill steps; runtime/query_tiles.h): [num_q_tiles] device, tile k covers
+  /// tokens q_tiles[k] .. q_tiles[k + 1] - 1 (the last tile up to n - 1), consecutive positions of one
+  /// slot with one shared prefix, at most kPrefillTileRows (attention_prefill.cuh). When given,
+  /// attention() runs the tensor-core prefill kernel where it supports the shape.
+  const int32_t* q_tiles = nullptr;
+  int num_q_tiles = 0;
   void* out = nullptr;              ///< [n, heads * head_dim] of dtype
   float* partial = nullptr;         ///< split-K workspace: n * heads * num_splits * (head_dim + 2) f32 (only when num_splits > 1)
   /// Optional, split-K only: [n * heads] int32, all ZERO before the call (and left zero after it). When
@@ -80,7 +86,8 @@ struct AttentionParams {
 /// (and j > positions[t] - window when window > 0); s_j = prefix_slots[t] for j < prefix_lens[t], else slots[t];
 /// cap = attention_softcap (the identity when softcap is 0).
 /// Launched with programmatic dependent launch (kernels/pdl.cuh). Decode steps (decode or rotary_append)
-/// go to attention_decode() when it supports the shape; everything else to attention_tiled().
+/// go to attention_decode() when it supports the shape; steps with query tiles to attention_prefill()
+/// (attention_prefill.cuh) when it supports the shape; everything else to attention_tiled().
 void attention(const AttentionParams& p, cudaStream_t stream);
 
 /// The general kernel (prefill and decode): one block per (token, head, split), keys in tiles of 128

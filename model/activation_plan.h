@@ -34,8 +34,8 @@ inline int decode_bucket(int batch) {
 int64_t step_tokens(int64_t batch, int64_t max_seq, int64_t rows, int64_t step_tokens = kMaxStepTokens);
 
 /// int32 arrays of max_tokens each in a step's metadata: tokens | slots | positions | last_rows |
-/// prefix_slots | prefix_lens (runtime/cuda/layers/transformer.h StepMeta).
-constexpr uint64_t kStepMetaArrays = 6;
+/// prefix_slots | prefix_lens | q_tiles (runtime/cuda/layers/transformer.h StepMeta).
+constexpr uint64_t kStepMetaArrays = 7;
 
 /// Bytes of each buffer (T = tokens per step, R = logits rows per step, e = bytes of the weight dtype,
 /// ranges of this tp_rank). Per token: step metadata kStepMetaArrays x int32, the f32 residual stream, the two

@@ -145,7 +145,7 @@ class CudaRunner : public ModelRunner {
     std::vector<int> row_chunk;  // output row (output_rows order) of each logits row of this step
     auto flush = [&] {
       if (n == 0) return;
-      model_->upload_meta();
+      model_->upload_meta(n);
       model_->run(model_->meta_device(n, static_cast<int>(row_chunk.size())));
       collect(row_chunk, logits, argmax);
       n = 0;
@@ -190,7 +190,7 @@ class CudaRunner : public ModelRunner {
     std::vector<int> row_chunk;  // output row (output_rows order) of each logits row of this step
     auto step = [&] {
       if (n == 0) return;
-      model_->upload_meta();
+      model_->upload_meta(n);
       if (!model_->first_stage()) {
         const Clock::time_point t0 = Clock::now();
         link_->recv_prev(model_->residual(), static_cast<size_t>(n) * H * sizeof(float));
@@ -310,7 +310,7 @@ class CudaRunner : public ModelRunner {
       }
       meta[3 * max_tokens + i] = i;
     }
-    model_->upload_meta();
+    model_->upload_meta(b);
     const bool cascade = opts_.cascade_attention && std::any_of(chunks.begin(), chunks.end(), [](const SeqChunk& c) {
                            return c.prefix_slot >= 0 && c.prefix_len > 0;
                          });

@@ -421,11 +421,11 @@ TEST_CASE("plan_memory: hand-computed per-rank numbers") {
   // kv_cache: 2 layers, batch 2 + the scratch slot, 8 positions, 1 kv head/rank, head_dim 4, 2 bytes
   CHECK(p.kv_cache_bytes == 2ull * 2 * 3 * 8 * 1 * 4 * 2);
   // R = 2 decode rows, T = max(2, min(1024, 2*8)) = 16 tokens per step.
-  // per token: 16*4 + 3*16*2 + (2+2)*4*2 + 2*4*2 + (12 + 6)*2 + 6*4 (step metadata) = 64 + 96 + 32 + 16 + 36 + 24 = 268
+  // per token: 16*4 + 3*16*2 + (2+2)*4*2 + 2*4*2 + (12 + 6)*2 + 7*4 (step metadata) = 64 + 96 + 32 + 16 + 36 + 28 = 272
   // per row: 16*2 + (1+4)*10*4 + 8*(1+4) + 2*16*(4+2)*4 = 32 + 200 + 40 + 768 = 1040, plus the argmax's
   // 64 split pairs and counter (64*8 + 4), the split-K counters of the 2 heads (2*4) and the cascade
   // attention's prefix partials (2 heads * 16 splits * (4+2) * 4 = 768): 2332
-  CHECK(p.activation_bytes == 16ull * 268 + 2 * 2332);
+  CHECK(p.activation_bytes == 16ull * 272 + 2 * 2332);
   CHECK(p.weight_bytes == m.shards.at(4)[0].weight_bytes);
   CHECK(p.workspace_bytes == kWorkspaceBytes);
   CHECK(p.total_bytes() == p.weight_bytes + p.kv_cache_bytes + p.activation_bytes + p.workspace_bytes);

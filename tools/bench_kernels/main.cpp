@@ -8,9 +8,11 @@
 //   2. the other kernels of a batch-1 decode layer (add_norm, argmax), each in a graph of 64 back-to-back
 //      calls; then decode attention with fused rotary + kv_cache append and in-kernel split merge, the
 //      tiled kernel next to the decode kernel, batch 1 and 48, contexts 32..4096;
+//   2b. (--only prefill) prefill attention: the tiled kernel vs the tensor-core prefill kernel on
+//      1,024-token steps of packed prompts (NeoX-20B, Llama-7B shapes);
 //   3. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
 //      graph, both ranks replaying together.
-// Usage: bench_kernels [--only linear|gemv_sweep|pieces|all_reduce]. Prints markdown tables; the copy bandwidth it
+// Usage: bench_kernels [--only linear|gemv_sweep|pieces|prefill|all_reduce]. Prints markdown tables; the copy bandwidth it
 // compares against is a device-to-device cudaMemcpy (read + write bytes / s) of 1 GiB.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -27,7 +29,9 @@
 #include "format/error.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_decode.cuh"
+#include "kernels/attention_prefill.cuh"
 #include "kernels/linear.cuh"
+#include "runtime/query_tiles.h"
 #include "kernels/logits.cuh"
 #include "kernels/norm.cuh"
 #include "runtime/cuda/check.h"
@@ -347,6 +351,80 @@ void bench_all_reduce() {
   }
 }
 
+/// Prefill attention of one 1,024-token step: prompts of `len` tokens packed back to back (the last one
+/// cut at the step's end), each in its own slot from position 0, as the runner packs a batch's prompts;
+/// the tiled kernel next to the tensor-core prefill kernel, same inputs (zeros: the time does not depend
+/// on the values). TFLOP/s counts 4 x head_dim flops per (query, key, head) pair the causal mask keeps.
+void bench_attention_prefill() {
+  TPS_CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t s = nullptr;
+  TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::printf("\n## Prefill attention: tiled kernel vs prefill kernel (us per 1,024-token step, 16 calls per graph)\n\n");
+  std::printf("| model shape | prompt tokens | tiled us | prefill us | speedup | prefill TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  auto zeros = [](size_t bytes) {
+    void* p = nullptr;
+    TPS_CUDA_CHECK(cudaMalloc(&p, bytes));
+    TPS_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+  };
+  struct PrefillCase { const char* what; int heads, kv, hd; DType t; };
+  constexpr int kStep = 1024;
+  for (const PrefillCase& c : {PrefillCase{"neox-20b tp1: 64 heads, hd 96, f16", 64, 64, 96, DType::F16},
+                               PrefillCase{"llama-7b tp1: 32 heads, hd 128, bf16", 32, 32, 128, DType::BF16},
+                               PrefillCase{"llama-70b tp8: 8 heads / 1 kv, hd 128, bf16", 8, 1, 128, DType::BF16}}) {
+    for (int len : {128, 230, 1024}) {
+      const int seqs = (kStep + len - 1) / len, max_seq = len;
+      std::vector<int32_t> slot, pos, zero(kStep, 0);
+      double pairs = 0;
+      for (int t = 0; t < kStep; ++t) {
+        slot.push_back(t / len);
+        pos.push_back(t % len);
+        pairs += t % len + 1;
+      }
+      std::vector<int32_t> tiles(kStep);
+      const int num_tiles = query_tiles(slot.data(), pos.data(), zero.data(), zero.data(), kStep, kPrefillTileRows,
+                                        tiles.data());
+      std::vector<int32_t> meta_h;
+      for (const auto* v : {&slot, &pos, &zero, &tiles}) meta_h.insert(meta_h.end(), v->begin(), v->end());
+      int32_t* meta = static_cast<int32_t*>(zeros(meta_h.size() * 4));
+      TPS_CUDA_CHECK(cudaMemcpy(meta, meta_h.data(), meta_h.size() * 4, cudaMemcpyHostToDevice));
+      const int64_t stride = static_cast<int64_t>(c.heads + 2 * c.kv) * c.hd;
+      const size_t cache_bytes = static_cast<size_t>(seqs) * c.kv * max_seq * c.hd * 2;
+      void* qkv = zeros(kStep * stride * 2);
+      void* kc = zeros(cache_bytes);
+      void* vc = zeros(cache_bytes);
+      void* out = zeros(static_cast<size_t>(kStep) * c.heads * c.hd * 2);
+      AttentionParams a;
+      a.q = qkv;
+      a.q_stride = stride;
+      a.k_cache = kc;
+      a.v_cache = vc;
+      a.slots = meta;
+      a.positions = meta + kStep;
+      a.prefix_slots = meta + 2 * kStep;
+      a.prefix_lens = meta + 2 * kStep;
+      a.out = out;
+      a.dtype = c.t;
+      a.n = kStep;
+      a.num_heads = c.heads;
+      a.num_kv_heads = c.kv;
+      a.head_dim = c.hd;
+      a.max_seq_len = max_seq;
+      a.scale = 0.1f;
+      const double tiled = time_graph_us(s, 16, 5, [&](int) { attention_tiled(a, s); });
+      a.q_tiles = meta + 3 * kStep;
+      a.num_q_tiles = num_tiles;
+      const double prefill = time_graph_us(s, 16, 5, [&](int) { attention_prefill(a, s); });
+      const double flops = 4.0 * c.hd * c.heads * pairs;
+      std::printf("| %s | %d | %.1f | %.1f | %.1fx | %.1f |\n", c.what, len, tiled, prefill, tiled / prefill,
+                  flops / prefill / 1e6);
+      for (void* p : {qkv, kc, vc, out, static_cast<void*>(meta)}) cudaFree(p);
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -355,7 +433,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_kernels [--only linear|gemv_sweep|pieces|all_reduce]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--only linear|gemv_sweep|pieces|prefill|all_reduce]\n");
       return 2;
     }
   }
@@ -368,6 +446,7 @@ int main(int argc, char** argv) {
     if (only.empty() || only == "linear") bench_linear();
     if (only.empty() || only == "gemv_sweep") bench_gemv_sweep();
     if (only.empty() || only == "pieces") bench_pieces();
+    if (only.empty() || only == "prefill") bench_attention_prefill();
     if (only.empty() || only == "all_reduce") bench_all_reduce();
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\nhint: %s\n", e.what(), e.hint().c_str());

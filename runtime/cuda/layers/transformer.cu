@@ -7,6 +7,7 @@
 #include "format/error.h"
 #include "kernels/activation.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/attention_prefill.cuh"
 #include "kernels/bias_add.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/head_norm.cuh"
@@ -20,6 +21,7 @@
 #include "model/activation_plan.h"
 #include "model/kv_ring.h"
 #include "model/moe_routing.h"
+#include "runtime/query_tiles.h"
 #include "runtime/rope.h"
 #include "runtime/cuda/check.h"
 
@@ -144,10 +146,17 @@ StepMeta Transformer::meta_device(int n, int n_rows, bool decode, bool cascade) 
   m.n_rows = n_rows;
   m.decode = decode && n == n_rows;
   m.cascade = m.decode && cascade;
+  if (!m.decode) {
+    m.q_tiles = meta_dev_ + 6 * max_tokens_;
+    m.num_q_tiles = num_q_tiles_;
+  }
   return m;
 }
 
-void Transformer::upload_meta() {
+void Transformer::upload_meta(int n) {
+  const int32_t* h = meta_host_;
+  const size_t T = static_cast<size_t>(max_tokens_);
+  num_q_tiles_ = query_tiles(h + T, h + 2 * T, h + 4 * T, h + 5 * T, n, kPrefillTileRows, meta_host_ + 6 * T);
   TPS_CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, kStepMetaArrays * static_cast<size_t>(max_tokens_) * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream_));
 }
@@ -427,6 +436,8 @@ void Transformer::attention_core(int i, const StepMeta& m) {
   a.positions = m.positions;
   a.prefix_slots = m.prefix_slots;
   a.prefix_lens = m.prefix_lens;
+  a.q_tiles = m.q_tiles;
+  a.num_q_tiles = m.num_q_tiles;
   a.out = attn_;
   a.partial = partial_;
   a.split_counters = split_counters_;

@@ -39,6 +39,10 @@ struct StepMeta {
   const int32_t* last_rows = nullptr;  ///< [n_rows] token index whose logits are wanted
   const int32_t* prefix_slots = nullptr;  ///< [n] shared prefix's kv_cache slot (SeqChunk::prefix_slot), -1: none
   const int32_t* prefix_lens = nullptr;   ///< [n] its positions, 0: none
+  /// [num_q_tiles] first token of each query tile of the prefill attention (runtime/query_tiles.h);
+  /// nullptr on decode steps.
+  const int32_t* q_tiles = nullptr;
+  int num_q_tiles = 0;
   int n = 0;
   int n_rows = 0;
   /// One token per sequence (a decode step) and last_rows[i] == i: rotary + kv_cache append run inside
@@ -64,9 +68,10 @@ class Transformer {
   int32_t* meta_host() const { return meta_host_; }
   /// StepMeta over the device meta buffer; cascade only applies to decode steps.
   StepMeta meta_device(int n, int n_rows, bool decode = false, bool cascade = false) const;
-  /// Enqueue meta_host -> device (layout: tokens | slots | positions | last_rows | prefix_slots |
-  /// prefix_lens, max_tokens each).
-  void upload_meta();
+  /// Fill the query tiles of the step's n tokens (runtime/query_tiles.h) from the host meta, then enqueue
+  /// meta_host -> device (layout: tokens | slots | positions | last_rows | prefix_slots | prefix_lens |
+  /// q_tiles, max_tokens each).
+  void upload_meta(int n);
 
   /// Enqueue this stage's forward of one step. The first stage starts from the token embeddings, the
   /// others from the hidden states the caller wrote into residual() ([n, hidden] f32, the previous stage's
@@ -137,6 +142,7 @@ class Transformer {
   Communicator& comm_;
   cudaStream_t stream_;
   int max_tokens_ = 0, max_rows_ = 0, max_seq_len_ = 0, max_splits_ = 1;
+  int num_q_tiles_ = 0;  // of the step upload_meta last prepared
   KvCache kv_;
   Gemm gemm_;
   // The decode fast paths, always on where the shape allows them (docs/TUNING.md "Retired switches");
