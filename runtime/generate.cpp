@@ -25,8 +25,10 @@
 
 namespace tpshard {
 
-void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who, int64_t model_limit) {
+void check_request(const GenerationRequest& r, int64_t max_seq, const std::string& who, int64_t model_limit,
+                   const TokenCountNames& names) {
   const int64_t p = static_cast<int64_t>(r.prompt_ids.size());
+  const std::string max_name = names.max_new_tokens, min_name = names.min_new_tokens;
   // At the model's own limit, raising --max-seq-len is no way out: say so instead of hinting it.
   const bool at_model_limit = model_limit > 0 && max_seq >= model_limit;
   const std::string limit_text = at_model_limit ? "the model's context of " + std::to_string(max_seq) + " positions"
@@ -36,15 +38,16 @@ void check_request(const GenerationRequest& r, int64_t max_seq, const std::strin
             at_model_limit ? std::string("shorten the prompt")
                            : "shorten the prompt, or raise --max-seq-len if it is below the model's max_position_embeddings");
   TPS_CHECK(r.params.max_new_tokens >= 0 && r.params.min_new_tokens >= 0,
-            who + ": max_new_tokens and min_new_tokens must be >= 0", "fix the sampling options");
+            who + ": " + max_name + " and " + min_name + " must be >= 0", "fix the sampling options");
   TPS_CHECK(r.params.min_new_tokens <= r.params.max_new_tokens,
-            who + ": min_new_tokens " + std::to_string(r.params.min_new_tokens) + " is greater than max_new_tokens " +
+            who + ": " + min_name + " " + std::to_string(r.params.min_new_tokens) + " is greater than " + max_name + " " +
                 std::to_string(r.params.max_new_tokens),
-            "use min_new_tokens 0.." + std::to_string(r.params.max_new_tokens) + ", or raise max_new_tokens");
+            "use " + min_name + " 0.." + std::to_string(r.params.max_new_tokens) + ", or raise " + max_name);
   // The last generated token is never fed back, so p + max_new_tokens - 1 positions are needed.
-  const std::string lower = "lower max_new_tokens to " + std::to_string(std::max<int64_t>(0, max_seq - p + 1)) + " or less";
+  const std::string lower =
+      "lower " + max_name + " to " + std::to_string(std::max<int64_t>(0, max_seq - p + 1)) + " or less";
   TPS_CHECK(p + r.params.max_new_tokens - 1 <= max_seq,
-            who + ": prompt of " + std::to_string(p) + " tokens + max_new_tokens " +
+            who + ": prompt of " + std::to_string(p) + " tokens + " + max_name + " " +
                 std::to_string(r.params.max_new_tokens) + " exceeds " + limit_text,
             at_model_limit ? "shorten the prompt, or " + lower
                            : lower + ", or raise --max-seq-len if it is below the model's max_position_embeddings");

@@ -47,8 +47,14 @@ struct GenerationRequest {
 /// check each line with it while reading, so a bad line is reported before any generation.
 /// model_seq_limit: the model's own context (model_position_limit(config)); when max_seq_len already equals
 /// it, the length errors say the prompt exceeds the model's context instead of hinting --max-seq-len.
-/// 0: unknown (the hint names --max-seq-len).
-void check_request(const GenerationRequest& r, int64_t max_seq_len, const std::string& who, int64_t model_seq_limit = 0);
+/// 0: unknown (the hint names --max-seq-len). names: what the caller's users call the two token counts
+/// (the OpenAI API's max_tokens / min_tokens in `tprun serve`).
+struct TokenCountNames {
+  const char* max_new_tokens = "max_new_tokens";
+  const char* min_new_tokens = "min_new_tokens";
+};
+void check_request(const GenerationRequest& r, int64_t max_seq_len, const std::string& who, int64_t model_seq_limit = 0,
+                   const TokenCountNames& names = {});
 
 struct GenerationResult {
   std::string id;

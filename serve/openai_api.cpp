@@ -174,15 +174,11 @@ ordered_json usage_of(const ApiRequest& req, const std::vector<GenerationResult>
 void check_fits(const ApiRequest& r, const ApiLimits& limits) {
   for (const GenerationRequest& g : r.prompts) {
     try {
-      // chat: the conversation as the chat template rendered it
+      // chat: the conversation as the chat template rendered it; the counts by the API's field names
       check_request(g, limits.max_seq_len, r.chat ? std::string("messages (rendered by the chat template)") : "prompt " + g.id,
-                    limits.model_seq_limit);
+                    limits.model_seq_limit, TokenCountNames{"max_tokens", "min_tokens"});
     } catch (const Error& e) {
-      // check_request speaks of the generator's options; a client sent the API's fields
-      std::string m = std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")");
-      for (const auto& [ours, api] : {std::pair<std::string, std::string>{"max_new_tokens", "max_tokens"}, {"min_new_tokens", "min_tokens"}})
-        for (size_t at = m.find(ours); at != std::string::npos; at = m.find(ours, at + api.size())) m.replace(at, ours.size(), api);
-      bad(m);
+      bad(std::string(e.what()) + (e.hint().empty() ? "" : " (" + e.hint() + ")"));
     }
   }
 }
