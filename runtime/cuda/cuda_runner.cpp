@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include "common/log.h"
 #include "format/error.h"
 #include "kernels/pdl.cuh"
 #include "model/activation_plan.h"
@@ -111,6 +112,27 @@ class CudaRunner : public ModelRunner {
       cudaFreeHost(ids_host_[p]);
       cudaEventDestroy(ids_ready_[p]);
     }
+  }
+
+  /// CudaRunnerOptions::warm_up: a prefill step of max_tokens dummy tokens (token 0 from position 0 in
+  /// slots 0, 1, ...) and a decode step of max_batch rows. The kv_cache rows they write are rewritten by
+  /// any later chunk before it reads them (attention reads only positions a chunk's sequence wrote).
+  void warm_up() {
+    std::vector<SeqChunk> chunks;
+    for (int left = model_->max_tokens(), slot = 0; left > 0 && slot < opts_.max_batch; ++slot) {
+      const int len = std::min(left, opts_.max_seq_len);
+      chunks.push_back({slot, 0, std::vector<int32_t>(static_cast<size_t>(len), 0)});
+      left -= len;
+    }
+    std::vector<int32_t> ids(chunks.size());
+    forward(chunks, nullptr, ids.data());
+    chunks.clear();
+    for (int slot = 0; slot < opts_.max_batch; ++slot) chunks.push_back({slot, 0, {0}});
+    ids.resize(chunks.size());
+    forward(chunks, nullptr, ids.data());
+    device_comm_->synchronize();
+    ahead_.valid = false;
+    stats_ = LookaheadStats{};
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -550,7 +572,14 @@ LookaheadStats lookahead_stats(const ModelRunner& runner) {
 std::unique_ptr<ModelRunner> make_cuda_runner(const Manifest& manifest, int tp_rank, int tp_size,
                                               const WeightArena& weights, Communicator& comm,
                                               const CudaRunnerOptions& opts) {
-  return std::make_unique<CudaRunner>(manifest, tp_rank, tp_size, weights, comm, opts);
+  auto runner = std::make_unique<CudaRunner>(manifest, tp_rank, tp_size, weights, comm, opts);
+  if (opts.warm_up) {
+    const auto t0 = std::chrono::steady_clock::now();
+    runner->warm_up();
+    log_line(LogLevel::Verbose, "tprun: tp_rank %d: runner warm-up (one prefill step, one decode step) %.3f s\n", tp_rank,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return runner;
 }
 
 }  // namespace tpshard::cuda

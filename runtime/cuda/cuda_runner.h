@@ -36,6 +36,11 @@ struct CudaRunnerOptions {
   /// Micro-batches per forward() with several stages (chunks split into that many groups; 0 = 2 x
   /// pp_size): while stage s runs micro-batch k, stage s - 1 runs k + 1.
   int micro_batches = 0;
+  /// Run one full prefill step and one decode step of dummy tokens when the runner is built (CUDA's lazy
+  /// kernel loading, cuBLASLt's first calls and the decode graph of max_batch rows happen there instead
+  /// of inside the first request's prefill and decode; measured in docs/WORKLOADS.md). Every rank of
+  /// the model must build its runner with the same value (the warm-up steps run its collectives).
+  bool warm_up = true;
 };
 
 /// Build the runner for this rank. `comm` is a DeviceCommunicator (make_device_comm.h: local, peer or NCCL;
