@@ -311,7 +311,7 @@ if [ ! -x "$BG" ]; then
   result FAIL "bench_generate" "$BG missing (tools/CMakeLists.txt needs add_subdirectory(bench_generate) when TPSHARD_HAVE_CUDA)"
 else
   FIX=$REPO/tests/fixtures
-  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-phi3-longrope tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq tiny-gemma2 tiny-olmo2 tiny-mixtral stories260K; do
+  for m in tiny-llama tiny-gpt-neox-par tiny-gpt-neox-seq tiny-qwen2 tiny-internlm2 tiny-nvlm-d tiny-llama3-rope tiny-llama-bf16 tiny-gpt-neo tiny-mistral-swa tiny-llama-yarn tiny-phi3 tiny-phi3-longrope tiny-qwen3 tiny-starcoder2 tiny-gptj tiny-falcon tiny-falcon-mq tiny-gemma2 tiny-olmo2 tiny-mixtral tiny-llama-hd64 stories260K; do
     MD=$WORK/k_$m
     if ! run_logged "convert $m" "$BIN/tpshard" convert "$FIX/$m" -o "$MD" --tp 1,2 -q; then
       k_result FAIL "convert $m"; continue
@@ -341,8 +341,9 @@ else
       fi
     done
   done
-  # reduced-precision copies of f32 fixtures: logits within fp16 / bf16 tolerance (greedy may differ by design)
-  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02" "tiny-gpt-neo bf16 0.1 0.02" "tiny-qwen3 bf16 0.1 0.02" "tiny-gptj bf16 0.1 0.02" "tiny-falcon bf16 0.1 0.02" "tiny-gemma2 bf16 0.1 0.02" "tiny-olmo2 bf16 0.1 0.02" "tiny-mixtral bf16 0.1 0.02"; do
+  # reduced-precision copies of f32 fixtures: logits within fp16 / bf16 tolerance (greedy may differ by design);
+  # tiny-llama-hd64's copies run the tensor-core prefill attention (head_dim 64, prompts up to 130 tokens)
+  for spec in "tiny-llama f16 0.03 0.01" "tiny-gpt-neox-par bf16 0.1 0.02" "tiny-qwen2 bf16 0.1 0.02" "tiny-gpt-neo bf16 0.1 0.02" "tiny-qwen3 bf16 0.1 0.02" "tiny-gptj bf16 0.1 0.02" "tiny-falcon bf16 0.1 0.02" "tiny-gemma2 bf16 0.1 0.02" "tiny-olmo2 bf16 0.1 0.02" "tiny-mixtral bf16 0.1 0.02" "tiny-llama-hd64 f16 0.03 0.01" "tiny-llama-hd64 bf16 0.1 0.02"; do
     set -- $spec
     MD=$WORK/k_$1_$2
     run_logged "convert $1 $2" "$BIN/tpshard" convert "$FIX/$1" -o "$MD" --tp 1,2 --dtype $2 -q || { k_result FAIL "convert $1 --dtype $2"; continue; }
@@ -383,9 +384,10 @@ else
     done
   done
   # shared prompt prefix read from another kv_cache slot: logits and greedy ids of the unshared prompts
-  # (tiny-gpt-neo / tiny-mistral-swa / tiny-gemma2: local windows shorter than the prefix); f32 and bf16; and every
+  # (tiny-gpt-neo / tiny-mistral-swa / tiny-gemma2: local windows shorter than the prefix; tiny-llama-hd64_bf16:
+  # the tensor-core prefill kernel reading the prefix slot); f32 and bf16; and every
   # token's logits of one chunk (all_logits) vs the last-position logits of each prefix
-  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16 tiny-gemma2; do
+  for m in tiny-llama3-rope tiny-gpt-neo tiny-mistral-swa tiny-gpt-neo_bf16 tiny-gemma2 tiny-llama-hd64_bf16; do
     for TP in 1 2; do
       [ "$TP" -le "$NGPU" ] || continue
       [ -d "$WORK/k_$m" ] || continue

@@ -13,13 +13,15 @@ tiny-gptj (interleaved partial rotary, one LayerNorm for parallel attention + ML
 tiny-falcon (Falcon-40B layout: qkv per KV group, ln_attn / ln_mlp, biases) and tiny-falcon-mq (Falcon-7B
 layout: multi-query, one shared input_layernorm),
 tiny-gemma2 (sandwich RMSNorms x (1 + w), scaled embedding, attention and final logit soft-capping,
-local / global layers with sliding window 6, head_dim apart from hidden / heads), and the repacked fixtures tiny-internlm2
+local / global layers with sliding window 6, head_dim apart from hidden / heads), tiny-llama-hd64 (head_dim
+64 apart from hidden / heads, GQA 4/2, prompts of 1, 23, 70 and 130 tokens: the head_dim and lengths of the GPU's tensor-core prefill
+attention, which its f16 / bf16 copies run), and the repacked fixtures tiny-internlm2
 (a Llama in InternLM2's trust_remote_code layout) and tiny-nvlm-d (a Qwen2 nested in NVLM-D's
 multimodal layout with a dummy vision tower); --only writes just the named ones (tiny-llama also
 writes tiny-llama-bf16 and tiny-llama-sharded). Deterministic for a given torch version
 (torch.manual_seed per fixture). Every parameter, including norm weights and biases, is
 perturbed with normal noise after init, so a wrong tensor mapping cannot pass a test.
-reference.json: {"prompts": [[ids] x4, lengths 1, 5, 11, 23],
+reference.json: {"prompts": [[ids] x4, lengths 1, 5, 11, 23 (PROMPT_LENGTHS_OF: other lengths)],
                  "last_logits": [[vocab_size floats] per prompt]  (fp32, each prompt alone),
                  "greedy": [[16 new ids] per prompt]  (argmax decoding, each prompt alone,
                             never stops at EOS), "greedy_min_margin": smallest top1 - top2
@@ -34,6 +36,7 @@ import shutil
 import torch
 
 PROMPT_LENGTHS = [1, 5, 11, 23]
+PROMPT_LENGTHS_OF = {"tiny-llama-hd64": [1, 23, 70, 130]}  # fixtures with other prompt lengths
 GREEDY_NEW_TOKENS = 16
 VOCAB = 1000  # not a multiple of 8: exercises vocab padding at tp_size 3 and 8
 MIN_MARGIN = 0.02  # smallest accepted top1 - top2 logit gap during greedy decoding
@@ -60,6 +63,13 @@ def llama_config(llama3_rope):
                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                          "original_max_position_embeddings": 32})
     return LlamaConfig(**kw, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=10000.0)
+
+
+def llama_hd64_config():
+    from transformers import LlamaConfig
+    return LlamaConfig(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                       num_hidden_layers=2, intermediate_size=256, vocab_size=VOCAB, rms_norm_eps=1e-5,
+                       max_position_embeddings=256, tie_word_embeddings=False, rope_theta=10000.0)
 
 
 def qwen2_config():
@@ -238,10 +248,10 @@ def greedy(model, ids, n_new):
     return seq[len(ids):], margin
 
 
-def reference(model, vocab_size, seed):
+def reference(model, vocab_size, seed, lengths=PROMPT_LENGTHS):
     import transformers
     g = torch.Generator().manual_seed(1000 + seed)
-    prompts = [torch.randint(0, vocab_size, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
+    prompts = [torch.randint(0, vocab_size, (n,), generator=g).tolist() for n in lengths]
     ref = {"prompts": prompts, "last_logits": [], "greedy": [], "greedy_min_margin": None,
            "transformers_version": transformers.__version__, "torch_version": torch.__version__}
     margins = []
@@ -409,6 +419,7 @@ def main():
         ("tiny-gemma2", gemma2_config(), 1400),
         ("tiny-olmo2", olmo2_config(), 1600),
         ("tiny-mixtral", mixtral_config(), 1700),
+        ("tiny-llama-hd64", llama_hd64_config(), 1900),
     ]
     known = [f[0] for f in fixtures] + list(REPACKED)
     for n in only:
@@ -421,7 +432,7 @@ def main():
         # >= MIN_MARGIN at every step), so a correct fp32 runtime reproduces it exactly.
         for seed in range(first_seed, first_seed + MAX_SEED_TRIES):
             model = make_model(config, seed)
-            ref = reference(model, config.vocab_size, seed)
+            ref = reference(model, config.vocab_size, seed, PROMPT_LENGTHS_OF.get(name, PROMPT_LENGTHS))
             ok = ref["greedy_min_margin"] >= MIN_MARGIN
             if ok and name == "tiny-llama":
                 # bf16 copy; its reference is the bf16 weights upcast to fp32, run in fp32.

@@ -194,6 +194,10 @@ TEST_CASE("GPT-Neo local layers keep a kv_cache ring of 2 x window positions per
   });
 }
 
+TEST_CASE("Llama, head_dim 64 apart from hidden / heads, GQA 4/2, prompts of 1 to 130 tokens (the GPU prefill kernel's shapes): vs transformers at tp 1, 2, 4") {
+  check_against_hf("tiny-llama-hd64");
+}
+
 TEST_CASE("Mistral, sliding_window 6 (shorter than the prompts), GQA 8/2: vs transformers at tp 1, 2, 4") {
   check_against_hf("tiny-mistral-swa");
 }
