@@ -225,21 +225,6 @@ __global__ void __launch_bounds__(kThreads) attention_cascade_kernel(AttentionPa
   }
 }
 
-/// Raise the kernel's dynamic shared memory limit (launches may need more than 48 KiB) once per device.
-template <typename T>
-cudaError_t allow_smem() {
-  static std::atomic<uint64_t> devices{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (bit && (devices.load() & bit)) return cudaSuccess;
-  e = cudaFuncSetAttribute(attention_cascade_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kMaxSmemBytes));
-  if (e == cudaSuccess) devices.fetch_or(bit);
-  return e;
-}
-
 }  // namespace
 
 int attention_cascade_seqs_per_block(const AttentionParams& p) {
@@ -269,7 +254,7 @@ void attention_cascade_prefix(const AttentionParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(float) * smem_floats(rows * kv_group_of(p), p.head_dim);
   const dim3 grid((p.n + rows - 1) / rows, p.num_kv_heads, p.cascade_max_splits);
   cudaError_t e = cudaSuccess;
-  TPS_DISPATCH_DTYPE(p.dtype, T, e = allow_smem<T>());
+  TPS_DISPATCH_DTYPE(p.dtype, T, e = allow_dynamic_smem<attention_cascade_kernel<T>>(static_cast<int>(kMaxSmemBytes)));
   if (e != cudaSuccess)
     throw Error(std::string("kernels/attention_cascade: shared memory limit: ") + cudaGetErrorString(e),
                 "check the device (compute capability 8.0 or newer gives 163 KiB or more per block)");

@@ -220,8 +220,7 @@ template <typename T, int D>
 void launch(const AttentionParams& p, cudaStream_t stream) {
   constexpr int BK = D <= 128 ? 64 : 32;  // D = 256: fewer score registers next to 128 accumulators
   constexpr size_t smem = prefill_smem_bytes<D, BK>();
-  static const cudaError_t attr = cudaFuncSetAttribute(attention_prefill_kernel<T, D, BK>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const cudaError_t attr = allow_dynamic_smem<attention_prefill_kernel<T, D, BK>>(static_cast<int>(smem));
   if (attr != cudaSuccess)
     throw Error(std::string("kernels/attention_prefill: cannot allow ") + std::to_string(smem) +
                     " bytes of shared memory: " + cudaGetErrorString(attr),

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "format/dtype.h"
@@ -65,6 +67,22 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   __syncthreads();
   v = lane < nwarps ? scratch[lane] : -INFINITY;
   return warp_max(v);
+}
+
+/// Raise Kernel's dynamic shared memory limit to `bytes` (launches may need more than 48 KiB) on the
+/// current device, once per device: a function attribute holds for one device, and one process may drive
+/// several GPUs (bench_generate: a thread per rank). Returns the CUDA status.
+template <auto Kernel>
+cudaError_t allow_dynamic_smem(int bytes) {
+  static std::atomic<uint64_t> devices{0};  // bit d: set on device d (devices 0..63; others every call)
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit && (devices.load() & bit)) return cudaSuccess;
+  e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) devices.fetch_or(bit);
+  return e;
 }
 
 /// Throw Error naming the kernel when its launch failed (bad configuration, no device, sticky error).
