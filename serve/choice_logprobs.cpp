@@ -63,13 +63,17 @@ void ChoiceLogprobs::put(int32_t token, const TokenLogprob* lp) {
     tokens_.push_back(s);
     text_offset_.push_back(offset_);
     token_logprobs_.push_back(lp ? json(lp->logprob) : json());
-    json top;  // {token string: log-probability}, the first of equal strings kept; null without alternatives
-    if (lp && top_ > 0) {
+    // {token string: log-probability}: the `logprobs` most likely tokens and the chosen one (OpenAI's rule:
+    // "the logprob of the sampled token" always, so up to logprobs + 1 entries); the first of equal strings
+    // kept; null for a token without a log-probability (the first prompt token)
+    json top;
+    if (lp) {
       top = json::object();
       for (size_t j = 0; j < lp->top.size() && j < static_cast<size_t>(top_); ++j) {
         const std::string t = shown(lp->top[j].first);
         if (!top.contains(t)) top[t] = lp->top[j].second;  // lp->top is most likely first: kept in that order
       }
+      if (!top.contains(s)) top[s] = lp->logprob;  // not among them: less likely than all, so last
     }
     top_logprobs_.push_back(std::move(top));
   }

@@ -342,6 +342,14 @@ TEST_CASE("ChoiceLogprobs: parts taken as the result grows concatenate to the wh
   ChoiceLogprobs order(tok, prompt, false, 3, false);
   order.add(ranked);
   CHECK(order.take()["top_logprobs"][0].dump() == R"({"z":-0.05000000074505806,"b":-0.10000000149011612,"a":-4.0})");
+  // The chosen token is always listed (OpenAI: up to logprobs + 1 entries): with logprobs 1 after the
+  // more likely 'z', and alone with logprobs 0.
+  ChoiceLogprobs one(tok, prompt, false, 1, false);
+  one.add(ranked);
+  CHECK(one.take()["top_logprobs"][0].dump() == R"({"z":-0.05000000074505806,"b":-0.10000000149011612})");
+  ChoiceLogprobs zero(tok, prompt, false, 0, false);
+  zero.add(ranked);
+  CHECK(zero.take()["top_logprobs"][0] == json{{"b", -0.1f}});
 
   // Chat: the generated tokens only, with their bytes and a list of alternatives.
   ChoiceLogprobs chat(tok, prompt, false, 1, true);
