@@ -4,7 +4,9 @@
 # fixtures (and a freshly converted stories260K for the manifest and shard targets), and run every
 # target for SECONDS_PER_TARGET (default 10) with its dictionary (fuzz/NAME.dict for fuzz_NAME, else fuzz/json.dict). Prints one table: target,
 # executions, coverage (libFuzzer's cov: edges), corpus size, findings (crash-*/leak-*/timeout-*/oom-*
-# files written). Exit 1 when any target found something. CI runs it with a few seconds per target;
+# files written), slow units (slow-unit-* files: inputs that took more than 10 s without timing out;
+# reported, not counted as findings: a machine starved by other jobs writes them). Exit 1 when any target
+# found something. CI runs it with a few seconds per target;
 # docs/FUZZING.md has the long run's table. Environment: FUZZ_PARALLEL (targets run at once, default 1),
 # FUZZ_RUNS (stop a target after this many executions as well, default: time only), FUZZ_TARGETS (a
 # space-separated subset of the targets, default all).
@@ -63,15 +65,16 @@ for t in "${TARGETS[@]}"; do
   run_target "$t" &
 done
 wait
-printf '| target | executions | coverage (edges) | corpus | findings |\n|---|---|---|---|---|\n'
+printf '| target | executions | coverage (edges) | corpus | findings | slow units |\n|---|---|---|---|---|---|\n'
 found=0
 for t in "${TARGETS[@]}"; do
   log=$W/$t.log
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo 0)
   corpus=$(ls "$W/corpus_$t" | wc -l)
-  n=$(ls "$W/findings_$t" | grep -cE '^(crash|leak|timeout|oom|slow-unit)-' || true)
+  n=$(ls "$W/findings_$t" | grep -cE '^(crash|leak|timeout|oom)-' || true)
+  slow=$(ls "$W/findings_$t" | grep -c '^slow-unit-' || true)
   [ "$n" -gt 0 ] && found=$((found + n))
-  printf '| %s | %s | %s | %s | %s |\n' "$t" "${execs:-0}" "${cov:-0}" "$corpus" "$n"
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$t" "${execs:-0}" "${cov:-0}" "$corpus" "$n" "$slow"
 done
 [ "$found" -eq 0 ] || { echo "fuzz.sh: $found finding(s); inputs under $W/findings_*, logs $W/*.log"; exit 1; }
