@@ -190,11 +190,23 @@ std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_
 json parse_body(const std::string& text) {
   json body;
   try {
-    body = json::parse(text, json_depth_guard("request body"), false);
+    body = json::parse(text, json_depth_guard("request body"));
   } catch (const Error& e) {
     bad(e.what());
+  } catch (const json::exception& e) {
+    // parse_error (and out_of_range for a number beyond double). nlohmann's text names line, column and
+    // cause ("... - invalid string: ill-formed UTF-8 byte"); its "last read" part may quote the body's
+    // bytes (not always UTF-8), so it is left out
+    const std::string what = e.what();
+    const size_t at = what.find("parse error"), read = what.find("; last read"), expected = what.rfind("; expected ");
+    const size_t tag = what.find("] ");
+    std::string why = at != std::string::npos    ? what.substr(at, read == std::string::npos ? read : read - at)
+                      : tag != std::string::npos ? what.substr(tag + 2)
+                                                 : std::string();
+    if (!why.empty() && read != std::string::npos && expected != std::string::npos && expected > read)
+      why += what.substr(expected);
+    bad("the body is not valid JSON" + (why.empty() ? std::string() : ": " + why));
   }
-  if (body.is_discarded()) bad("the body is not valid JSON");
   return body;
 }
 

@@ -164,7 +164,7 @@ class Server {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(error_body(e).dump(), "application/json");
+  res.set_content(error_body(e).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 /// The methods cpp-httplib routes (any other gets its 400).
@@ -469,7 +469,8 @@ void Server::handle_generate(const httplib::Request& http, const std::string& te
     }
     if (job->done && job->events.empty()) {
       if (!job->error.empty()) {
-        const std::string e = "data: " + error_body(ApiError{400, job->error}).dump() + "\n\n";
+        const std::string e =
+            "data: " + error_body(ApiError{400, job->error}).dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
         sink.write(e.data(), e.size());
       }
       if (job->error.empty() && job->req.stream_usage) {

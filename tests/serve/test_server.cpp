@@ -282,7 +282,20 @@ TEST_CASE("tprun serve: concurrent completions, streaming, echo + logprobs, chat
     auto bad = c.Post("/v1/completions", "{not json", "application/json");
     REQUIRE(bad);
     CHECK(bad->status == 400);
-    CHECK(json::parse(bad->body)["error"]["message"] == "the body is not valid JSON");
+    CHECK(json::parse(bad->body)["error"]["message"].get<std::string>().find(
+              "the body is not valid JSON: parse error at line 1, column 3: syntax error while parsing object key - "
+              "invalid literal; expected string literal") == 0);
+    // a byte that is not UTF-8 inside a string: named with its position, the body's bytes not echoed
+    auto latin1 = c.Post("/v1/completions", std::string("{\"prompt\": \"a\xff b\"}"), "application/json");
+    REQUIRE(latin1);
+    CHECK(latin1->status == 400);
+    const std::string why = json::parse(latin1->body)["error"]["message"];
+    CHECK(why.find("column 14") != std::string::npos);
+    CHECK(why.find("UTF-8") != std::string::npos);
+    auto huge = c.Post("/v1/completions", "{\"prompt\": \"a\", \"temperature\": 1e400}", "application/json");
+    REQUIRE(huge);
+    CHECK(huge->status == 400);
+    CHECK(json::parse(huge->body)["error"]["message"].get<std::string>().find("the body is not valid JSON: number overflow") == 0);
     auto nowhere = c.Post("/v1/complete", "{}", "application/json");  // no such endpoint: 404 with the error object
     REQUIRE(nowhere);
     CHECK(nowhere->status == 404);
