@@ -348,7 +348,7 @@ int launch_workers_if_needed(int argc, char** argv, const SessionOptions& opts) 
       interrupted = g_signal;
       std::string msg = "tprun: " + std::string(strsignal(interrupted)) + ": stopping all ranks\n";
       if (write(2, msg.data(), msg.size()) < 0) {}
-      stop_all(SIGTERM);
+      stop_all(interrupted);  // the signal itself: a worker's own message (serve's drain) then names the same one
       stopping = true;
       stop_time = Clock::now();
     }
