@@ -142,6 +142,14 @@ void bench_linear() {
   cudaStreamDestroy(s);
 }
 
+/// A zeroed device allocation of `bytes` (the benchmarks free it with cudaFree).
+void* device_zeros(size_t bytes) {
+  void* p = nullptr;
+  TPS_CUDA_CHECK(cudaMalloc(&p, bytes));
+  TPS_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  return p;
+}
+
 /// Decode attention with rotary + kv_cache append + split merge fused, as the transformer launches it:
 /// the tiled kernel (attention_tiled) next to the decode kernel, same inputs. All tokens
 /// of a batch at the same context, each in its own kv_cache slot; num_splits as attention_num_splits
@@ -151,12 +159,6 @@ void bench_attention_decode(cudaStream_t s) {
   std::printf("\n## Decode attention: tiled kernel vs decode kernel (us per call, 64 calls per graph)\n\n");
   std::printf("| model shape | batch | context | splits (decode kernel uses) | tiled us | decode us | speedup |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
-  auto zeros = [](size_t bytes) {
-    void* p = nullptr;
-    TPS_CUDA_CHECK(cudaMalloc(&p, bytes));
-    TPS_CUDA_CHECK(cudaMemset(p, 0, bytes));
-    return p;
-  };
   struct AttnCase { const char* what; int heads, hd, rot; DType t; };
   for (const AttnCase& c : {AttnCase{"pythia-1.4b: 16 heads, hd 128, rotary 32, f16", 16, 128, 32, DType::F16},
                             AttnCase{"llama-7b tp1: 32 heads, hd 128, bf16", 32, 128, 128, DType::BF16},
@@ -166,24 +168,24 @@ void bench_attention_decode(cudaStream_t s) {
         const int max_seq = std::max(160, ctx), slots = n + 1;
         const int64_t stride = static_cast<int64_t>(3 * c.heads) * c.hd;
         const size_t cache_bytes = static_cast<size_t>(slots) * c.heads * max_seq * c.hd * 2;
-        void* qkv = zeros(n * stride * 2);
-        void* kc = zeros(cache_bytes);
-        void* vc = zeros(cache_bytes);
+        void* qkv = device_zeros(n * stride * 2);
+        void* kc = device_zeros(cache_bytes);
+        void* vc = device_zeros(cache_bytes);
         std::vector<int32_t> meta_h(2 * n);
         for (int i = 0; i < n; ++i) {
           meta_h[i] = i + 1;            // slot
           meta_h[n + i] = ctx - 1;      // position
         }
-        int32_t* meta = static_cast<int32_t*>(zeros(meta_h.size() * 4));
+        int32_t* meta = static_cast<int32_t*>(device_zeros(meta_h.size() * 4));
         TPS_CUDA_CHECK(cudaMemcpy(meta, meta_h.data(), meta_h.size() * 4, cudaMemcpyHostToDevice));
         std::vector<float> inv(c.rot / 2);
         for (int i = 0; i < c.rot / 2; ++i) inv[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / c.rot));
-        float* d_inv = static_cast<float*>(zeros(inv.size() * 4));
+        float* d_inv = static_cast<float*>(device_zeros(inv.size() * 4));
         TPS_CUDA_CHECK(cudaMemcpy(d_inv, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
         const int splits = attention_num_splits(n, c.heads, max_seq, 16);
-        float* partial = static_cast<float*>(zeros(static_cast<size_t>(n) * c.heads * 16 * (c.hd + 2) * 4));
-        int* counters = static_cast<int*>(zeros(static_cast<size_t>(n) * c.heads * 4));
-        void* out = zeros(static_cast<size_t>(n) * c.heads * c.hd * 2);
+        float* partial = static_cast<float*>(device_zeros(static_cast<size_t>(n) * c.heads * 16 * (c.hd + 2) * 4));
+        int* counters = static_cast<int*>(device_zeros(static_cast<size_t>(n) * c.heads * 4));
+        void* out = device_zeros(static_cast<size_t>(n) * c.heads * c.hd * 2);
         AttentionParams a;
         a.q = qkv;
         a.q_stride = stride;
@@ -225,20 +227,14 @@ void bench_pieces() {
   TPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf("\n## Other decode kernels, batch 1 (GPU 0; us per call, 64 calls per graph)\n\n");
   std::printf("| kernel | shape | us |\n|---|---|---|\n");
-  auto zeros = [](size_t bytes) {
-    void* p = nullptr;
-    TPS_CUDA_CHECK(cudaMalloc(&p, bytes));
-    TPS_CUDA_CHECK(cudaMemset(p, 0, bytes));
-    return p;
-  };
   struct NormCase { const char* what; int hidden; NormKind kind; bool two; DType t; };
   for (const NormCase& c : {NormCase{"LayerNorm, two outputs (pythia parallel residual)", 2048, NormKind::LayerNorm, true, DType::F16},
                             NormCase{"RMSNorm (llama-7b)", 4096, NormKind::RmsNorm, false, DType::BF16}}) {
-    void* res = zeros(c.hidden * 4);
-    void* add = zeros(c.hidden * 2);
-    void* w = zeros(c.hidden * 2);
-    void* o0 = zeros(c.hidden * 2);
-    void* o1 = zeros(c.hidden * 2);
+    void* res = device_zeros(c.hidden * 4);
+    void* add = device_zeros(c.hidden * 2);
+    void* w = device_zeros(c.hidden * 2);
+    void* o0 = device_zeros(c.hidden * 2);
+    void* o1 = device_zeros(c.hidden * 2);
     const double us = time_graph_us(s, 64, 20, [&](int) {
       AddNormParams p;
       p.residual = static_cast<float*>(res);
@@ -262,8 +258,8 @@ void bench_pieces() {
     for (void* p : {res, add, w, o0, o1}) cudaFree(p);
   }
   for (int vocab : {50304, 16000}) {
-    float* logits = static_cast<float*>(zeros(static_cast<size_t>(vocab) * 4));
-    ArgmaxPair* pairs = static_cast<ArgmaxPair*>(zeros(64));
+    float* logits = static_cast<float*>(device_zeros(static_cast<size_t>(vocab) * 4));
+    ArgmaxPair* pairs = static_cast<ArgmaxPair*>(device_zeros(64));
     const double us = time_graph_us(s, 64, 20, [&](int) {
       ArgmaxParams a;
       a.logits = logits;
@@ -362,12 +358,6 @@ void bench_attention_prefill() {
   std::printf("\n## Prefill attention: tiled kernel vs prefill kernel (us per 1,024-token step, 16 calls per graph)\n\n");
   std::printf("| model shape | prompt tokens | tiled us | prefill us | speedup | prefill TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|\n");
-  auto zeros = [](size_t bytes) {
-    void* p = nullptr;
-    TPS_CUDA_CHECK(cudaMalloc(&p, bytes));
-    TPS_CUDA_CHECK(cudaMemset(p, 0, bytes));
-    return p;
-  };
   struct PrefillCase { const char* what; int heads, kv, hd; DType t; };
   constexpr int kStep = 1024;
   for (const PrefillCase& c : {PrefillCase{"neox-20b tp1: 64 heads, hd 96, f16", 64, 64, 96, DType::F16},
@@ -387,14 +377,14 @@ void bench_attention_prefill() {
                                         tiles.data());
       std::vector<int32_t> meta_h;
       for (const auto* v : {&slot, &pos, &zero, &tiles}) meta_h.insert(meta_h.end(), v->begin(), v->end());
-      int32_t* meta = static_cast<int32_t*>(zeros(meta_h.size() * 4));
+      int32_t* meta = static_cast<int32_t*>(device_zeros(meta_h.size() * 4));
       TPS_CUDA_CHECK(cudaMemcpy(meta, meta_h.data(), meta_h.size() * 4, cudaMemcpyHostToDevice));
       const int64_t stride = static_cast<int64_t>(c.heads + 2 * c.kv) * c.hd;
       const size_t cache_bytes = static_cast<size_t>(seqs) * c.kv * max_seq * c.hd * 2;
-      void* qkv = zeros(kStep * stride * 2);
-      void* kc = zeros(cache_bytes);
-      void* vc = zeros(cache_bytes);
-      void* out = zeros(static_cast<size_t>(kStep) * c.heads * c.hd * 2);
+      void* qkv = device_zeros(kStep * stride * 2);
+      void* kc = device_zeros(cache_bytes);
+      void* vc = device_zeros(cache_bytes);
+      void* out = device_zeros(static_cast<size_t>(kStep) * c.heads * c.hd * 2);
       AttentionParams a;
       a.q = qkv;
       a.q_stride = stride;
