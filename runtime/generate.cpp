@@ -89,6 +89,28 @@ struct SharedPrefix {
   size_t prefilled = 0;     ///< tokens already in that slot
 };
 
+/// Per-request records addressed by the request's index (0, 1, ... in add() order) whose oldest entries
+/// can be dropped: a server takes results for days, and the records of taken requests must not pile up.
+template <typename T>
+class IndexedRecords {
+ public:
+  T& operator[](size_t i) { return items_[i - first_]; }
+  const T& operator[](size_t i) const { return items_[i - first_]; }
+  size_t size() const { return first_ + items_.size(); }  ///< one past the newest index
+  size_t first() const { return first_; }                   ///< the oldest index still held
+  bool holds(size_t i) const { return i >= first_ && i < size(); }
+  void push_back(T v) { items_.push_back(std::move(v)); }
+  void resize(size_t end, const T& v = T()) { items_.resize(end - first_, v); }  ///< end: one past the newest index
+  void pop_front() {
+    items_.pop_front();
+    ++first_;
+  }
+
+ private:
+  std::deque<T> items_;
+  size_t first_ = 0;
+};
+
 struct Active {
   size_t req = 0;           ///< index into requests
   int slot = 0;
@@ -118,14 +140,17 @@ class BatchGenerator::Impl {
   bool busy() const { return !waiting_.empty() || !active_.empty(); }
   void step();
   GenerationResult take_result(size_t index) {
-    TPS_CHECK(index < results_.size() && !results_[index].finish_reason.empty(),
-              "generate: result " + std::to_string(index) + " is not finished", "this is a bug in the caller");
+    TPS_CHECK(results_.holds(index) && !results_[index].finish_reason.empty() && results_[index].finish_reason != "taken",
+              "generate: result " + std::to_string(index) + " is not finished or was taken", "this is a bug in the caller");
     GenerationResult r = std::move(results_[index]);
     results_[index] = GenerationResult{};
     results_[index].finish_reason = "taken";
     requests_[index] = GenerationRequest{};  // the prompt is no longer needed
+    if (!in_step_) drop_taken();  // during a step, an Active may still name it: step() drops at its end
     return r;
   }
+  /// Records of requests held (the oldest not taken, and every one after it); for tests.
+  size_t records_held() const { return requests_.size() - requests_.first(); }
   bool cancel(size_t index);
   int slots_in_use() const { return runner_.max_batch() - static_cast<int>(free_slots_.size()); }
   size_t running() const { return active_.size(); }
@@ -163,15 +188,26 @@ class BatchGenerator::Impl {
 
   ModelRunner& runner_;
   const Tokenizer& tok_;
-  std::vector<GenerationRequest> requests_;
+  /// Drops the records of the oldest requests while they are taken (their slots and prefixes are
+  /// released by then): what keeps a long-running server's memory flat.
+  void drop_taken() {
+    while (results_.first() < results_.size() && results_[results_.first()].finish_reason == "taken") {
+      requests_.pop_front();
+      results_.pop_front();
+      prefix_of_.pop_front();
+      prefix_len_of_.pop_front();
+    }
+  }
+
+  IndexedRecords<GenerationRequest> requests_;
   const GenerateCallbacks cb_;
   const int64_t vocab_;
   std::set<int32_t> eos_;
-  std::vector<GenerationResult> results_;
+  IndexedRecords<GenerationResult> results_;
   std::deque<size_t> waiting_;
   std::vector<SharedPrefix> prefixes_;
-  std::vector<int> prefix_of_;  ///< per request: index into prefixes_, -1: none
-  std::vector<size_t> prefix_len_of_;  ///< per request: the positions of its prefix it reads
+  IndexedRecords<int> prefix_of_;  ///< per request: index into prefixes_, -1: none
+  IndexedRecords<size_t> prefix_len_of_;  ///< per request: the positions of its prefix it reads
   std::vector<int> live_prefixes_;  ///< prefixes with members left (joinable)
   std::vector<std::unique_ptr<Active>> active_;
   std::vector<int> free_slots_;
@@ -305,6 +341,7 @@ void BatchGenerator::Impl::leave_prefix(int index) {
   SharedPrefix& p = prefixes_[index];
   if (--p.members_left > 0) return;
   live_prefixes_.erase(std::find(live_prefixes_.begin(), live_prefixes_.end(), index));
+  p.tokens = {};  // only live prefixes are joined: its copy of the tokens is not needed any more
   if (p.slot >= 0) {
     free_slots_.push_back(p.slot);
     p.slot = -1;
@@ -314,7 +351,7 @@ void BatchGenerator::Impl::leave_prefix(int index) {
 bool BatchGenerator::Impl::cancel(size_t index) {
   TPS_CHECK(!in_step_, "generate: cancel(" + std::to_string(index) + ") during step()",
             "this is a bug in the caller: cancel between steps, not from a callback");
-  if (index >= requests_.size() || !results_[index].finish_reason.empty()) return false;
+  if (!requests_.holds(index) || !results_[index].finish_reason.empty()) return false;
   GenerationResult& res = results_[index];
   for (size_t i = 0; i < active_.size(); ++i) {
     Active& a = *active_[i];
@@ -540,7 +577,10 @@ void BatchGenerator::Impl::step() {
     ~Done() { flag = false; }
   } done{in_step_};
   admit();
-  if (active_.empty()) return;
+  if (active_.empty()) {
+    drop_taken();  // results taken by callbacks during admit()
+    return;
+  }
   bool prefill_pending = false;
   for (auto& a : active_) prefill_pending = prefill_pending || a->prefilled < requests_[a->req].prompt_ids.size();
   if (prefill_pending) step_prefill();
@@ -554,6 +594,7 @@ void BatchGenerator::Impl::step() {
       ++i;
     }
   }
+  drop_taken();  // results taken by callbacks during the step
 }
 
 BatchGenerator::BatchGenerator(ModelRunner& runner, const Tokenizer& tokenizer, GenerateCallbacks callbacks)
@@ -567,6 +608,7 @@ bool BatchGenerator::cancel(size_t index) { return impl_->cancel(index); }
 int BatchGenerator::slots_in_use() const { return impl_->slots_in_use(); }
 size_t BatchGenerator::running() const { return impl_->running(); }
 size_t BatchGenerator::waiting() const { return impl_->waiting(); }
+size_t BatchGenerator::records_held() const { return impl_->records_held(); }
 const GenerationStats& BatchGenerator::stats() const { return impl_->stats(); }
 
 std::vector<GenerationResult> generate(ModelRunner& runner, const Tokenizer& tokenizer,

@@ -131,6 +131,10 @@ class BatchGenerator {
   int slots_in_use() const;
   size_t running() const;  ///< requests in a kv_cache slot (prefilling or decoding)
   size_t waiting() const;  ///< requests added and not admitted yet
+  /// Requests whose records the generator still holds: from the oldest whose result was not taken to the
+  /// newest. Records of taken results are dropped from the oldest on, so a long-running server's memory
+  /// stays flat when it takes every result.
+  size_t records_held() const;
   const GenerationStats& stats() const;
 
  private:

@@ -453,3 +453,49 @@ TEST_CASE("cancelling members of a shared prefix frees the prefix's slot with it
     CHECK(r.slots_at_end == 0);
   }
 }
+
+TEST_CASE("a long-running generator that takes every result holds the records of the unfinished ones only") {
+  // As `tprun serve` runs it: requests added one at a time between steps (every 7th sharing a 20-token
+  // prefix with the next), results taken in on_done (during the step) or after it; out of order too.
+  std::vector<int32_t> shared = {1};
+  for (int i = 1; i < 20; ++i) shared.push_back(2 + i % 13);
+  FakeRunner runner(4, 64, hash_next);
+  FakeTokenizer tok;
+  std::vector<size_t> done;
+  GenerateCallbacks cb;
+  BatchGenerator* gen = nullptr;
+  std::map<size_t, GenerationResult> taken;
+  cb.on_done = [&](size_t index, const GenerationResult&) {
+    if (index % 2 == 0) taken[index] = gen->take_result(index);  // inside the step
+    else done.push_back(index);
+  };
+  BatchGenerator g(runner, tok, cb);
+  gen = &g;
+  size_t most_extra = 0;  // records held beyond the unfinished requests (finished ones newer than those)
+  const size_t n = 300;
+  for (size_t i = 0; i < n || g.busy(); ++i) {
+    if (i < n) {
+      SamplingParams p;
+      p.max_new_tokens = 1 + static_cast<int>(i % 5);
+      std::vector<int32_t> prompt = i % 7 < 2 ? shared : std::vector<int32_t>{1};
+      prompt.push_back(3 + static_cast<int32_t>(i % 11));
+      g.add({GenerationRequest{"r" + std::to_string(i), prompt, p}});
+    }
+    g.step();
+    // the odd ones after the step, newest first
+    std::sort(done.rbegin(), done.rend());
+    for (size_t k : done) taken[k] = g.take_result(k);
+    done.clear();
+    most_extra = std::max(most_extra, g.records_held() - g.waiting() - g.running());
+  }
+  CHECK(taken.size() == n);
+  for (const auto& [k, r] : taken) {
+    CAPTURE(k);
+    CHECK(r.id == "r" + std::to_string(k));
+    CHECK(r.output_ids.size() == 1 + k % 5);
+  }
+  CHECK(g.records_held() == 0);
+  CHECK(most_extra <= 8);  // the unfinished ones and a few taken after them: not the 300 requests added
+  CHECK_THROWS_AS(g.take_result(0), Error);  // taken and dropped
+  CHECK_FALSE(g.cancel(5));
+}
