@@ -4,9 +4,11 @@
 Runs ON the GPU machine (torch, transformers, safetensors installed; tpshard/tprun built elsewhere;
 the peer loaders instanttensor, fastsafetensors and runai-model-streamer when importable, e.g. from
 wheels carried to the machine).
-  1. Writes random-weight Hugging Face checkpoints of real shapes: Pythia-1.4B (GPT-NeoX, fp16) and
+  1. Writes random-weight Hugging Face checkpoints of real shapes: Pythia-1.4B (GPT-NeoX, fp16),
      Llama-2-7B (bf16) with --llama-layers layers (default 8 of 32; the per-layer tensors have the real
-     7B shapes).
+     7B shapes) and GPT-NeoX-20B (fp16, all 44 layers, 41 GB: in files of at most 4 GB with an index,
+     as published checkpoints are; put its shards on another file system with --shards-work when the
+     disk cannot hold both copies, e.g. --work /tmp/bl --shards-work /dev/shm/bl).
   2. Converts each with `tpshard convert --tp` the sizes of --tp (default 1,2 where two GPUs exist, else 1).
   3. Warm page cache (every file read once first), best of --repeat loads, all in this one run:
        tprun MODEL --tp N bench-load --no-runner   (per-rank load into one arena; tp > 1: slowest rank)
@@ -38,6 +40,7 @@ def log(*a):
 
 
 GEN_DEVICE = os.environ.get("BENCH_GEN_DEVICE", "cuda")  # where random weights are drawn ("cpu" to test the script)
+FILE_BYTES = 4 << 30  # the largest safetensors file written (published checkpoints split at 2-10 GB)
 
 
 def make_checkpoint(kind, out_dir, llama_layers):
@@ -51,11 +54,18 @@ def make_checkpoint(kind, out_dir, llama_layers):
         cfg = GPTNeoXConfig(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192,
                             vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048,
                             use_parallel_residual=True, tie_word_embeddings=False, hidden_act="gelu")
-    else:
+    elif kind == "gpt-neox-20b":
+        dtype = torch.float16
+        cfg = GPTNeoXConfig(hidden_size=6144, num_hidden_layers=44, num_attention_heads=64, intermediate_size=24576,
+                            vocab_size=50432, rotary_pct=0.25, max_position_embeddings=2048,
+                            use_parallel_residual=True, tie_word_embeddings=False, hidden_act="gelu")
+    elif kind == "llama-7b":
         dtype = torch.bfloat16
         cfg = LlamaConfig(hidden_size=4096, num_hidden_layers=llama_layers, num_attention_heads=32,
                           num_key_value_heads=32, intermediate_size=11008, vocab_size=32000,
                           max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    else:
+        raise SystemExit(f"unknown model {kind}: use pythia-1.4b, llama-7b or gpt-neox-20b")
     for attr in ("dtype", "torch_dtype"):  # transformers 5 spells it dtype; 4.x torch_dtype
         try:
             setattr(cfg, attr, dtype)
@@ -66,7 +76,16 @@ def make_checkpoint(kind, out_dir, llama_layers):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
     gen = torch.Generator(device=GEN_DEVICE).manual_seed(0)
-    tensors = {}
+    os.makedirs(out_dir, exist_ok=True)
+    tensors, files, weight_map, nbytes, file_bytes = {}, [], {}, 0, 0
+
+    def flush():  # one file of at most FILE_BYTES (renamed to the -0000k-of-0000n form at the end)
+        nonlocal tensors, file_bytes
+        if tensors:
+            files.append(f"part{len(files)}.safetensors")
+            save_file(tensors, os.path.join(out_dir, files[-1]), metadata={"format": "pt"})
+            weight_map.update({n: files[-1] for n in tensors})
+        tensors, file_bytes = {}, 0
     for name, p in model.named_parameters():
         if name.endswith("norm.weight") or "layernorm" in name or name.endswith("ln_f.weight"):
             t = torch.ones(p.shape, dtype=dtype, device=GEN_DEVICE)
@@ -76,13 +95,28 @@ def make_checkpoint(kind, out_dir, llama_layers):
             t = (torch.randn(p.shape, generator=gen, device=GEN_DEVICE, dtype=torch.float32) * 0.02).to(dtype)
         if kind == "pythia-1.4b" and name == "lm_head.weight":
             name = "embed_out.weight"  # the name in every published Pythia checkpoint (transformers 5 maps it back)
+        size = t.numel() * t.element_size()
+        if file_bytes + size > FILE_BYTES:
+            flush()
         tensors[name] = t.cpu().contiguous()
-    os.makedirs(out_dir, exist_ok=True)
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        file_bytes += size
+        nbytes += size
+    flush()
+    if len(files) == 1:
+        os.rename(os.path.join(out_dir, files[0]), os.path.join(out_dir, "model.safetensors"))
+    else:
+        names = {f: f"model-{i + 1:05d}-of-{len(files):05d}.safetensors" for i, f in enumerate(files)}
+        for f, n in names.items():
+            os.rename(os.path.join(out_dir, f), os.path.join(out_dir, n))
+        with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": nbytes}, "weight_map": {k: names[v] for k, v in weight_map.items()}}, f)
     cfg.save_pretrained(out_dir)
-    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     del tensors, model
     return dtype, nbytes
+
+
+def safetensors_files(hf_dir):
+    return sorted(os.path.join(hf_dir, f) for f in os.listdir(hf_dir) if f.endswith(".safetensors"))
 
 
 def read_all(path):
@@ -117,14 +151,15 @@ def tprun_bench(bin_dir, model_dir, tp, repeat, extra=()):
     return rows, wall
 
 
-def time_safetensors(path, repeat):
+def time_safetensors(paths, repeat):
+    """Best time of safetensors' load_file(device="cuda") of every file in paths, all kept until the end."""
     import torch
     from safetensors.torch import load_file
     best = 1e30
     for _ in range(repeat):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        sd = load_file(path, device="cuda")
+        sd = [load_file(path, device="cuda") for path in paths]
         torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
         del sd
@@ -132,38 +167,44 @@ def time_safetensors(path, repeat):
     return best
 
 
-def time_peer(kind, path, repeat):
-    """Best load time of a peer safetensors loader onto cuda:0 (tensors kept until the clock stops), or
-    raises ImportError when the package is missing."""
+def time_peer(kind, paths, repeat):
+    """Best load time of a peer safetensors loader onto cuda:0 of every file in paths (tensors kept until
+    the clock stops), or raises ImportError when the package is missing."""
     import torch
     best = 1e30
     for _ in range(repeat):
         out = {}
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        if kind == "instanttensor":
-            from instanttensor import safe_open
-            with safe_open(path, framework="pt", device=0) as f:  # copy=True (default): owned tensors
-                for name, t in f.tensors():
-                    out[name] = t
-        elif kind == "fastsafetensors":
-            from fastsafetensors import fastsafe_open
-            with fastsafe_open(filenames=[path], framework="pt", device="cuda:0", nogds=True) as f:
-                for name in f.keys():
-                    out[name] = f.get_tensor(name)
-        elif kind == "runai":
-            from runai_model_streamer import SafetensorsStreamer
-            with SafetensorsStreamer() as st:
-                st.stream_file(path, device="cuda")
-                for name, t in st.get_tensors():
-                    out[name] = t
-        else:
-            raise ValueError(kind)
+        for path in paths:
+            peer_load(kind, path, out)
         torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
         del out
         torch.cuda.empty_cache()
     return best
+
+
+def peer_load(kind, path, out):
+    """One file into out (name -> cuda tensor) by a peer loader."""
+    if kind == "instanttensor":
+        from instanttensor import safe_open
+        with safe_open(path, framework="pt", device=0) as f:  # copy=True (default): owned tensors
+            for name, t in f.tensors():
+                out[name] = t
+    elif kind == "fastsafetensors":
+        from fastsafetensors import fastsafe_open
+        with fastsafe_open(filenames=[path], framework="pt", device="cuda:0", nogds=True) as f:
+            for name in f.keys():
+                out[name] = f.get_tensor(name)
+    elif kind == "runai":
+        from runai_model_streamer import SafetensorsStreamer
+        with SafetensorsStreamer() as st:
+            st.stream_file(path, device="cuda")
+            for name, t in st.get_tensors():
+                out[name] = t
+    else:
+        raise ValueError(kind)
 
 
 PEERS = (("instanttensor", "instanttensor.safe_open(device=0)"),
@@ -204,6 +245,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="directory with tpshard and tprun")
     ap.add_argument("--work", default="/tmp/tpshard_bench")
+    ap.add_argument("--shards-work", default=None, help="where converted shards go (default: --work)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--llama-layers", type=int, default=8)
     ap.add_argument("--models", default="pythia-1.4b,llama-7b")
@@ -224,6 +266,8 @@ def main():
         os.environ["TPSHARD_TEST_SHARE_GPUS"] = "1"  # ranks take the GPUs in turn: the host side is measured
 
     shutil.rmtree(args.work, ignore_errors=True)
+    if args.shards_work:
+        shutil.rmtree(args.shards_work, ignore_errors=True)
     rows = []  # (model, method, tp, seconds, gbps, wall, note)
 
     class Rows(list):
@@ -235,7 +279,7 @@ def main():
     for kind in args.models.split(","):
         t0 = time.perf_counter()
         hf = os.path.join(args.work, kind + "-hf")
-        out = os.path.join(args.work, kind + "-tps")
+        out = os.path.join(args.shards_work or args.work, kind + "-tps")
         dtype, nbytes = make_checkpoint(kind, hf, args.llama_layers)
         log(f"{kind}: wrote {nbytes / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s")
         t1 = time.perf_counter()
@@ -268,12 +312,12 @@ def main():
             rows.append((label, f"tprun bench-load {variant}", 1, r["load_s"], r["file_mib"] * (1 << 20) / r["load_s"] / 1e9,
                          wall, f"hashes verified; summed over {r['readers']} readers: read {r['read_s']:.2f} s, "
                                f"hash {r['hash_s']:.2f} s; setup {r['setup_s']:.3f} s"))
-        st = time_safetensors(os.path.join(hf, "model.safetensors"), args.repeat)
+        st = time_safetensors(safetensors_files(hf), args.repeat)
         rows.append((label, "safetensors load_file(device=cuda)", 1, st, nbytes / st / 1e9, None, "one process; peer"))
         if not args.no_peers:
             for peer, name in PEERS:
                 try:
-                    pt = time_peer(peer, os.path.join(hf, "model.safetensors"), args.repeat)
+                    pt = time_peer(peer, safetensors_files(hf), args.repeat)
                     rows.append((label, name, 1, pt, nbytes / pt / 1e9, None, "one process; peer"))
                 except Exception as e:  # a missing or failing peer is a row that says so
                     log(f"{peer}: {type(e).__name__}: {e}")
@@ -301,13 +345,13 @@ def main():
                              rr[0]["file_mib"] * (1 << 20) / rr[0]["load_s"] / 1e9, wall,
                              f"COLD: {what}; hashes verified; read by {rr[0].get('io', '?')}"))
             try_drop_caches()
-            st = time_safetensors(os.path.join(hf, "model.safetensors"), 1)
+            st = time_safetensors(safetensors_files(hf), 1)
             rows.append((label, "safetensors load_file(device=cuda)", 1, st, nbytes / st / 1e9, None, "COLD; peer"))
             if not args.no_peers:
                 for peer, name in PEERS:
                     try_drop_caches()
                     try:
-                        pt = time_peer(peer, os.path.join(hf, "model.safetensors"), 1)
+                        pt = time_peer(peer, safetensors_files(hf), 1)
                         rows.append((label, name, 1, pt, nbytes / pt / 1e9, None, "COLD; peer"))
                     except Exception as e:
                         rows.append((label, name, 1, float("nan"), float("nan"), None,

@@ -223,11 +223,4 @@ std::unique_ptr<ChunkReader> make_chunk_reader(int fd, bool direct, IoEngine eng
   return std::make_unique<PreadReader>(fd, direct, path);
 }
 
-IoEngine parse_io_engine(const std::string& name, const std::string& what) {
-  if (name == "auto") return IoEngine::Auto;
-  if (name == "pread") return IoEngine::Pread;
-  if (name == "uring" || name == "io_uring") return IoEngine::Uring;
-  throw Error(what + ": unknown read path '" + name + "'", "use auto, pread or uring");
-}
-
 }  // namespace tpshard::load

@@ -1,18 +1,13 @@
-// host_target.cpp: HostLoadTarget (load_target.h) and default_reader_threads (load_options.h).
+// host_target.cpp: HostLoadTarget (load_target.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "format/error.h"
-#include "runtime/cpu_budget.h"
 #include "runtime/load/chunk_reader.h"
 #include "runtime/load/load_target.h"
 
 namespace tpshard::load {
-
-int default_reader_threads(int local_ranks) {
-  return std::clamp(usable_cpus() / std::max(1, local_ranks), 2, 32);  // affinity mask and cgroup quota
-}
 
 HostLoadTarget::HostLoadTarget(uint8_t* weights, uint64_t weights_bytes)
     : weights_(weights), weights_bytes_(weights_bytes) {}

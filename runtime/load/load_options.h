@@ -14,6 +14,17 @@ enum class IoEngine { Auto, Pread, Uring };
 /// Parses "auto" / "pread" / "uring"; throws Error naming `what` otherwise.
 IoEngine parse_io_engine(const std::string& name, const std::string& what);
 
+/// How a device target pins its staging ring. RegisterLazy: 2 MiB-aligned memory advised for transparent
+/// huge pages, each buffer cudaHostRegister'ed by the reader thread that first copies from it (pinning
+/// overlaps the other threads' reads); RegisterUpfront: the whole ring registered before any read;
+/// HostAlloc: cudaHostAlloc.
+enum class RingPinning { RegisterLazy, RegisterUpfront, HostAlloc };
+
+/// Parses "register" / "register-upfront" / "alloc"; throws Error naming `what` otherwise.
+RingPinning parse_ring_pinning(const std::string& name, const std::string& what);
+/// The name parse_ring_pinning takes for p.
+const char* ring_pinning_name(RingPinning p);
+
 struct LoadOptions {
   size_t ring_buffers = 0;              ///< staging buffers; 0: (queue_depth + 1) per reader thread
   size_t ring_buffer_bytes = 2u << 20;  ///< bytes each (a read of an uncompressed tensor is this minus 8 KiB)
@@ -22,9 +33,8 @@ struct LoadOptions {
   bool direct_io = false;               ///< O_DIRECT reads (cold cache: bypasses the page cache)
   IoEngine io = IoEngine::Auto;         ///< see IoEngine
   int queue_depth = 0;  ///< reads in flight per reader thread with io_uring; 0: 4. pread: always 1
-  /// Device targets: ring pinned by cudaHostRegister of aligned_alloc memory (measured faster on an H200
-  /// host: 45.5 vs 42.4 GB/s, docs/BENCHMARKS.md), or false: cudaHostAlloc.
-  bool register_ring = true;
+  /// Device targets: how the staging ring is pinned (docs/LOADER.md, measured in docs/BENCHMARKS.md).
+  RingPinning pinning = RingPinning::RegisterLazy;
 };
 
 struct LoadReport {

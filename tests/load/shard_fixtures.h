@@ -17,11 +17,20 @@
 
 namespace tpshard::test {
 
-/// A fresh directory per process under base (the system temp directory when empty).
+/// A fresh directory per process under base (the system temp directory when empty), removed with its
+/// files when the process exits.
 inline std::string shard_temp_dir(const std::string& base = {}) {
+  struct RemoveAtExit {
+    std::filesystem::path dir;
+    ~RemoveAtExit() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
   auto root = base.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(base);
   auto d = root / ("tpshard_load_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(d);
+  static RemoveAtExit remove_at_exit{d};
   return d.string();
 }
 

@@ -49,7 +49,7 @@ struct BenchLoadOptions {
   bool no_runner = false;
   int repeat = 1;
   bool json = false;
-  std::string pin = "register";    ///< how the ring is pinned: register (cudaHostRegister) or alloc (cudaHostAlloc)
+  std::string pin = "register";    ///< how the ring is pinned (load::parse_ring_pinning)
   std::string hash_impl = "auto";  ///< format/hash.h set_xxh3_implementation (A/B of the XXH3 code)
 };
 
@@ -83,7 +83,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     lo.reader_threads = o.readers > 0 ? o.readers : default_reader_threads(worker.env().local_world_size);
     lo.verify_hashes = !o.no_verify && g.session.verify_hashes;
     set_xxh3_implementation(o.hash_impl);
-    lo.register_ring = o.pin == "register";
+    lo.pinning = load::parse_ring_pinning(o.pin, "bench-load --pin");
     lo.direct_io = o.direct_io;
     lo.io = load::parse_io_engine(o.io, "bench-load --io");
     lo.queue_depth = o.queue_depth;
@@ -187,7 +187,7 @@ void run_bench_load(const GlobalOptions& g, const BenchLoadOptions& o) {
     std::printf("bench-load %s tp %d: ring %.0f MiB pinned by %s (%zu MiB buffers), %d readers, reads by %s (depth %d), "
                 "hashes %s (XXH3 %s), best of %d\n",
                 g.session.model_dir.c_str(), worker.tp_size(), st[0].pinned_mib,
-                lo.register_ring ? "cudaHostRegister" : "cudaHostAlloc", o.ring_mib, int(st[0].readers),
+                lo.pinning == load::RingPinning::HostAlloc ? "cudaHostAlloc" : lo.pinning == load::RingPinning::RegisterUpfront ? "cudaHostRegister up front" : "cudaHostRegister per buffer on first use", o.ring_mib, int(st[0].readers),
                 read_path.c_str(), depth, lo.verify_hashes ? "verified" : "not verified", xxh3_implementation(),
                 std::max(1, o.repeat));
     std::printf("%4s %8s %7s %7s %7s %9s %9s %10s %9s %10s %9s %7s %9s %8s %8s\n", "rank", "load_s", "GB/s", "read_s",
@@ -364,8 +364,8 @@ void add_bench_load_command(CLI::App& app, GlobalOptions& g) {
       ->capture_default_str();
   sub->add_option("--queue-depth", o->queue_depth, "io_uring reads in flight per reader thread (0: 4)")
       ->capture_default_str()->check(tpshard::cli::integer_in_range(0, 64));
-  sub->add_option("--pin", o->pin, "how the ring is pinned: register (cudaHostRegister of aligned_alloc memory) or alloc (cudaHostAlloc)")
-      ->check(CLI::IsMember({"register", "alloc"}))
+  sub->add_option("--pin", o->pin, "how the ring is pinned: register (each buffer cudaHostRegister'ed on first use, huge pages advised), register-upfront (the whole ring before any read) or alloc (cudaHostAlloc)")
+      ->check(CLI::IsMember({"register", "register-upfront", "alloc"}))
       ->capture_default_str();
   sub->add_option("--hash-impl", o->hash_impl, "XXH3 code: auto (the widest this CPU runs), sse2, avx2, avx512")
       ->capture_default_str();
