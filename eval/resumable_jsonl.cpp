@@ -90,6 +90,7 @@ ResumableJsonlWriter::ResumableJsonlWriter(const std::string& path) : path_(path
 ResumableJsonlWriter::~ResumableJsonlWriter() {
   if (fd_ < 0) return;
   if (created_ && !appended_ && std::uncaught_exceptions() > 0) ::unlink(path_.c_str());  // still locked: ours
+  if (dirty_) ::fsync(fd_);
   ::close(fd_);
 }
 
@@ -102,7 +103,12 @@ void ResumableJsonlWriter::append(const std::vector<std::string>& lines) {
   }
   appended_ = true;
   write_all(fd_, data, path_);
+  dirty_ = true;
+  const auto now = std::chrono::steady_clock::now();
+  if (std::chrono::duration<double>(now - synced_at_).count() < kSyncInterval) return;
   if (::fsync(fd_) != 0) throw Error(path_ + ": fsync failed: " + errno_text(), "check the file system");
+  dirty_ = false;
+  synced_at_ = now;
 }
 
 void rewrite_jsonl_in_order(const std::string& path, const std::vector<std::string>& key_order) {
