@@ -7,8 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <unordered_map>
@@ -188,6 +189,49 @@ void check_output_not_locked(const std::string& path) {
   TPS_CHECK(!held, path + ": another job is writing this file", "wait for it to finish or stop it, then rerun to resume");
 }
 
+namespace {
+
+/// The job's requests through one BatchGenerator (no replicas): at most `batch_size` run at once and as
+/// many more wait, so a finished request's slot is refilled at the next step and a shared prefix stays in
+/// use (prefilled once for the whole job, not once per batch). Per step, on_result(i, result, &lines)
+/// for each finished item i (in finishing order), then on_step(lines, finished, output tokens).
+void run_continuously(RankContext& ctx, const std::vector<size_t>& todo, size_t batch_size,
+                      const std::function<GenerationRequest(size_t)>& request_of,
+                      const std::function<void(size_t, const GenerationResult&, std::vector<std::string>*)>& on_result,
+                      const std::function<void(const std::vector<std::string>&, size_t, int64_t)>& on_step,
+                      GenerationStats* stats) {
+  std::vector<size_t> finished;  // generator indices finished in this step
+  GenerateCallbacks cb;
+  cb.on_done = [&](size_t index, const GenerationResult&) { finished.push_back(index); };
+  BatchGenerator gen(*ctx.runner, *ctx.tokenizer, cb);
+  gen.set_max_running(batch_size);
+  std::vector<size_t> item_of;  // generator index -> item
+  size_t next = 0;
+  while (next < todo.size() || gen.busy()) {
+    if (next < todo.size() && gen.waiting() < batch_size) {  // keep a batch waiting behind the running one
+      std::vector<GenerationRequest> add;
+      while (next < todo.size() && gen.waiting() + add.size() < 2 * batch_size) {
+        add.push_back(request_of(todo[next]));
+        item_of.push_back(todo[next++]);
+      }
+      gen.add(std::move(add));
+    }
+    gen.step();
+    std::vector<std::string> lines;
+    int64_t tokens = 0;
+    for (const size_t index : finished) {
+      const GenerationResult r = gen.take_result(index);
+      tokens += static_cast<int64_t>(r.output_ids.size());
+      on_result(item_of[index], r, &lines);
+    }
+    if (!finished.empty()) on_step(lines, finished.size(), tokens);
+    finished.clear();
+  }
+  *stats = gen.stats();
+}
+
+}  // namespace
+
 BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& items, const BatchJobOptions& opts,
                              const MakeLine& make_line) {
   TPS_CHECK(ctx.runner != nullptr && ctx.tokenizer != nullptr, "batch job: rank context has no model",
@@ -246,6 +290,22 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     todo.swap(mine);
   }
 
+  // The results line of item i (a writer rank's job).
+  auto result_line = [&](size_t i, const GenerationResult& result) {
+    nlohmann::ordered_json line;
+    line["id"] = items[i].id;
+    nlohmann::ordered_json fields = make_line(i, result);
+    for (auto& [key, value] : fields.items())
+      if (key != "id") line[key] = value;
+    if (!model_xxh3.empty()) line["model_xxh3"] = model_xxh3;
+    line["request_xxh3"] = request_fingerprint(items[i].request);
+    return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  };
+  auto request_of = [&](size_t i) {
+    GenerationRequest r = items[i].request;
+    r.id = items[i].id.is_string() ? items[i].id.get<std::string>() : keys[i];
+    return r;
+  };
   Progress progress(opts.label, items.size(), ProgressUnit::Prompts, owner && log_enabled(LogLevel::Info),
                     opts.progress_interval_s, nullptr,
                     report.already_done);
@@ -253,6 +313,18 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
   size_t job_generated = 0;
   int64_t job_prompt_tokens = 0, job_output_tokens = 0;
   GenerationStats job_stats;  // with replicas: tokens summed over them, seconds of the slowest per round
+  if (!replicated) {
+    run_continuously(ctx, todo, bs, request_of, [&](size_t i, const GenerationResult& r, std::vector<std::string>* lines) {
+      report.generated += 1;
+      report.prompt_tokens += static_cast<int64_t>(items[i].request.prompt_ids.size());
+      report.output_tokens += static_cast<int64_t>(r.output_ids.size());
+      if (writer_rank) lines->push_back(result_line(i, r));
+    }, [&](const std::vector<std::string>& lines, size_t n, int64_t tokens) {
+      if (owner) writer->append(lines);
+      progress.add(n, tokens);
+    }, &report.stats);
+    rounds = 0;  // the loop below is the replicas' path
+  }
   for (size_t round = 0; round < rounds; ++round) {
     const size_t start = round * bs;
     std::vector<size_t> batch;
@@ -262,10 +334,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
     std::sort(batch.begin(), batch.end());  // input order within the batch
     std::vector<GenerationRequest> requests;
     requests.reserve(batch.size());
-    for (size_t i : batch) {
-      requests.push_back(items[i].request);
-      requests.back().id = items[i].id.is_string() ? items[i].id.get<std::string>() : keys[i];
-    }
+    for (size_t i : batch) requests.push_back(request_of(i));
     std::vector<GenerationResult> results;
     GenerationStats st;  // this batch's
     if (!requests.empty()) {
@@ -285,15 +354,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       const size_t i = batch[k];
       batch_tokens += static_cast<int64_t>(results[k].output_ids.size());
       batch_prompt_tokens += static_cast<int64_t>(requests[k].prompt_ids.size());
-      if (!writer_rank) continue;
-      nlohmann::ordered_json line;
-      line["id"] = items[i].id;
-      nlohmann::ordered_json fields = make_line(i, results[k]);
-      for (auto& [key, value] : fields.items())
-        if (key != "id") line[key] = value;
-      if (!model_xxh3.empty()) line["model_xxh3"] = model_xxh3;
-      line["request_xxh3"] = request_fingerprint(items[i].request);
-      lines.push_back(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+      if (writer_rank) lines.push_back(result_line(i, results[k]));
     }
     report.generated += batch.size();
     report.prompt_tokens += batch_prompt_tokens;

@@ -154,6 +154,7 @@ class BatchGenerator::Impl {
   bool cancel(size_t index);
   int slots_in_use() const { return runner_.max_batch() - static_cast<int>(free_slots_.size()); }
   size_t running() const { return active_.size(); }
+  void set_max_running(size_t n) { max_running_ = n; }
   size_t waiting() const { return waiting_.size(); }
   const GenerationStats& stats() const { return stats_; }
 
@@ -213,6 +214,7 @@ class BatchGenerator::Impl {
   std::vector<int> free_slots_;
   GenerationStats stats_;
   bool in_step_ = false;  ///< step() is running (callbacks may not cancel)
+  size_t max_running_ = 0;  ///< 0: no limit but the slots
 };
 
 /// Longest common prefix of a and b, leaving each at least its last token (which must be fed to get
@@ -301,7 +303,7 @@ void BatchGenerator::Impl::plan_prefixes(size_t first) {
 }
 
 void BatchGenerator::Impl::admit() {
-  while (!free_slots_.empty() && !waiting_.empty()) {
+  while (!free_slots_.empty() && !waiting_.empty() && (max_running_ == 0 || active_.size() < max_running_)) {
     const size_t req = waiting_.front();
     const int p = prefix_of_[req];
     if (p >= 0 && prefixes_[p].slot < 0) {  // the group's first member: its prefix needs a slot too
@@ -607,6 +609,7 @@ GenerationResult BatchGenerator::take_result(size_t index) { return impl_->take_
 bool BatchGenerator::cancel(size_t index) { return impl_->cancel(index); }
 int BatchGenerator::slots_in_use() const { return impl_->slots_in_use(); }
 size_t BatchGenerator::running() const { return impl_->running(); }
+void BatchGenerator::set_max_running(size_t n) { impl_->set_max_running(n); }
 size_t BatchGenerator::waiting() const { return impl_->waiting(); }
 size_t BatchGenerator::records_held() const { return impl_->records_held(); }
 const GenerationStats& BatchGenerator::stats() const { return impl_->stats(); }

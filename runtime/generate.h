@@ -130,6 +130,9 @@ class BatchGenerator {
   /// kv_cache slots held now by running requests and by shared prefixes (0 when !busy()).
   int slots_in_use() const;
   size_t running() const;  ///< requests in a kv_cache slot (prefilling or decoding)
+  /// At most `n` requests run at once (0, the default: as many as there are free kv_cache slots). Waiting
+  /// requests past it stay queued; they still keep a shared prefix they joined in use.
+  void set_max_running(size_t n);
   size_t waiting() const;  ///< requests added and not admitted yet
   /// Requests whose records the generator still holds: from the oldest whose result was not taken to the
   /// newest. Records of taken results are dropped from the oldest on, so a long-running server's memory
