@@ -1,7 +1,7 @@
-// generate.cpp: continuous batching over kv_cache slots. Each loop iteration either prefills the
-// requests just admitted into free slots (prompt pieces of at most kMaxPrefillTokens per forward) or
-// runs one decode step for every active request; a finished request frees its slot for the next
-// waiting one. Requests whose prompts start with the same tokens (few-shot examples, a system prompt)
+// generate.cpp: continuous batching over kv_cache slots. Each loop iteration runs one forward: the
+// prompts of the requests just admitted into free slots (pieces of at most kMaxPrefillTokens) together
+// with the next token of every request already decoding, or, when no prompt is pending, one decode step
+// for every active request; a finished request frees its slot for the next waiting one. Requests whose prompts start with the same tokens (few-shot examples, a system prompt)
 // are grouped: the common prefix is prefilled once into a slot of its own, which every member reads
 // (SeqChunk::prefix_slot) and only the members' suffixes are prefilled. Requests added later (a server adds
 // each on its own) join a prefix still in use when their prompt starts with at least kMinSharedPrefix of
@@ -178,8 +178,12 @@ class BatchGenerator::Impl {
     c->prefix_slot = prefixes_[a.prefix].slot;
     c->prefix_len = static_cast<int>(a.prefix_len);
   }
+  /// Prefill of the requests admitted last (pieces of at most kMaxPrefillTokens), with one decode row for
+  /// each request already decoding in the same forward.
   void step_prefill();
   void step_decode();
+  /// The chunk that feeds a decoding request's last output token.
+  SeqChunk decode_chunk(const Active& a) const;
   /// Choose the next token of `a` from its logits row (or the runner's argmax), then finish or stream.
   void take_token(Active& a, const float* logits_row, int32_t argmax);
   void finish(Active& a, const std::string& reason);
@@ -426,6 +430,14 @@ void BatchGenerator::Impl::step_prefill() {
     owners.push_back(a.get());
     budget -= static_cast<int64_t>(n);
   }
+  // The requests already decoding ride along with their next token (one forward, one read of the
+  // weights, instead of a prefill step that stalls them and a decode step after it).
+  const size_t first_decode = chunks.size();
+  for (auto& a : active_) {
+    if (a->output.empty()) continue;  // still prefilling (or its first token comes from this step)
+    chunks.push_back(decode_chunk(*a));
+    owners.push_back(a.get());
+  }
   bool want_logits = false;
   for (size_t i = 0; i < owners.size(); ++i)
     want_logits = want_logits || (owners[i] && needs_logits(*owners[i])) || chunks[i].all_logits;
@@ -435,11 +447,14 @@ void BatchGenerator::Impl::step_prefill() {
   const auto t0 = Clock::now();
   runner_.forward(chunks, want_logits ? logits.data() : nullptr, argmax.data());
   stats_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.decode_tokens += static_cast<int64_t>(chunks.size() - first_decode);
   size_t row = 0;  // first output row of chunk i
   for (size_t i = 0; i < owners.size(); ++i) {
     const size_t chunk_rows = chunks[i].all_logits ? chunks[i].tokens.size() : 1;
     const size_t last = row + chunk_rows - 1;
-    if (owners[i]) {
+    if (i >= first_decode) {
+      take_token(*owners[i], want_logits ? logits.data() + last * vocab_ : nullptr, argmax[last]);
+    } else if (owners[i]) {
       Active& a = *owners[i];
       const GenerationRequest& r = requests_[a.req];
       if (chunks[i].all_logits)
@@ -460,17 +475,21 @@ void BatchGenerator::Impl::step_prefill() {
   }
 }
 
+SeqChunk BatchGenerator::Impl::decode_chunk(const Active& a) const {
+  SeqChunk c;
+  c.slot = a.slot;
+  c.start_pos = static_cast<int>(requests_[a.req].prompt_ids.size() + a.output.size() - 1);
+  c.tokens = {a.output.back()};
+  c.last_step = static_cast<int>(a.output.size()) + 1 >= requests_[a.req].params.max_new_tokens;
+  set_prefix(a, &c);
+  return c;
+}
+
 void BatchGenerator::Impl::step_decode() {
   std::vector<SeqChunk> chunks;
   bool want_logits = false;
   for (auto& a : active_) {
-    SeqChunk c;
-    c.slot = a->slot;
-    c.start_pos = static_cast<int>(requests_[a->req].prompt_ids.size() + a->output.size() - 1);
-    c.tokens = {a->output.back()};
-    c.last_step = static_cast<int>(a->output.size()) + 1 >= requests_[a->req].params.max_new_tokens;
-    set_prefix(*a, &c);
-    chunks.push_back(std::move(c));
+    chunks.push_back(decode_chunk(*a));
     want_logits = want_logits || needs_logits(*a);
   }
   std::vector<float> logits(want_logits ? chunks.size() * vocab_ : 0);

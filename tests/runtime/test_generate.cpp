@@ -60,6 +60,26 @@ TEST_CASE("greedy results do not depend on batching (continuous batching reuses 
   }
 }
 
+TEST_CASE("a step that prefills a newly admitted prompt also decodes the running requests (one forward)") {
+  // Two slots, A (5 new tokens), B (8), C (3): forwards 1 prefill A+B, 2-5 decode, 6 prefill C + decode
+  // B, 7-8 decode (B and C end together). Prefill steps that stalled B would take 9.
+  std::vector<GenerationRequest> reqs;
+  const int lengths[] = {5, 8, 3};
+  for (int i = 0; i < 3; ++i) {
+    SamplingParams p;
+    p.max_new_tokens = lengths[i];
+    reqs.push_back({"r" + std::to_string(i), {1, 3 + i, 7}, p});
+  }
+  FakeRunner* runner = nullptr;
+  const auto all = run(reqs, 2, hash_next, &runner);
+  CHECK(runner->forward_calls == 8);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto alone = run({reqs[i]}, 1);
+    CHECK(all[i].output_ids == alone[0].output_ids);
+    CHECK(all[i].output_ids.size() == static_cast<size_t>(lengths[i]));
+  }
+}
+
 TEST_CASE("seeded sampling is reproducible and independent of batching") {
   SamplingParams p;
   p.temperature = 1.5f;
