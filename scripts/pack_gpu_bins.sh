@@ -17,7 +17,7 @@ for b in "${BINS[@]}"; do
 done
 for lib in libsentencepiece.so.0 libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 \
            libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libnl-route-3.so.200 libnl-3.so.200; do
-  src=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  src=$(ldconfig -p | awk -v l="$lib" '$1 == l && !done {print $NF; done = 1}')
   [ -n "$src" ] && xz -6 -c "$(readlink -f "$src")" > "$DEST/$lib.xz"
 done
 du -sh "$DEST"
