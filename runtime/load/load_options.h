@@ -27,7 +27,7 @@ const char* ring_pinning_name(RingPinning p);
 
 struct LoadOptions {
   size_t ring_buffers = 0;              ///< staging buffers; 0: (queue_depth + 1) per reader thread
-  size_t ring_buffer_bytes = 2u << 20;  ///< bytes each (a read of an uncompressed tensor is this minus 8 KiB)
+  size_t ring_buffer_bytes = 4u << 20;  ///< bytes each (a read of an uncompressed tensor is this minus 8 KiB)
   int reader_threads = 0;               ///< 0: default_reader_threads(1); a worker passes its local ranks
   bool verify_hashes = true;            ///< XXH3 of every tensor while streaming
   bool direct_io = false;               ///< O_DIRECT reads (cold cache: bypasses the page cache)

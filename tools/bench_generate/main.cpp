@@ -117,7 +117,10 @@ int run_rank(const Args& a, const Manifest& m, const std::shared_ptr<ThreadExcha
     const auto greedy = ref.at("greedy").get<std::vector<std::vector<int32_t>>>();
     const int n = static_cast<int>(prompts.size());
     o.max_batch = n;
-    o.max_seq_len = a.max_seq_len > 0 ? a.max_seq_len : 128;
+    int need = 128;  // default: the longest prompt and its greedy continuation, at least 128 positions
+    for (int i = 0; i < n && i < static_cast<int>(greedy.size()); ++i)
+      need = std::max(need, static_cast<int>(prompts[i].size() + greedy[i].size()));
+    o.max_seq_len = a.max_seq_len > 0 ? a.max_seq_len : need;
     auto runner = cuda::make_cuda_runner(m, rank, a.tp, arena, comm, o);
     const int64_t vocab = m.model.vocab_size;
     std::vector<SeqChunk> chunks(n);

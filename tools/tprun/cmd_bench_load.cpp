@@ -40,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchLoadOptions {
   size_t ring_buffers = 0;  ///< 0: 2 per reader thread
-  size_t ring_mib = 2;
+  size_t ring_mib = 4;
   int readers = 0;          ///< 0: default_reader_threads(local ranks)
   bool no_verify = false;
   bool direct_io = false;
