@@ -194,7 +194,8 @@ namespace {
 /// The job's requests through one BatchGenerator (no replicas): at most `batch_size` run at once and as
 /// many more wait, so a finished request's slot is refilled at the next step and a shared prefix stays in
 /// use (prefilled once for the whole job, not once per batch). Per step, on_result(i, result, &lines)
-/// for each finished item i (in finishing order), then on_step(lines, finished, output tokens).
+/// for each finished item i (in finishing order), then on_step(lines, finished, output tokens), also
+/// when none finished.
 void run_continuously(RankContext& ctx, const std::vector<size_t>& todo, size_t batch_size,
                       const std::function<GenerationRequest(size_t)>& request_of,
                       const std::function<void(size_t, const GenerationResult&, std::vector<std::string>*)>& on_result,
@@ -224,7 +225,7 @@ void run_continuously(RankContext& ctx, const std::vector<size_t>& todo, size_t 
       tokens += static_cast<int64_t>(r.output_ids.size());
       on_result(item_of[index], r, &lines);
     }
-    if (!finished.empty()) on_step(lines, finished.size(), tokens);
+    on_step(lines, finished.size(), tokens);
     finished.clear();
   }
   *stats = gen.stats();
@@ -320,8 +321,11 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       report.output_tokens += static_cast<int64_t>(r.output_ids.size());
       if (writer_rank) lines->push_back(result_line(i, r));
     }, [&](const std::vector<std::string>& lines, size_t n, int64_t tokens) {
-      if (owner) writer->append(lines);
-      progress.add(n, tokens);
+      if (owner) {
+        writer->append(lines);
+        writer->sync_if_due();
+      }
+      if (n > 0) progress.add(n, tokens);
     }, &report.stats);
     rounds = 0;  // the loop below is the replicas' path
   }

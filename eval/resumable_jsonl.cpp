@@ -104,7 +104,13 @@ void ResumableJsonlWriter::append(const std::vector<std::string>& lines) {
   appended_ = true;
   write_all(fd_, data, path_);
   dirty_ = true;
+  sync_if_due();
+}
+
+void ResumableJsonlWriter::sync_if_due() {
+  if (!dirty_) return;
   const auto now = std::chrono::steady_clock::now();
+  // Written after the last sync, so unsynced for at most kSyncInterval when this runs after every step.
   if (std::chrono::duration<double>(now - synced_at_).count() < kSyncInterval) return;
   if (::fsync(fd_) != 0) throw Error(path_ + ": fsync failed: " + errno_text(), "check the file system");
   dirty_ = false;

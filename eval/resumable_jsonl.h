@@ -45,6 +45,9 @@ class ResumableJsonlWriter {
   /// fsync (against a host crash) runs at most once per kSyncInterval and when the writer is closed:
   /// a batch of a few milliseconds does not wait for the disk each time.
   void append(const std::vector<std::string>& lines);
+  /// fsync when lines written more than kSyncInterval ago are not synced yet (call it after every step,
+  /// so lines do not wait unsynced while no request finishes). Throws Error naming the file on failure.
+  void sync_if_due();
   /// Longest time appended lines stay without fsync while the job runs (seconds).
   static constexpr double kSyncInterval = 1.0;
   size_t truncated_bytes() const { return truncated_bytes_; }

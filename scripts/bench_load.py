@@ -93,7 +93,7 @@ def make_checkpoint(kind, out_dir, llama_layers):
             t = torch.zeros(p.shape, dtype=dtype, device=GEN_DEVICE)
         else:
             t = (torch.randn(p.shape, generator=gen, device=GEN_DEVICE, dtype=torch.float32) * 0.02).to(dtype)
-        if kind == "pythia-1.4b" and name == "lm_head.weight":
+        if kind in ("pythia-1.4b", "gpt-neox-20b") and name == "lm_head.weight":
             name = "embed_out.weight"  # the name in every published Pythia checkpoint (transformers 5 maps it back)
         size = t.numel() * t.element_size()
         if file_bytes + size > FILE_BYTES:

@@ -115,7 +115,7 @@ class Streamer {
     const size_t buf_bytes = opts_.ring_buffer_bytes;
     if (buf_bytes < 4 * kPage)
       throw Error("load options: staging buffers must be at least 16 KiB",
-                  "use the defaults (2 MiB buffers)");
+                  "use the defaults (4 MiB buffers)");
     chunk_ = (buf_bytes - 2 * kPage) & ~(kPage - 1);  // slack for O_DIRECT widening
     uint64_t max_planes = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
