@@ -94,7 +94,7 @@ std::string encode_round(const std::vector<std::string>& lines, size_t generated
                          int64_t output_tokens, const GenerationStats& st) {
   const nlohmann::json j = {{"lines", lines}, {"n", generated}, {"p", prompt_tokens}, {"o", output_tokens},
                             {"pt", st.prefill_tokens}, {"st", st.shared_prefix_tokens}, {"dt", st.decode_tokens},
-                            {"ps", st.prefill_seconds}, {"ds", st.decode_seconds}};
+                            {"mt", st.mixed_decode_tokens}, {"ps", st.prefill_seconds}, {"ds", st.decode_seconds}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -117,6 +117,7 @@ Round decode_round(const std::string& blob, int dp_rank) {
   r.stats.prefill_tokens = j["pt"].get<int64_t>();
   r.stats.shared_prefix_tokens = j["st"].get<int64_t>();
   r.stats.decode_tokens = j["dt"].get<int64_t>();
+  r.stats.mixed_decode_tokens = j.value("mt", int64_t{0});
   r.stats.prefill_seconds = j["ps"].get<double>();
   r.stats.decode_seconds = j["ds"].get<double>();
   return r;
@@ -346,6 +347,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       report.stats.prefill_tokens += st.prefill_tokens;
       report.stats.shared_prefix_tokens += st.shared_prefix_tokens;
       report.stats.decode_tokens += st.decode_tokens;
+      report.stats.mixed_decode_tokens += st.mixed_decode_tokens;
       report.stats.prefill_seconds += st.prefill_seconds;
       report.stats.decode_seconds += st.decode_seconds;
     }
@@ -378,6 +380,7 @@ BatchJobReport run_batch_job(RankContext& ctx, const std::vector<BatchItem>& ite
       job_stats.prefill_tokens += r.stats.prefill_tokens;
       job_stats.shared_prefix_tokens += r.stats.shared_prefix_tokens;
       job_stats.decode_tokens += r.stats.decode_tokens;
+      job_stats.mixed_decode_tokens += r.stats.mixed_decode_tokens;
       round_prefill_s = std::max(round_prefill_s, r.stats.prefill_seconds);
       round_decode_s = std::max(round_decode_s, r.stats.decode_seconds);
       if (owner) writer->append(r.lines);

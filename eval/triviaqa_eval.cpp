@@ -169,6 +169,7 @@ ordered_json summary_json(int tp_size, const TriviaQaOptions& opts, const Trivia
   j["shared_prefix_tokens"] = s.stats.shared_prefix_tokens;
   j["prefill_s"] = s.stats.prefill_seconds;
   j["decode_tokens"] = s.stats.decode_tokens;
+  j["mixed_decode_tokens"] = s.stats.mixed_decode_tokens;
   j["decode_s"] = s.stats.decode_seconds;
   j["wall_s"] = s.wall_s;
   return j;

@@ -448,6 +448,7 @@ void BatchGenerator::Impl::step_prefill() {
   runner_.forward(chunks, want_logits ? logits.data() : nullptr, argmax.data());
   stats_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   stats_.decode_tokens += static_cast<int64_t>(chunks.size() - first_decode);
+  stats_.mixed_decode_tokens += static_cast<int64_t>(chunks.size() - first_decode);
   size_t row = 0;  // first output row of chunk i
   for (size_t i = 0; i < owners.size(); ++i) {
     const size_t chunk_rows = chunks[i].all_logits ? chunks[i].tokens.size() : 1;

@@ -70,9 +70,13 @@ TEST_CASE("a step that prefills a newly admitted prompt also decodes the running
     p.max_new_tokens = lengths[i];
     reqs.push_back({"r" + std::to_string(i), {1, 3 + i, 7}, p});
   }
-  FakeRunner* runner = nullptr;
-  const auto all = run(reqs, 2, hash_next, &runner);
-  CHECK(runner->forward_calls == 8);
+  FakeRunner runner(2, 64, hash_next);
+  FakeTokenizer tok;
+  GenerationStats stats;
+  const auto all = generate(runner, tok, reqs, {}, &stats);
+  CHECK(runner.forward_calls == 8);
+  CHECK(stats.decode_tokens == 5 + 8 + 3 - 3);  // every token but each request's first
+  CHECK(stats.mixed_decode_tokens == 1);         // B's sixth token, fed with C's prompt
   for (size_t i = 0; i < reqs.size(); ++i) {
     const auto alone = run({reqs[i]}, 1);
     CHECK(all[i].output_ids == alone[0].output_ids);

@@ -121,17 +121,20 @@ std::string mib(uint64_t bytes) {
 /// The closing stats line on stderr; skipped when writing the generated text to stdout failed (main
 /// then reports the failed write and exits 1, so a failed run never prints a success line). With `json`:
 /// one JSON object instead (keys: prefill_tokens, prefill_seconds, prefill_tokens_per_s,
-/// shared_prefix_tokens, decode_tokens, decode_seconds, decode_tokens_per_s, tp_size, device,
+/// shared_prefix_tokens, decode_tokens, mixed_decode_tokens (of those, fed along with a prefill step and
+/// timed there), decode_seconds, decode_tokens_per_s (decode steps' rows / decode_seconds), tp_size, device,
 /// weight_bytes_per_rank, kv_cache_bytes_per_rank, peak_rss_bytes; byte counts of 0 when unknown).
 void print_summary(const RankContext& ctx, const GenerationStats& s, bool json) {
   if (std::ferror(stdout)) return;  // the printer flushed every output
   const double prefill_rate = s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0;
-  const double decode_rate = s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0;
+  // Decode rows fed along with a prefill step are timed there: the rate counts the decode forwards' rows only.
+  const double decode_rate = s.decode_seconds > 0 ? (s.decode_tokens - s.mixed_decode_tokens) / s.decode_seconds : 0;
   const uint64_t w = ctx.runner->weight_bytes(), kv = ctx.runner->kv_cache_bytes();
   if (json) {
     const nlohmann::json j = {{"prefill_tokens", s.prefill_tokens},   {"prefill_seconds", s.prefill_seconds},
                               {"prefill_tokens_per_s", prefill_rate}, {"shared_prefix_tokens", s.shared_prefix_tokens},
-                              {"decode_tokens", s.decode_tokens},     {"decode_seconds", s.decode_seconds},
+                              {"decode_tokens", s.decode_tokens},     {"mixed_decode_tokens", s.mixed_decode_tokens},
+                              {"decode_seconds", s.decode_seconds},
                               {"decode_tokens_per_s", decode_rate},   {"tp_size", ctx.tp_size},
                               {"device", device_name(ctx.device)},    {"weight_bytes_per_rank", w},
                               {"kv_cache_bytes_per_rank", kv},        {"peak_rss_bytes", peak_rss_bytes()}};
