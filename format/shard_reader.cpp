@@ -182,6 +182,8 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
       if (!mul_ok(numel, dtype_size(t.dtype), &raw) || raw != t.raw_bytes)
         throw Error(W + ": raw_bytes " + std::to_string(t.raw_bytes) + " != elements * dtype size", kCorruptHint);
       if (t.codec == Codec::None && t.stored_bytes != t.raw_bytes) throw Error(W + ": stored_bytes != raw_bytes for an uncompressed tensor", kCorruptHint);
+      // A zstd frame is never empty: a compressed tensor with no stored bytes would be left unwritten.
+      if (t.codec != Codec::None && t.raw_bytes > 0 && t.stored_bytes == 0) throw Error(W + ": a compressed tensor with no stored bytes", kCorruptHint);
       if (t.codec == Codec::ZstdBytePlanes && dtype_size(t.dtype) != 2) throw Error(W + ": byte-plane codec on a 4-byte dtype", kCorruptHint);
       if (t.codec != Codec::None) any_compressed = true;
       // Placement: 4096-aligned, ascending, non-overlapping, inside the data section and the arena.

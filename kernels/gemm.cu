@@ -15,12 +15,6 @@ void check_lt(cublasStatus_t s, const char* call) {
                 "check the CUDA/cuBLAS installation and that the device has free memory");
 }
 
-void check_cuda(cudaError_t e, const char* call) {
-  if (e != cudaSuccess)
-    throw Error(std::string("kernels/gemm: ") + call + " failed: " + cudaGetErrorString(e),
-                "run with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the faulting kernel");
-}
-
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::F32: return CUDA_R_32F;
@@ -59,7 +53,7 @@ Gemm::~Gemm() {
   cublasLtDestroy(handle_);
 }
 
-Gemm::Plan& Gemm::plan_for(const GemmArgs& a, cudaStream_t stream) {
+Gemm::Plan& Gemm::plan_for(const GemmArgs& a) {
   const Key key{a.n, a.out, a.in, static_cast<int>(a.in_dtype), static_cast<int>(a.out_dtype), a.beta != 0.f};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
@@ -78,16 +72,9 @@ Gemm::Plan& Gemm::plan_for(const GemmArgs& a, cudaStream_t stream) {
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                                 sizeof(workspace_bytes_)),
            "set workspace");
-  cublasLtMatmulHeuristicResult_t results[kAutotuneAlgos] = {};
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (a.n <= autotune_max_rows_ && cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
-    (void)cudaGetLastError();
-    capturing = cudaStreamCaptureStatusActive;  // unknown: do not time anything
-  }
-  const bool tune = a.n <= autotune_max_rows_ && capturing == cudaStreamCaptureStatusNone;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p->op, p->a, p->b, p->c, p->c, pref, tune ? kAutotuneAlgos : 1, results, &found);
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle_, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
     delete p;
@@ -95,51 +82,14 @@ Gemm::Plan& Gemm::plan_for(const GemmArgs& a, cudaStream_t stream) {
                     " in=" + std::to_string(a.in) + " (" + type_name(a.in_dtype) + " -> " + type_name(a.out_dtype) + ")",
                 "use a supported dtype combination (f16/bf16 in with same or f32 out, or f32)");
   }
-  p->algo = results[found > 1 ? fastest(*p, a, results, found, stream) : 0].algo;
+  p->algo = result.algo;
   plans_[key] = p;
   return *p;
 }
 
-int Gemm::fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeuristicResult_t* algos, int count,
-                  cudaStream_t stream) {
-  void* y = nullptr;  // the trials write here, not into the caller's output (beta may be 1)
-  const size_t y_bytes = static_cast<size_t>(a.n) * a.out * (a.out_dtype == DType::F32 ? 4 : 2);
-  if (cudaMalloc(&y, y_bytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;  // no memory to spare for tuning: the heuristic's choice
-  }
-  check_cuda(cudaMemsetAsync(y, 0, y_bytes, stream), "cudaMemsetAsync");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  const float alpha = 1.f, beta = a.beta;
-  int best = -1;
-  float best_ms = 0.f;
-  for (int i = 0; i < count; ++i) {
-    auto run = [&] {
-      return cublasLtMatmul(handle_, p.op, &alpha, a.w, p.a, a.x, p.b, &beta, y, p.c, y, p.c, &algos[i].algo, workspace_,
-                            workspace_bytes_, stream);
-    };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that does not run is not chosen
-    constexpr int kReps = 5;
-    check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-    for (int r = 0; r < kReps; ++r) run();
-    check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0.f;
-    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  cudaFree(y);
-  return best < 0 ? 0 : best;
-}
-
 void Gemm::linear(const GemmArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.out == 0) return;
-  Plan& p = plan_for(a, stream);
+  Plan& p = plan_for(a);
   const float alpha = 1.f, beta = a.beta;
   check_lt(cublasLtMatmul(handle_, p.op, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c, &p.algo, workspace_,
                           workspace_bytes_, stream),

@@ -27,9 +27,6 @@ struct GemmArgs {
 
 /// One per stream user. Not thread-safe. Capturable in CUDA graphs once a shape has run eagerly
 /// (the first call of a shape queries the heuristic, which must not happen during capture).
-/// Autotuning (set_autotune_max_rows): the first eager call of a shape with n <= that many rows times
-/// cuBLASLt's first kAutotuneAlgos heuristic candidates on its stream (into a scratch output) and keeps
-/// the fastest; otherwise, and during capture, the heuristic's first choice is used.
 class Gemm {
  public:
   explicit Gemm(size_t workspace_bytes = 32u << 20);
@@ -39,23 +36,15 @@ class Gemm {
 
   /// Enqueue Y = X W^T + beta Y on stream. Throws Error naming the shape when cuBLASLt has no algorithm.
   void linear(const GemmArgs& a, cudaStream_t stream);
-  /// Shapes of at most `rows` tokens are autotuned on first use (0: none, the default).
-  void set_autotune_max_rows(int rows) { autotune_max_rows_ = rows; }
-  /// Candidates timed per autotuned shape.
-  static constexpr int kAutotuneAlgos = 8;
 
  private:
   struct Plan;
   using Key = std::tuple<int, int, int, int, int, bool>;
-  Plan& plan_for(const GemmArgs& a, cudaStream_t stream);
-  /// Index of the fastest of `count` algorithms for a (each run into a scratch output on stream).
-  int fastest(const Plan& p, const GemmArgs& a, const cublasLtMatmulHeuristicResult_t* algos, int count,
-              cudaStream_t stream);
+  Plan& plan_for(const GemmArgs& a);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, Plan*> plans_;
-  int autotune_max_rows_ = 0;
 };
 
 }  // namespace tpshard::cuda

@@ -54,7 +54,7 @@ class DeviceTarget final : public load::LoadTarget {
       } else {
         if (pinning_ == load::RingPinning::RegisterUpfront) cudaHostUnregister(base_);
         for (size_t i = 0; i < pinned_.size(); ++i)
-          if (pinned_[i] == kPinned) cudaHostUnregister(staging(i));
+          if (pinned_[i]) cudaHostUnregister(staging(i));
         std::free(base_);
       }
     }
@@ -73,7 +73,7 @@ class DeviceTarget final : public load::LoadTarget {
       bool ok;
       if (pinning_ == load::RingPinning::RegisterLazy) {
         madvise(base_, (total + align - 1) / align * align, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
-        pinned_.assign(count, kUnpinned);
+        pinned_.assign(count, 0);
         ok = register_buffer(0);  // the rest by the reader threads, on first use (copy())
       } else {
         ok = cudaHostRegister(base_, total, cudaHostRegisterDefault) == cudaSuccess;
@@ -110,12 +110,9 @@ class DeviceTarget final : public load::LoadTarget {
               "this is a bug in the loader");
     uint8_t* base = to_scratch ? static_cast<uint8_t*>(scratch_) : arena_;
     // The buffer is this thread's until released (the ring's lock orders its holders): no race on pinned_.
-    // A buffer the host refuses to pin stays pageable: cudaMemcpyAsync then stages it (slower, correct,
-    // and the buffer is reusable when the call returns).
-    if (!pinned_.empty() && pinned_[buffer] == kUnpinned && !register_buffer(buffer)) {
-      (void)cudaGetLastError();
-      pinned_[buffer] = kPageable;
-    }
+    if (!pinned_.empty() && !pinned_[buffer] && !register_buffer(buffer))
+      throw Error(path_ + ": cannot pin a staging buffer: " + cudaGetErrorString(cudaGetLastError()),
+                  "pin the ring up front (bench-load --pin alloc) or free host memory");
     TPS_CUDA_CHECK(cudaMemcpyAsync(base + dst, src, n, cudaMemcpyHostToDevice, streams_[size_t(reader)]));
   }
   void release_staging(int reader, size_t i) override {
@@ -137,10 +134,9 @@ class DeviceTarget final : public load::LoadTarget {
   /// cudaHostRegister of staging buffer i (RegisterLazy); false when refused.
   bool register_buffer(size_t i) {
     if (cudaHostRegister(staging(i), bytes_, cudaHostRegisterDefault) != cudaSuccess) return false;
-    pinned_[i] = kPinned;
+    pinned_[i] = 1;
     return true;
   }
-  static constexpr uint8_t kUnpinned = 0, kPinned = 1, kPageable = 2;  ///< pinned_ states
 
   uint8_t* arena_;
   uint64_t arena_bytes_;
@@ -149,7 +145,7 @@ class DeviceTarget final : public load::LoadTarget {
   int device_ = 0;
   uint8_t* base_ = nullptr;
   size_t count_ = 0, bytes_ = 0;
-  std::vector<uint8_t> pinned_;  ///< RegisterLazy: per buffer, kUnpinned / kPinned / kPageable (refused)
+  std::vector<uint8_t> pinned_;  ///< RegisterLazy: per buffer, registered yet
   std::vector<cudaEvent_t> events_;
   std::vector<cudaStream_t> streams_;
   void* scratch_ = nullptr;
@@ -180,8 +176,7 @@ WeightArena::WeightArena(const ShardReader& shard, const LoadOptions& opts, Load
     // only (zeroing all of it first costs 4 ms per 13.5 GB on an H100), on the legacy stream, which the
     // loader's non-blocking streams do not wait for (they write elsewhere); synchronized after the load.
     std::vector<std::pair<uint64_t, uint64_t>> spans;  // [offset, end) of each tensor
-    for (const auto& t : shard.tensors())  // a tensor with nothing stored is never written: zeroed as a gap
-      if (t.stored_bytes > 0) spans.emplace_back(t.arena_offset, t.arena_offset + t.raw_bytes);
+    for (const auto& t : shard.tensors()) spans.emplace_back(t.arena_offset, t.arena_offset + t.raw_bytes);
     std::sort(spans.begin(), spans.end());
     uint64_t zeroed_to = 0;
     auto* bytes = static_cast<uint8_t*>(base_);

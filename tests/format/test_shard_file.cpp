@@ -217,6 +217,12 @@ TEST_CASE("corrupt shard files are rejected with a specific message") {
           rehash_table(b);
         }).find("raw_bytes") != std::string::npos);
   CHECK(patch([&](auto& b) {
+          // tensor 1 (1 dim) marked zstd with stored_bytes 0: nothing would be streamed into its arena bytes
+          b[record_fixed(b, 1) + 2] = 1;
+          std::memset(b.data() + record_fixed(b, 1) + 8 + 16 + 8, 0, 8);
+          rehash_table(b);
+        }).find("a compressed tensor with no stored bytes") != std::string::npos);
+  CHECK(patch([&](auto& b) {
           // file_offset of tensor 2 = file_offset of tensor 1: overlap
           const size_t f1 = record_fixed(b, 1) + 8 + 16, f2 = record_fixed(b, 2) + 8 + 32;
           std::memcpy(b.data() + f2, b.data() + f1, 8);

@@ -1,7 +1,6 @@
 // bench_kernels: time the decode-path building blocks on H200-class GPUs, so that the generation
 // benchmark's step times can be explained by measurement:
 //   0. (gemv_sweep.cpp) the GEMV's weight-streaming tunings on whole decode layers;
-//   0b. (gemm_tune.cpp, --only gemm_tune) cuBLASLt's heuristic algorithm vs the autotuned one at 8..128 tokens;
 //   1. every linear layer of Pythia-1.4B (fp16) and Llama-7B (bf16, tp 1 and tp 2 shards) at 1 and 4
 //      tokens, through the decode GEMV and through cuBLASLt + the separate epilogue kernels; weights
 //      rotate over enough copies (>= 512 MiB) that L2 never holds them; calls are captured in a CUDA
@@ -13,7 +12,7 @@
 //      1,024-token steps of packed prompts (NeoX-20B, Llama-7B shapes);
 //   3. (>= 2 GPUs) all_reduce latency of decode-sized messages, custom one-shot vs NCCL, 64 calls per
 //      graph, both ranks replaying together.
-// Usage: bench_kernels [--only linear|gemv_sweep|gemm_tune|pieces|prefill|all_reduce]. Prints markdown tables; the copy bandwidth it
+// Usage: bench_kernels [--only linear|gemv_sweep|pieces|prefill|all_reduce]. Prints markdown tables; the copy bandwidth it
 // compares against is a device-to-device cudaMemcpy (read + write bytes / s) of 1 GiB.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -38,7 +37,6 @@
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/custom_all_reduce.h"
 #include "runtime/cuda/nccl_comm.h"
-#include "tools/bench_kernels/gemm_tune.h"
 #include "tools/bench_kernels/gemv_sweep.h"
 #include "tools/bench_kernels/graph_timer.h"
 #include "tools/copy_bandwidth.h"
@@ -425,7 +423,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_kernels [--only linear|gemv_sweep|gemm_tune|pieces|prefill|all_reduce]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--only linear|gemv_sweep|pieces|prefill|all_reduce]\n");
       return 2;
     }
   }
@@ -437,7 +435,6 @@ int main(int argc, char** argv) {
     }
     if (only.empty() || only == "linear") bench_linear();
     if (only.empty() || only == "gemv_sweep") bench_gemv_sweep();
-    if (only.empty() || only == "gemm_tune") bench_gemm_tune();
     if (only.empty() || only == "pieces") bench_pieces();
     if (only.empty() || only == "prefill") bench_attention_prefill();
     if (only.empty() || only == "all_reduce") bench_all_reduce();
